@@ -1,0 +1,20 @@
+"""User-facing errors.
+
+A ``ShowtellError`` carries a one-line message that names the file or flag at fault and
+says what to do.  Command-line entry points print it as a single line and exit non-zero,
+instead of a traceback; library code raises it wherever bad input is detected.
+"""
+
+
+class ShowtellError(Exception):
+    """An error caused by the user's input (flags, files); the message is for humans."""
+
+    exit_code = 1
+
+
+class DataError(ShowtellError):
+    """A dataset directory, shard, record or image that cannot be used."""
+
+
+class ModelDirError(ShowtellError):
+    """A model directory whose contents do not match the requested model."""

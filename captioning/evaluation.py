@@ -1,0 +1,83 @@
+"""Validation of a model: loss/perplexity over every caption, and generated captions.
+
+Shared by the evaluator service and the trainer's demo report.  Loss is averaged over
+words (not batches) so batch padding and the last short batch do not bias it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+from captioning import inputs
+from captioning.inference import caption_images
+from captioning.model import ShowAndTell, masked_loss_sum
+from captioning.vocab import Vocabulary
+
+
+@dataclass(frozen=True)
+class LossResult:
+    loss: float
+    perplexity: float
+    examples: int
+    words: int
+
+
+def validation_loss(
+    model: ShowAndTell, files: Sequence[str], batch_size: int = 64, max_examples: int | None = None
+) -> LossResult:
+    """Mean per-word cross-entropy (and its exp) over the validation records."""
+    ds = inputs.eval_dataset(files, model.config.image_size, batch_size)
+    if max_examples:
+        ds = ds.unbatch().take(max_examples).padded_batch(batch_size)
+
+    @tf.function(reduce_retracing=True)
+    def batch_loss(batch):
+        logits = model((batch["image"], batch["input_ids"]), training=False)
+        return masked_loss_sum(logits, batch["target_ids"], batch["mask"])
+
+    total, words, examples = 0.0, 0.0, 0
+    for batch in inputs.checked(ds, files):
+        loss_sum, count = batch_loss(batch)
+        total += float(loss_sum)
+        words += float(count)
+        examples += int(batch["image"].shape[0])
+    loss = total / max(words, 1.0)
+    return LossResult(loss=loss, perplexity=math.exp(min(loss, 50.0)), examples=examples, words=int(words))
+
+
+def generate_captions(
+    model: ShowAndTell,
+    files: Sequence[str],
+    vocab: Vocabulary,
+    beam_size: int = 3,
+    max_length: int = 20,
+    batch_size: int = 32,
+    max_images: int | None = None,
+) -> dict[int, str]:
+    """The best beam-search caption for every validation image, by image id."""
+    ds = inputs.eval_images(files, model.config.image_size, batch_size)
+    if max_images:
+        ds = ds.unbatch().take(max_images).batch(batch_size)
+
+    @tf.function(reduce_retracing=True)
+    def decode(images):
+        return caption_images(model, images, vocab.start_id, vocab.end_id, beam_size, max_length)
+
+    captions: dict[int, str] = {}
+    for batch in inputs.checked(ds, files):
+        ids, _ = decode(batch["image"])
+        for image_id, best in zip(batch["image_id"].numpy(), ids[:, 0].numpy(), strict=True):
+            captions[int(image_id)] = vocab.decode(best)
+    return captions
+
+
+def exact_match(predictions: Mapping[int, str], references: Mapping[int, Sequence[str]]) -> float:
+    """Share of images whose caption equals one of its references word for word."""
+    if not predictions:
+        return 0.0
+    hits = sum(1 for image_id, caption in predictions.items() if caption in references.get(image_id, ()))
+    return hits / len(predictions)

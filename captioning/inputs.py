@@ -1,0 +1,151 @@
+"""``tf.data`` input pipelines: training batches, validation batches, validation images.
+
+Everything runs inside TensorFlow (no Python feeding): shards are read in parallel and
+interleaved, records shuffled, parsed, decoded and augmented in parallel, captions padded
+per batch (dynamic padding: a batch is as long as its longest caption), then prefetched.
+
+Errors from a corrupt shard or undecodable image surface from the iterator as
+TensorFlow's anonymous ``DataLossError``/``InvalidArgumentError``; ``checked`` turns them
+into a ``DataError`` naming the shard and record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+import tensorflow as tf
+
+from captioning.config import InputConfig
+from captioning.errors import DataError
+from captioning.records import find_bad_record, parse_example
+from captioning.vocab import Vocabulary
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+def decode_image(image_data: tf.Tensor) -> tf.Tensor:
+    """Encoded JPEG/PNG → float32 RGB in [0, 1]."""
+    image = tf.io.decode_image(image_data, channels=3, expand_animations=False)
+    return tf.image.convert_image_dtype(image, tf.float32)
+
+
+def preprocess_image(image: tf.Tensor, image_size: int, training: bool, config: InputConfig) -> tf.Tensor:
+    """Resize (and on train, scale-jitter, crop and photometric noise), scale to [-1, 1].
+
+    Evaluation resizes the whole image to ``image_size`` — scale 1.0, the low end of the
+    training jitter — so nothing a caption mentions is cropped away.
+    """
+    if training:
+        scale = tf.random.uniform([], 1.0, config.crop_scale)
+        side = tf.cast(tf.round(scale * image_size), tf.int32)
+        image = tf.image.resize(image, tf.stack([side, side]))
+        image = tf.image.random_crop(image, [image_size, image_size, 3])
+        if config.flip:
+            image = tf.image.random_flip_left_right(image)
+        if config.brightness_delta:
+            image = tf.image.random_brightness(image, config.brightness_delta)
+        low, high = config.contrast_range
+        if high > low:
+            image = tf.image.random_contrast(image, low, high)
+        image = tf.clip_by_value(image, 0.0, 1.0)
+    else:
+        image = tf.image.resize(image, [image_size, image_size])
+    image = tf.ensure_shape(image, [image_size, image_size, 3])
+    return image * 2.0 - 1.0  # Inception v3's input range
+
+
+def split_caption(caption: tf.Tensor) -> dict[str, tf.Tensor]:
+    """``<S> w1 … wn </S>`` → input ``<S> w1 … wn``, target ``w1 … wn </S>``, mask of ones."""
+    caption = tf.cast(caption, tf.int32)
+    target = caption[1:]
+    return {"input_ids": caption[:-1], "target_ids": target, "mask": tf.ones_like(target, tf.float32)}
+
+
+def _example_fn(image_size: int, training: bool, config: InputConfig):
+    def fn(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
+        record = parse_example(serialized)
+        image = preprocess_image(decode_image(record["image_data"]), image_size, training, config)
+        return {"image": image, "image_id": record["image_id"], **split_caption(record["caption"])}
+
+    return fn
+
+
+def train_dataset(
+    files: Sequence[str], image_size: int, config: InputConfig, batch_size: int | None = None
+) -> tf.data.Dataset:
+    """An endless stream of shuffled, augmented, padded training batches."""
+    batch_size = batch_size or config.batch_size
+    ds = tf.data.Dataset.from_tensor_slices(list(files))
+    ds = ds.shuffle(len(files), seed=config.seed, reshuffle_each_iteration=True).repeat()
+    ds = ds.interleave(
+        tf.data.TFRecordDataset,
+        cycle_length=min(config.interleave_cycle, len(files)),
+        num_parallel_calls=AUTOTUNE,
+        deterministic=False,
+    )
+    ds = ds.shuffle(config.shuffle_buffer, seed=config.seed)
+    ds = ds.map(_example_fn(image_size, True, config), num_parallel_calls=AUTOTUNE, deterministic=False)
+    ds = ds.padded_batch(batch_size, drop_remainder=True)
+    return ds.prefetch(AUTOTUNE)
+
+
+def eval_dataset(
+    files: Sequence[str], image_size: int, batch_size: int, config: InputConfig | None = None
+) -> tf.data.Dataset:
+    """Every validation record once, in file order, as padded batches (for loss)."""
+    ds = tf.data.TFRecordDataset(list(files), num_parallel_reads=None)
+    ds = ds.map(_example_fn(image_size, False, config or InputConfig()), num_parallel_calls=AUTOTUNE)
+    return ds.padded_batch(batch_size).prefetch(AUTOTUNE)
+
+
+def eval_images(
+    files: Sequence[str], image_size: int, batch_size: int, config: InputConfig | None = None
+) -> tf.data.Dataset:
+    """Each validation image once (its records are consecutive), batched, for captioning."""
+    ds = tf.data.TFRecordDataset(list(files)).map(parse_example)
+    first = ds.scan(
+        tf.constant(-1, tf.int64),
+        lambda previous, record: (record["image_id"], (record, record["image_id"] != previous)),
+    )
+    ds = first.filter(lambda record, is_first: is_first).map(lambda record, _: record)
+    fn_config = config or InputConfig()
+    ds = ds.map(
+        lambda r: {
+            "image": preprocess_image(decode_image(r["image_data"]), image_size, False, fn_config),
+            "image_id": r["image_id"],
+        },
+        num_parallel_calls=AUTOTUNE,
+    )
+    return ds.batch(batch_size).prefetch(AUTOTUNE)
+
+
+def load_references(files: Sequence[str], vocab: Vocabulary) -> dict[int, list[str]]:
+    """All reference captions per image id, as text."""
+    refs: dict[int, list[str]] = {}
+    ds = tf.data.TFRecordDataset(list(files)).map(
+        lambda s: (lambda r: (r["image_id"], r["caption"]))(parse_example(s))
+    )
+    for image_id, caption in checked(ds, files):
+        refs.setdefault(int(image_id), []).append(vocab.decode(caption.numpy()))
+    return refs
+
+
+def input_error(exc: tf.errors.OpError, files: Sequence[str]) -> Exception:
+    """The clearest error for a failed input pipeline: name the bad shard if one is found."""
+    found = find_bad_record(files)
+    if found is None:
+        return exc
+    return DataError(f"{found}; rebuild the dataset or remove that shard")
+
+
+def checked(dataset: Iterable, files: Sequence[str]) -> Iterator:
+    """Iterate ``dataset``; a data error becomes a ``DataError`` naming the file."""
+    iterator = iter(dataset)
+    while True:
+        try:
+            element = next(iterator)
+        except (StopIteration, tf.errors.OutOfRangeError):
+            return
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as exc:
+            raise input_error(exc, files) from exc
+        yield element

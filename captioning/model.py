@@ -1,0 +1,101 @@
+"""The Show-and-Tell network (Vinyals et al.): Inception v3 encoder → LSTM decoder.
+
+Image path: Inception v3 without its classifier → global average pool → dropout → linear
+image embedding (no bias).  The embedding is the LSTM's first input (its output there is
+ignored, as in im2txt); from then on the LSTM reads word embeddings and predicts the next
+word.  Training uses teacher forcing over whole padded captions; inference steps the same
+LSTM cell one word at a time (``initial_state`` / ``step``), which beam search drives.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from captioning.config import MIN_IMAGE_SIZE, ModelConfig
+
+
+def build_encoder(image_size: int) -> keras.Model:
+    """Inception v3 without its top, pooled to a 2048-vector; weights loaded separately."""
+    if image_size < MIN_IMAGE_SIZE:
+        raise ValueError(f"image size {image_size} < {MIN_IMAGE_SIZE}, Inception v3's minimum")
+    return keras.applications.InceptionV3(
+        include_top=False, weights=None, pooling="avg", input_shape=(image_size, image_size, 3)
+    )
+
+
+class ShowAndTell(keras.Model):
+    """Encoder, decoder and the per-step interface used by beam search."""
+
+    def __init__(self, config: ModelConfig, **kwargs) -> None:
+        super().__init__(name="show_and_tell", **kwargs)
+        self.config = config
+        init = keras.initializers.RandomUniform(-config.init_scale, config.init_scale)
+        self.encoder = build_encoder(config.image_size)
+        self.encoder.trainable = config.train_inception
+        self.image_dropout = keras.layers.Dropout(config.image_dropout)
+        self.image_embedding = keras.layers.Dense(
+            config.embedding_size, use_bias=False, kernel_initializer=init, name="image_embedding"
+        )
+        self.word_embedding = keras.layers.Embedding(
+            config.vocab_size, config.embedding_size, embeddings_initializer=init, name="word_embedding"
+        )
+        self.input_dropout = keras.layers.Dropout(config.lstm_dropout)
+        self.lstm = keras.layers.LSTM(
+            config.lstm_units,
+            return_sequences=True,
+            return_state=True,
+            kernel_initializer=init,
+            recurrent_initializer=init,
+            name="lstm",
+        )
+        self.output_dropout = keras.layers.Dropout(config.lstm_dropout)
+        self.logits = keras.layers.Dense(config.vocab_size, kernel_initializer=init, name="logits")
+
+    def encode(self, images: tf.Tensor, training: bool = False) -> tf.Tensor:
+        """Images in [-1, 1] → image embeddings.  A frozen encoder keeps BN in inference mode."""
+        features = self.encoder(images, training=training and self.config.train_inception)
+        return self.image_embedding(self.image_dropout(features, training=training))
+
+    def start_state(self, image_embedding: tf.Tensor, training: bool = False) -> list[tf.Tensor]:
+        """Feed the image embedding as the LSTM's first input; return its state (h, c)."""
+        x = self.input_dropout(image_embedding[:, None, :], training=training)
+        _, h, c = self.lstm(x, training=training)
+        return [h, c]
+
+    def call(self, inputs: tuple[tf.Tensor, tf.Tensor], training: bool = False) -> tf.Tensor:
+        """(images, input word ids) → logits over the vocabulary for every position."""
+        images, input_ids = inputs
+        state = self.start_state(self.encode(images, training), training)
+        words = self.input_dropout(self.word_embedding(input_ids), training=training)
+        outputs, _, _ = self.lstm(words, initial_state=state, training=training)
+        return self.logits(self.output_dropout(outputs, training=training))
+
+    def initial_state(self, images: tf.Tensor) -> list[tf.Tensor]:
+        """Inference: the decoder state after seeing the image."""
+        return self.start_state(self.encode(images, training=False))
+
+    def step(self, word_ids: tf.Tensor, state: list[tf.Tensor]) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        """Inference: one word in → log-probabilities of the next word, new state."""
+        output, new_state = self.lstm.cell(self.word_embedding(word_ids), list(state), training=False)
+        return tf.nn.log_softmax(self.logits(output)), list(new_state)
+
+
+def build_model(config: ModelConfig) -> ShowAndTell:
+    """A ``ShowAndTell`` with all variables created (so checkpoints can restore into it)."""
+    model = ShowAndTell(config)
+    images = tf.zeros([1, config.image_size, config.image_size, 3])
+    model((images, tf.zeros([1, 2], tf.int32)), training=False)
+    return model
+
+
+def masked_loss_sum(logits: tf.Tensor, targets: tf.Tensor, mask: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Sum of per-word cross-entropy over real (unpadded) words, and the number of words.
+
+    Returned as a (sum, count) pair rather than a mean so that callers can average over
+    the *global* batch — across replicas and across validation batches of different
+    lengths — exactly.
+    """
+    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=targets, logits=logits)
+    mask = tf.cast(mask, losses.dtype)
+    return tf.reduce_sum(losses * mask), tf.reduce_sum(mask)

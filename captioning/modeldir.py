@@ -1,0 +1,68 @@
+"""A model directory's record of the model that writes it: ``showtell-model.json``.
+
+Written when training first starts in a directory; read by later trainer runs (a restart
+with a different shape is refused before anything is written, naming the differing
+field) and by the evaluator (which needs no flags to rebuild the model of a checkpoint).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import tensorflow as tf
+
+from captioning.config import ModelConfig
+from captioning.errors import ModelDirError
+
+METADATA = "showtell-model.json"
+_FIELD_FLAGS = {
+    "vocab_size": "vocab (from --data)",
+    "image_size": "--image-size",
+    "embedding_size": "--embedding-size",
+    "lstm_units": "--lstm-units",
+}
+
+
+def check_model_dir(model_dir: Path, config: ModelConfig) -> None:
+    """Refuse a model dir whose checkpoints were written by a differently shaped model."""
+    path = model_dir / METADATA
+    if not path.is_file():
+        if tf.train.latest_checkpoint(str(model_dir)):
+            raise ModelDirError(
+                f"{model_dir}: holds checkpoints but no {METADATA} (not written by showtell train); "
+                "use a new --model-dir"
+            )
+        return
+    try:
+        recorded = json.loads(path.read_text())["model"]
+    except (ValueError, KeyError) as exc:
+        raise ModelDirError(f"{path}: unreadable ({exc}); use a new --model-dir") from exc
+    for name, value in config.shape_fields().items():
+        if name in recorded and recorded[name] != value:
+            raise ModelDirError(
+                f"{model_dir} was written by a model with {name} {recorded[name]}, this one has "
+                f"{name} {value} ({_FIELD_FLAGS[name]}); use a new --model-dir"
+            )
+
+
+def write_metadata(model_dir: Path, config: ModelConfig, data: dict) -> None:
+    """Record the model's shape (and where its data came from) on first start."""
+    path = model_dir / METADATA
+    if path.is_file():
+        return
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"model": config.shape_fields(), "data": data}, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def read_model_config(model_dir: Path, base: ModelConfig | None = None) -> ModelConfig:
+    """The model shape recorded in a model dir (for the evaluator and ``caption``)."""
+    path = model_dir / METADATA
+    if not path.is_file():
+        raise ModelDirError(f"{path}: missing; is {model_dir} a showtell model directory?")
+    recorded = json.loads(path.read_text())["model"]
+    return dataclasses.replace(base or ModelConfig(), **recorded)
+
+

@@ -1,0 +1,208 @@
+"""The embedded default dataset: procedurally drawn scenes of coloured shapes.
+
+Each image holds 1–3 shapes (circle, square, triangle) in one of five colours and two
+sizes, laid out alone, side by side, one above the other, or three in a row; every image
+comes with several true captions ("a small red circle left of a large blue square", …).
+Everything is a pure function of ``(seed, split, index)``, so a dataset is reproducible
+and a test can regenerate the scene any record came from.
+
+It is learnable by design: colour, shape, size and arrangement are all visible, and the
+captions differ between images, so a model that ignores the image cannot do well.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from captioning.config import MIN_IMAGE_SIZE, SyntheticConfig
+from captioning.errors import DataError
+from captioning.manifest import MANIFEST, VOCAB, Manifest, SplitInfo
+from captioning.records import ShardedWriter, make_example
+from captioning.vocab import Vocabulary
+
+log = logging.getLogger(__name__)
+
+BUILDER = "synthetic"
+KINDS = ("circle", "square", "triangle")
+COLOURS = {
+    "red": (220, 40, 40),
+    "green": (40, 180, 60),
+    "blue": (50, 90, 230),
+    "yellow": (230, 210, 40),
+    "purple": (150, 60, 200),
+}
+SIZES = {"small": 0.09, "large": 0.15}  # radius as a fraction of the image side
+LAYOUTS = ("single", "horizontal", "vertical", "row")
+_LAYOUT_P = (0.2, 0.3, 0.25, 0.25)
+_SPLIT_CODE = {"train": 0, "val": 1, "test": 2}
+_ID_OFFSET = 10_000_000  # image ids of split k start at k × this
+
+
+@dataclass(frozen=True)
+class Shape:
+    kind: str
+    colour: str
+    size: str
+    cx: float  # centre, pixels
+    cy: float
+    radius: float
+
+
+@dataclass(frozen=True)
+class Scene:
+    """Shapes in reading order: left→right (horizontal, row) or top→bottom (vertical)."""
+
+    layout: str
+    shapes: tuple[Shape, ...]
+    background: int
+
+
+def image_id(split: str, index: int) -> int:
+    return _SPLIT_CODE[split] * _ID_OFFSET + index
+
+
+def make_scene(seed: int, split: str, index: int, image_size: int) -> Scene:
+    """The scene of image ``index`` of ``split`` (deterministic)."""
+    rng = np.random.default_rng([seed, _SPLIT_CODE[split], index])
+    layout = LAYOUTS[rng.choice(len(LAYOUTS), p=_LAYOUT_P)]
+    s = float(image_size)
+    if layout == "single":
+        centres = [(rng.uniform(0.3, 0.7) * s, rng.uniform(0.3, 0.7) * s)]
+    elif layout == "horizontal":
+        centres = [
+            ((0.25 + rng.uniform(-0.05, 0.05)) * s, (0.5 + rng.uniform(-0.12, 0.12)) * s),
+            ((0.75 + rng.uniform(-0.05, 0.05)) * s, (0.5 + rng.uniform(-0.12, 0.12)) * s),
+        ]
+    elif layout == "vertical":
+        centres = [
+            ((0.5 + rng.uniform(-0.12, 0.12)) * s, (0.25 + rng.uniform(-0.05, 0.05)) * s),
+            ((0.5 + rng.uniform(-0.12, 0.12)) * s, (0.75 + rng.uniform(-0.05, 0.05)) * s),
+        ]
+    else:  # row of three
+        y = (0.5 + rng.uniform(-0.1, 0.1)) * s
+        centres = [((f + rng.uniform(-0.01, 0.01)) * s, y) for f in (1 / 6, 1 / 2, 5 / 6)]
+    shapes = []
+    for cx, cy in centres:
+        size = ("small", "large")[rng.integers(2)]
+        shapes.append(
+            Shape(
+                kind=KINDS[rng.integers(len(KINDS))],
+                colour=list(COLOURS)[rng.integers(len(COLOURS))],
+                size=size,
+                cx=cx,
+                cy=cy,
+                radius=SIZES[size] * s,
+            )
+        )
+    return Scene(layout=layout, shapes=tuple(shapes), background=int(rng.integers(20, 100)))
+
+
+def shape_mask(shape: Shape, image_size: int) -> np.ndarray:
+    """Boolean mask of the pixels a shape covers."""
+    yy, xx = np.mgrid[0:image_size, 0:image_size].astype(np.float32) + 0.5
+    dx, dy, r = xx - shape.cx, yy - shape.cy, shape.radius
+    if shape.kind == "circle":
+        return dx * dx + dy * dy <= r * r
+    if shape.kind == "square":
+        half = 0.85 * r  # about the circle's area
+        return (np.abs(dx) <= half) & (np.abs(dy) <= half)
+    # triangle pointing up: apex at cy - r, base at cy + 0.7 r
+    top, bottom = -r, 0.7 * r
+    depth = (dy - top) / (bottom - top)
+    return (dy >= top) & (dy <= bottom) & (np.abs(dx) <= depth * r)
+
+
+def draw(scene: Scene, image_size: int) -> np.ndarray:
+    """Render a scene as a uint8 RGB array."""
+    image = np.full((image_size, image_size, 3), scene.background, dtype=np.uint8)
+    for shape in scene.shapes:
+        image[shape_mask(shape, image_size)] = COLOURS[shape.colour]
+    return image
+
+
+def _phrase(shape: Shape, with_size: bool) -> str:
+    size = f"{shape.size} " if with_size else ""
+    return f"a {size}{shape.colour} {shape.kind}"
+
+
+def captions(scene: Scene) -> list[str]:
+    """Every reference caption of a scene; all of them are true of its image."""
+    refs = []
+    for with_size in (True, False):
+        p = [_phrase(s, with_size) for s in scene.shapes]
+        if scene.layout == "single":
+            refs.append(p[0])
+        elif scene.layout == "horizontal":
+            refs += [f"{p[0]} left of {p[1]}", f"{p[1]} right of {p[0]}"]
+        elif scene.layout == "vertical":
+            refs += [f"{p[0]} above {p[1]}", f"{p[1]} below {p[0]}"]
+        else:
+            refs += [
+                f"{p[0]} , {p[1]} and {p[2]} from left to right",
+                f"{p[2]} , {p[1]} and {p[0]} from right to left",
+            ]
+    if scene.layout == "single":
+        refs.append(f"one {scene.shapes[0].size} {scene.shapes[0].colour} {scene.shapes[0].kind}")
+    return refs
+
+
+def encode_png(image: np.ndarray) -> bytes:
+    import tensorflow as tf
+
+    return tf.io.encode_png(image).numpy()
+
+
+def build(out_dir: Path, config: SyntheticConfig) -> Manifest:
+    """Write train/val shards, ``vocab.txt`` and ``dataset.json`` into ``out_dir``.
+
+    Idempotent: an existing identical build is kept; a different one is refused rather
+    than overwritten.
+    """
+    if config.image_size < MIN_IMAGE_SIZE:
+        raise DataError(f"--image-size {config.image_size}: Inception v3 needs at least {MIN_IMAGE_SIZE} px")
+    source = {"config": asdict(config)}
+    if (out_dir / MANIFEST).is_file():
+        existing = Manifest.load(out_dir)
+        if existing.builder == BUILDER and existing.source == source:
+            log.info("%s already holds this synthetic dataset; nothing to do", out_dir)
+            return existing
+        raise DataError(
+            f"{out_dir}: already holds a different dataset ({existing.builder}); "
+            "choose another --out or delete that directory"
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    counts = {"train": config.train_images, "val": config.val_images}
+    shards = {"train": config.train_shards, "val": config.val_shards}
+    scenes = {
+        split: [make_scene(config.seed, split, i, config.image_size) for i in range(n)]
+        for split, n in counts.items()
+    }
+    vocab = Vocabulary.build(c for scene in scenes["train"] for c in captions(scene))
+    splits = {}
+    for split, split_scenes in scenes.items():
+        with ShardedWriter(out_dir, split, shards[split]) as writer:
+            for index, scene in enumerate(tqdm(split_scenes, desc=f"synthetic {split}", unit="img")):
+                data = encode_png(draw(scene, config.image_size))
+                writer.write_image(
+                    [make_example(data, image_id(split, index), vocab.encode(c)) for c in captions(scene)]
+                )
+        splits[split] = SplitInfo(images=writer.images, records=writer.records, shards=shards[split])
+    vocab.save(out_dir / VOCAB)
+    manifest = Manifest(
+        builder=BUILDER,
+        image_size=config.image_size,
+        vocab_size=len(vocab),
+        splits=splits,
+        source=source,
+    )
+    manifest.save(out_dir)
+    log.info(
+        "wrote %s: %d train / %d val images, %d words",
+        out_dir, splits["train"].images, splits["val"].images, len(vocab),
+    )
+    return manifest

@@ -1,0 +1,1 @@
+"""The evaluator service: validate checkpoints of a model dir, report metrics."""

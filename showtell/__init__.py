@@ -1,0 +1,1 @@
+"""The ``showtell`` command: one entry point dispatching to the services' CLIs."""

@@ -1,0 +1,3 @@
+from showtell.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,34 @@
+"""``showtell {data,train,evaluate}`` — dispatch to each part's own CLI module.
+
+Subcommand modules are imported only when chosen, so ``showtell --help`` is instant and
+the trainer and evaluator packages never import each other.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from captioning.cli_util import Parser
+
+COMMANDS = {
+    "data": ("captioning.data_cli", "build a dataset (synthetic shapes)"),
+    "train": ("trainer.cli", "train the model; checkpoints on a schedule"),
+    "evaluate": ("evaluator.cli", "evaluate checkpoints of a model dir"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = Parser(prog="showtell", description="Show-and-Tell captioning: train / evaluate split.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
+    modules = {}
+    name = argv[0] if argv and argv[0] in COMMANDS else None
+    for command, (module_name, help_text) in COMMANDS.items():
+        sp = sub.add_parser(command, help=help_text, prog=f"showtell {command}")
+        sp.__class__ = Parser
+        if command == name:  # only the chosen command's module is imported
+            modules[command] = importlib.import_module(module_name)
+            modules[command].add_arguments(sp)
+    args = parser.parse_args(argv)
+    return modules[args.command].run(args)

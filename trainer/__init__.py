@@ -1,0 +1,1 @@
+"""The trainer service: training loop, checkpoint schedule, summaries, CLI."""

@@ -1,0 +1,119 @@
+"""``showtell train`` / ``python -m trainer`` — flags → configs → ``Trainer.run``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from captioning.cli_util import (
+    Parser,
+    boolean,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    quiet_tensorflow,
+    run_command,
+    setup_logging,
+)
+from captioning.config import (
+    MIN_IMAGE_SIZE,
+    InputConfig,
+    ModelConfig,
+    OptimizerConfig,
+    TrainConfig,
+    replace_some,
+)
+
+PROG = "showtell train"
+OPTIMIZERS = ("sgd", "momentum", "adam")
+log = logging.getLogger(__name__)
+
+
+def _image_size(text: str) -> int:
+    value = positive_int(text)
+    if value < MIN_IMAGE_SIZE:
+        raise argparse.ArgumentTypeError(f"must be ≥ {MIN_IMAGE_SIZE}, Inception v3's minimum (got {text})")
+    return value
+
+
+_image_size.__name__ = "image size"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    m, i, o, t = ModelConfig(), InputConfig(), OptimizerConfig(), TrainConfig()
+    p.add_argument("--data", type=Path, required=True, help="dataset directory (from `showtell data`)")
+    p.add_argument("--model-dir", type=Path, required=True, help="checkpoints and summaries go here")
+    p.add_argument("--steps", type=positive_int, default=t.steps,
+                   help=f"train until the global step reaches this total (default {t.steps})")
+    p.add_argument("--max-seconds", type=positive_float, help="stop (and save) after this many seconds")
+    p.add_argument("--batch-size", type=positive_int, default=i.batch_size,
+                   help=f"examples per step (default {i.batch_size})")
+    p.add_argument("--image-size", type=_image_size,
+                   help="model input pixels (default: the dataset's image size)")
+    p.add_argument("--embedding-size", type=positive_int, default=m.embedding_size)
+    p.add_argument("--lstm-units", type=positive_int, default=m.lstm_units)
+    p.add_argument("--train-inception", type=boolean, default=m.train_inception,
+                   help="train the encoder too (default true: no pretrained weights yet)")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default=o.name,
+                   help=f"default {o.name} (im2txt)")
+    p.add_argument("--learning-rate", type=positive_float, default=o.learning_rate,
+                   help=f"initial rate (default {o.learning_rate}, im2txt's SGD rate)")
+    p.add_argument("--decay-factor", type=positive_float, default=o.decay_factor,
+                   help=f"multiply the rate by this every --epochs-per-decay (default {o.decay_factor})")
+    p.add_argument("--epochs-per-decay", type=non_negative_float, default=o.epochs_per_decay,
+                   help=f"default {o.epochs_per_decay}; 0 keeps the rate constant")
+    p.add_argument("--clip-gradients", type=non_negative_float, default=o.clip_gradients,
+                   help=f"global-norm clip, 0 disables (default {o.clip_gradients})")
+    p.add_argument("--save-every-secs", type=non_negative_float, default=t.save_every_secs,
+                   help=f"checkpoint every S seconds, 0 disables (default {t.save_every_secs:g})")
+    p.add_argument("--save-every-steps", type=positive_int, help="checkpoint every K steps")
+    p.add_argument("--keep", type=positive_int, default=t.keep,
+                   help=f"checkpoints kept on disk (default {t.keep})")
+    p.add_argument("--log-every-steps", type=positive_int, default=t.log_every_steps)
+    p.add_argument("--histogram-every-steps", type=positive_int, default=t.histogram_every_steps)
+    p.add_argument("--shuffle-buffer", type=positive_int, default=i.shuffle_buffer)
+    p.add_argument("--seed", type=int, default=t.seed)
+    p.add_argument("-v", "--verbose", action="store_true")
+
+
+def configs(args: argparse.Namespace) -> tuple[ModelConfig, InputConfig, OptimizerConfig, TrainConfig]:
+    model = replace_some(ModelConfig(), embedding_size=args.embedding_size, lstm_units=args.lstm_units,
+                         train_inception=args.train_inception)
+    inputs = replace_some(InputConfig(), batch_size=args.batch_size, shuffle_buffer=args.shuffle_buffer,
+                          seed=args.seed)
+    optimizer = OptimizerConfig(
+        name=args.optimizer, learning_rate=args.learning_rate, decay_factor=args.decay_factor,
+        epochs_per_decay=args.epochs_per_decay, clip_gradients=args.clip_gradients,
+    )
+    train = TrainConfig(
+        steps=args.steps, max_seconds=args.max_seconds, save_every_secs=args.save_every_secs or None,
+        save_every_steps=args.save_every_steps, keep=args.keep, log_every_steps=args.log_every_steps,
+        histogram_every_steps=args.histogram_every_steps, seed=args.seed,
+    )
+    return model, inputs, optimizer, train
+
+
+def run(args: argparse.Namespace) -> int:
+    quiet_tensorflow()
+    setup_logging(args.verbose)
+
+    def body() -> int:
+        from trainer.loop import Trainer
+        from trainer.signals import StopRequest
+
+        stop = StopRequest().install()  # early: a SIGTERM during start-up still saves cleanly
+        model, inputs, optimizer, train = configs(args)
+        trainer = Trainer(args.data, args.model_dir, model, inputs, optimizer, train,
+                          image_size=args.image_size)
+        result = trainer.run(stop)
+        log.info("done: step %d → %d", result.start_step, result.final_step)
+        return 0
+
+    return run_command(PROG, body)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = Parser(prog=PROG, description="Train Show and Tell; checkpoints on a schedule.")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

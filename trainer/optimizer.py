@@ -1,0 +1,42 @@
+"""Optimizer and learning-rate schedule from an ``OptimizerConfig``.
+
+im2txt trains with plain SGD at 2.0, halved every 8 epochs.  Gradient clipping is done by
+the training step (global norm over all gradients), not by the optimizer, so the rule is
+visible in one place.
+"""
+
+from __future__ import annotations
+
+import keras
+
+from captioning.config import OptimizerConfig
+
+OPTIMIZERS = ("sgd", "momentum", "adam")
+
+
+def learning_rate(config: OptimizerConfig, steps_per_epoch: int):
+    """Step-wise decay by ``decay_factor`` every ``epochs_per_decay`` epochs (or constant)."""
+    if not config.decay_factor or config.decay_factor == 1.0 or not config.epochs_per_decay:
+        return config.learning_rate
+    return keras.optimizers.schedules.ExponentialDecay(
+        config.learning_rate,
+        decay_steps=max(1, round(steps_per_epoch * config.epochs_per_decay)),
+        decay_rate=config.decay_factor,
+        staircase=True,
+    )
+
+
+def build_optimizer(config: OptimizerConfig, steps_per_epoch: int) -> keras.optimizers.Optimizer:
+    lr = learning_rate(config, steps_per_epoch)
+    if config.name == "sgd":
+        return keras.optimizers.SGD(lr)
+    if config.name == "momentum":
+        return keras.optimizers.SGD(lr, momentum=0.9)
+    if config.name == "adam":
+        return keras.optimizers.Adam(lr)
+    raise ValueError(f"unknown optimizer {config.name!r}; choose one of {', '.join(OPTIMIZERS)}")
+
+
+def current_learning_rate(optimizer: keras.optimizers.Optimizer) -> float:
+    """The rate the optimizer applies at its current iteration."""
+    return float(keras.ops.convert_to_numpy(optimizer.learning_rate))

@@ -1,0 +1,43 @@
+"""Graceful stop on SIGTERM/SIGINT: finish the current step, save, exit 0.
+
+A second signal restores the default behaviour, so an impatient Ctrl-C still kills.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+
+log = logging.getLogger(__name__)
+
+
+class StopRequest:
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason: str | None = None
+        self._previous: dict[int, object] = {}
+
+    def install(self) -> StopRequest:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def uninstall(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame) -> None:
+        name = signal.Signals(signum).name
+        log.warning("%s received: finishing the current step and saving a checkpoint", name)
+        self.request(name)
+        signal.signal(signum, signal.SIG_DFL)
+
+    def request(self, reason: str) -> None:
+        self.reason = reason
+        self._event.set()
+
+    def __bool__(self) -> bool:
+        return self._event.is_set()

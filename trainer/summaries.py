@@ -1,0 +1,32 @@
+"""TensorBoard summaries under ``<model_dir>/train``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+
+
+class TrainSummaries:
+    def __init__(self, model_dir: Path) -> None:
+        self.writer = tf.summary.create_file_writer(str(model_dir / "train"))
+
+    def scalars(self, step: int, values: dict[str, float]) -> None:
+        with self.writer.as_default(step=step):
+            for name, value in values.items():
+                tf.summary.scalar(name, value)
+
+    def histograms(self, step: int, model: keras.Model) -> None:
+        """Weights of the decoder and image embedding (Inception's 376 would drown them)."""
+        with self.writer.as_default(step=step):
+            for variable in model.weights:
+                if "inception" in variable.path or variable.path.startswith(model.encoder.name):
+                    continue
+                tf.summary.histogram(variable.path, variable.value)
+
+    def flush(self) -> None:
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
