@@ -90,25 +90,35 @@ def train_dataset(
 
 
 def eval_dataset(
-    files: Sequence[str], image_size: int, batch_size: int, config: InputConfig | None = None
+    files: Sequence[str], image_size: int, batch_size: int, config: InputConfig | None = None,
+    one_per_image: bool = False,
 ) -> tf.data.Dataset:
-    """Every validation record once, in file order, as padded batches (for loss)."""
-    ds = tf.data.TFRecordDataset(list(files), num_parallel_reads=None)
+    """Every validation record once (or each image's first), in file order, as padded batches."""
+    ds = tf.data.TFRecordDataset(list(files))
+    if one_per_image:
+        ds = first_per_image(ds.map(parse_example)).map(lambda r: r["serialized"])
     ds = ds.map(_example_fn(image_size, False, config or InputConfig()), num_parallel_calls=AUTOTUNE)
     return ds.padded_batch(batch_size).prefetch(AUTOTUNE)
+
+
+def first_per_image(records: tf.data.Dataset) -> tf.data.Dataset:
+    """Keep the first of each run of records with the same image id.
+
+    Builders write all records of an image consecutively, so this yields each image once.
+    """
+    flagged = records.scan(
+        tf.constant(-1, tf.int64),
+        lambda previous, record: (record["image_id"], (record, record["image_id"] != previous)),
+    )
+    return flagged.filter(lambda record, is_first: is_first).map(lambda record, _: record)
 
 
 def eval_images(
     files: Sequence[str], image_size: int, batch_size: int, config: InputConfig | None = None
 ) -> tf.data.Dataset:
-    """Each validation image once (its records are consecutive), batched, for captioning."""
-    ds = tf.data.TFRecordDataset(list(files)).map(parse_example)
-    first = ds.scan(
-        tf.constant(-1, tf.int64),
-        lambda previous, record: (record["image_id"], (record, record["image_id"] != previous)),
-    )
-    ds = first.filter(lambda record, is_first: is_first).map(lambda record, _: record)
+    """Each validation image once, batched, for captioning."""
     fn_config = config or InputConfig()
+    ds = first_per_image(tf.data.TFRecordDataset(list(files)).map(parse_example))
     ds = ds.map(
         lambda r: {
             "image": preprocess_image(decode_image(r["image_data"]), image_size, False, fn_config),

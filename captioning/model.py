@@ -52,6 +52,12 @@ class ShowAndTell(keras.Model):
         self.output_dropout = keras.layers.Dropout(config.lstm_dropout)
         self.logits = keras.layers.Dense(config.vocab_size, kernel_initializer=init, name="logits")
 
+    @property
+    def decoder_weights(self) -> list:
+        """Everything but Inception: image embedding, word embedding, LSTM, logits."""
+        layers = (self.image_embedding, self.word_embedding, self.lstm, self.logits)
+        return [w for layer in layers for w in layer.weights]
+
     def encode(self, images: tf.Tensor, training: bool = False) -> tf.Tensor:
         """Images in [-1, 1] → image embeddings.  A frozen encoder keeps BN in inference mode."""
         features = self.encoder(images, training=training and self.config.train_inception)

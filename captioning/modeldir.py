@@ -66,3 +66,22 @@ def read_model_config(model_dir: Path, base: ModelConfig | None = None) -> Model
     return dataclasses.replace(base or ModelConfig(), **recorded)
 
 
+
+
+RESTORE_ERRORS = (tf.errors.OpError, ValueError, AssertionError, IndexError, KeyError, OSError)
+
+
+def restore(checkpoint: tf.train.Checkpoint, path: str, hint: str, partial: bool = False) -> None:
+    """Restore ``path`` into ``checkpoint``; any failure becomes one ``ModelDirError`` line.
+
+    A truncated data file surfaces from TensorFlow as anything from ``DataLossError`` to a
+    bare ``IndexError``; the user needs the file name and what to do, not the stack.
+    """
+    try:
+        status = checkpoint.restore(path)
+        if partial:
+            status = status.expect_partial()
+        status.assert_existing_objects_matched()
+    except RESTORE_ERRORS as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise ModelDirError(f"{path}: cannot restore ({reason}); {hint}") from exc

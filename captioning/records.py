@@ -50,6 +50,7 @@ def parse_example(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
         sequence_features={CAPTION_IDS: tf.io.FixedLenSequenceFeature([], tf.int64)},
     )
     return {
+        "serialized": serialized,
         "image_data": context[IMAGE_DATA],
         "image_id": context[IMAGE_ID],
         "caption": sequence[CAPTION_IDS],

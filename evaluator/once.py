@@ -18,7 +18,7 @@ from captioning import evaluation, inputs
 from captioning.errors import ModelDirError
 from captioning.manifest import load_dataset
 from captioning.model import build_model
-from captioning.modeldir import read_model_config
+from captioning.modeldir import read_model_config, restore
 from captioning.records import shard_files
 
 log = logging.getLogger(__name__)
@@ -68,11 +68,8 @@ def evaluate_checkpoint(
         )
     files = shard_files(data_dir, "val")
     model = build_model(config)
-    try:
-        tf.train.Checkpoint(model=model).restore(path).expect_partial().assert_existing_objects_matched()
-    except (tf.errors.OpError, ValueError, AssertionError) as exc:
-        reason = str(exc).strip().splitlines()[0][:300]
-        raise ModelDirError(f"{path}: cannot restore ({reason})") from exc
+    restore(tf.train.Checkpoint(model=model), path, "evaluate another checkpoint (--checkpoint)",
+            partial=True)
     loss = evaluation.validation_loss(model, files, max_examples=max_examples)
     captions = evaluation.generate_captions(model, files, vocab, beam_size=beam_size, max_images=max_examples)
     references = inputs.load_references(files, vocab)

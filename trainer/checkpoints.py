@@ -14,7 +14,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from captioning.errors import ModelDirError
+from captioning.modeldir import restore
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +53,7 @@ class Checkpoints:
         path = self.manager.latest_checkpoint
         if not path:
             return None
-        try:
-            self.checkpoint.restore(path).assert_existing_objects_matched()
-        except (tf.errors.OpError, ValueError, AssertionError) as exc:
-            reason = str(exc).strip().splitlines()[0][:300]
-            raise ModelDirError(
-                f"{path}: cannot restore ({reason}); move that checkpoint aside or use a new --model-dir"
-            ) from exc
+        restore(self.checkpoint, path, "move that checkpoint aside or use a new --model-dir")
         return int(self.step.numpy())
 
     def save(self) -> str:

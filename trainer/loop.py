@@ -110,7 +110,7 @@ class Trainer:
         self.step.assign_add(1)
         return loss
 
-    def _make_step_fn(self, element_spec):
+    def make_train_step(self, element_spec):
         @tf.function(input_signature=[element_spec])
         def train_step(batch):
             losses = self.strategy.run(self._replica_step, args=(batch,))
@@ -126,7 +126,7 @@ class Trainer:
 
     def run(self, stop: StopRequest | None = None) -> TrainResult:
         cfg = self.train_config
-        stop = stop or StopRequest()
+        stop = StopRequest() if stop is None else stop
         started = time.monotonic()
         restored = self.checkpoints.restore_latest()
         if restored is None:
@@ -162,7 +162,7 @@ class Trainer:
               started: float) -> str | None:
         cfg = self.train_config
         dist = self.strategy.experimental_distribute_dataset(self.dataset())
-        train_step = self._make_step_fn(dist.element_spec)
+        train_step = self.make_train_step(dist.element_spec)
         batches = inputs.checked(dist, self.files)
         step = int(self.step.numpy())
         window = _Window()

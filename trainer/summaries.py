@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import keras
 import tensorflow as tf
+
+from captioning.model import ShowAndTell
 
 
 class TrainSummaries:
@@ -17,13 +18,11 @@ class TrainSummaries:
             for name, value in values.items():
                 tf.summary.scalar(name, value)
 
-    def histograms(self, step: int, model: keras.Model) -> None:
+    def histograms(self, step: int, model: ShowAndTell) -> None:
         """Weights of the decoder and image embedding (Inception's 376 would drown them)."""
         with self.writer.as_default(step=step):
-            for variable in model.weights:
-                if "inception" in variable.path or variable.path.startswith(model.encoder.name):
-                    continue
-                tf.summary.histogram(variable.path, variable.value)
+            for variable in model.decoder_weights:
+                tf.summary.histogram(variable.path.removeprefix(model.name + "/"), variable.value)
 
     def flush(self) -> None:
         self.writer.flush()

@@ -1,0 +1,95 @@
+"""Shared fixtures: a tiny synthetic dataset and real ``showtell`` subprocesses.
+
+Every process a test starts is registered with ``procs`` and stopped by its PID at
+teardown, whatever happened.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from captioning.config import SyntheticConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+# Small decoder and batch so a CPU step takes milliseconds; 75 px is Inception's minimum.
+TINY_MODEL = ["--embedding-size", "32", "--lstm-units", "32", "--batch-size", "4",
+              "--optimizer", "adam", "--learning-rate", "0.001"]
+TINY_DATA = SyntheticConfig(train_images=40, val_images=8, image_size=75, seed=3, train_shards=4)
+
+
+def showtell_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "showtell", *args]
+
+
+def subprocess_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run_showtell(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(showtell_cmd(*args), capture_output=True, text=True, timeout=timeout,
+                          env=subprocess_env(), cwd=ROOT)
+
+
+def error_lines(stderr: str) -> list[str]:
+    """stderr without TensorFlow's unsuppressible start-up notices."""
+    return [line for line in stderr.splitlines()
+            if line.strip() and not line.startswith(("WARNING: All log messages", "I0000 "))]
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory) -> Path:
+    from captioning import synthetic
+
+    out = tmp_path_factory.mktemp("data") / "synthetic"
+    synthetic.build(out, TINY_DATA)
+    return out
+
+
+class Procs:
+    def __init__(self) -> None:
+        self.started: list[subprocess.Popen] = []
+
+    def start(self, *args: str, log: Path) -> subprocess.Popen:
+        handle = open(log, "w")  # noqa: SIM115 - closed when the process is reaped
+        proc = subprocess.Popen(showtell_cmd(*args), stdout=handle, stderr=subprocess.STDOUT,
+                                env=subprocess_env(), cwd=ROOT, text=True)
+        proc.log_handle = handle  # type: ignore[attr-defined]
+        self.started.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in self.started:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+            proc.log_handle.close()  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def procs() -> Iterator[Procs]:
+    p = Procs()
+    try:
+        yield p
+    finally:
+        p.stop_all()
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")

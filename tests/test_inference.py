@@ -1,0 +1,104 @@
+"""Beam search keeps the best k hypotheses: exact when the beam covers every sequence."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import tensorflow as tf
+
+from captioning.inference import beam_search
+
+START, END = 0, 1
+
+
+def _markov_step(table: np.ndarray):
+    """A decoder whose next-word log-probs depend only on the previous word."""
+    log_table = tf.constant(np.log(table), tf.float32)
+
+    def step(words, state):
+        return tf.gather(log_table, words), state
+
+    return step
+
+
+def _brute_force(table: np.ndarray, max_length: int) -> list[tuple[float, tuple[int, ...]]]:
+    """Every complete caption (ending in </S>) and every max-length unfinished one, scored."""
+    vocab = table.shape[0]
+    out = []
+    for length in range(1, max_length + 1):
+        for seq in itertools.product(range(vocab), repeat=length):
+            if END in seq[:-1]:
+                continue
+            if length < max_length and seq[-1] != END:
+                continue
+            prev, score = START, 0.0
+            for w in seq:
+                score += np.log(table[prev, w])
+                prev = w
+            out.append((score, seq))
+    return sorted(out, key=lambda s: -s[0])
+
+
+def _table(seed: int, vocab: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    table = rng.dirichlet(np.ones(vocab) * 0.7, size=vocab)
+    return table
+
+
+def test_exhaustive_beam_equals_brute_force_top_k():
+    vocab, max_length = 4, 3
+    for seed in range(5):
+        table = _table(seed, vocab)
+        beam = vocab**max_length  # wide enough to never prune
+        state = tf.zeros([2, 1])  # batch of 2 identical images
+        ids, scores = beam_search(state, _markov_step(table), START, END, beam_size=beam,
+                                  max_length=max_length)
+        expected = _brute_force(table, max_length)
+        got = []
+        for seq, score in zip(ids[0].numpy(), scores[0].numpy(), strict=True):
+            if score < -1e8:
+                continue
+            seq = tuple(int(w) for w in seq)
+            if END in seq:
+                seq = seq[: seq.index(END) + 1]
+            got.append((float(score), seq))
+        assert len(got) == len(expected)
+        for (gs, gseq), (es, eseq) in zip(got[:10], expected[:10], strict=True):
+            assert abs(gs - es) < 1e-4
+            assert gseq == eseq or abs(gs - es) < 1e-6  # ties may come in either order
+        np.testing.assert_allclose(scores[0].numpy(), scores[1].numpy())
+        assert (np.diff(scores[0].numpy()) <= 1e-6).all()  # best first
+
+
+def test_beam_finds_what_greedy_misses():
+    # From <S>: word 2 (p .6) leads only to poor continuations, word 3 (p .4) to a sure end.
+    table = np.full((4, 4), 1e-6)
+    table[START] = [1e-6, 1e-6, 0.6, 0.4]
+    table[2] = [1e-6, 0.3, 0.35, 0.35]
+    table[3] = [1e-6, 0.98, 0.01, 0.01]
+    table[END] = [1e-6, 1.0, 1e-6, 1e-6]
+    table /= table.sum(axis=1, keepdims=True)
+    step = _markov_step(table)
+    greedy, _ = beam_search(tf.zeros([1, 1]), step, START, END, beam_size=1, max_length=2)
+    beam, scores = beam_search(tf.zeros([1, 1]), step, START, END, beam_size=3, max_length=2)
+    assert greedy.numpy()[0, 0].tolist()[0] == 2
+    assert beam.numpy()[0, 0].tolist() == [3, END]
+    assert abs(float(scores[0, 0]) - np.log(0.4 * 0.98)) < 1e-3
+
+
+def test_finished_hypotheses_keep_their_score():
+    table = _table(7, 5)
+    ids, scores = beam_search(tf.zeros([1, 1]), _markov_step(table), START, END, beam_size=3,
+                              max_length=6)
+    for seq, score in zip(ids[0].numpy(), scores[0].numpy(), strict=True):
+        seq = list(seq)
+        prev, total = START, 0.0
+        for w in seq:
+            total += np.log(table[prev, w])
+            if w == END:
+                break
+            prev = w
+        assert abs(total - score) < 1e-3
+        if END in seq:
+            assert all(w == END for w in seq[seq.index(END):])

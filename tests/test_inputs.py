@@ -1,0 +1,86 @@
+"""The tf.data reader: padded/masked batches, one image per caption set, clear data errors."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from captioning import inputs
+from captioning.config import InputConfig
+from captioning.errors import DataError
+from captioning.manifest import load_dataset
+from captioning.records import ShardedWriter, make_example, shard_files
+
+
+def test_train_batches_are_padded_shifted_and_masked(tiny_data: Path):
+    _, vocab = load_dataset(tiny_data)
+    ds = inputs.train_dataset(shard_files(tiny_data, "train"), 75, InputConfig(batch_size=4, seed=1))
+    lengths_seen = set()
+    for batch in itertools.islice(ds, 6):
+        image, inp, tgt, mask = (batch[k].numpy() for k in ("image", "input_ids", "target_ids", "mask"))
+        assert image.shape == (4, 75, 75, 3) and image.dtype == np.float32
+        assert image.min() >= -1.0 and image.max() <= 1.0
+        assert inp.shape == tgt.shape == mask.shape
+        for row in range(4):
+            n = int(mask[row].sum())
+            lengths_seen.add(n)
+            assert mask[row, :n].all() and not mask[row, n:].any()  # ones, then padding
+            assert inp[row, 0] == vocab.start_id
+            assert tgt[row, n - 1] == vocab.end_id
+            np.testing.assert_array_equal(inp[row, 1:n], tgt[row, : n - 1])  # target = input shifted
+            assert (tgt[row, n:] == 0).all() and (inp[row, n:] == 0).all()
+        assert mask.shape[1] == max(int(m.sum()) for m in mask)  # dynamic: padded to the longest
+    assert len(lengths_seen) > 1
+
+
+def test_eval_images_yield_each_image_once_with_all_references(tiny_data: Path):
+    files = shard_files(tiny_data, "val")
+    manifest, vocab = load_dataset(tiny_data)
+    ids = [int(i) for b in inputs.eval_images(files, 75, batch_size=3) for i in b["image_id"].numpy()]
+    assert len(ids) == len(set(ids)) == manifest.splits["val"].images
+    refs = inputs.load_references(files, vocab)
+    assert set(refs) == set(ids)
+    assert sum(len(r) for r in refs.values()) == manifest.splits["val"].records
+    assert all(len(r) >= 3 for r in refs.values())
+
+
+def test_eval_dataset_covers_every_record_once(tiny_data: Path):
+    files = shard_files(tiny_data, "val")
+    manifest, _ = load_dataset(tiny_data)
+    count = sum(int(b["image"].shape[0]) for b in inputs.eval_dataset(files, 75, batch_size=5))
+    assert count == manifest.splits["val"].records
+
+
+def test_truncated_shard_is_named(tiny_data: Path, tmp_path: Path):
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data, data)
+    bad = Path(shard_files(data, "train")[2])
+    raw = bad.read_bytes()
+    bad.write_bytes(raw[: len(raw) // 2])
+    ds = inputs.train_dataset(shard_files(data, "train"), 75, InputConfig(batch_size=4, seed=0))
+    with pytest.raises(DataError, match=rf"{bad.name}: corrupt or truncated"):
+        for _ in itertools.islice(inputs.checked(ds, shard_files(data, "train")), 200):
+            pass
+
+
+def test_undecodable_image_is_named(tmp_path: Path):
+    with ShardedWriter(tmp_path, "val", 1) as writer:
+        writer.write_image([make_example(tf.io.encode_png(np.zeros((80, 80, 3), np.uint8)).numpy(), 1,
+                                         [0, 3, 1])])
+        writer.write_image([make_example(b"not an image at all", 77, [0, 3, 1])])
+    files = shard_files(tmp_path, "val")
+    with pytest.raises(DataError, match=r"val-00000-of-00001: record 1 \(image_id 77\) holds an undecodable"):
+        list(inputs.checked(inputs.eval_dataset(files, 75, batch_size=1), files))
+
+
+def test_missing_data_dir_is_clear(tmp_path: Path):
+    with pytest.raises(DataError, match=r"does not exist; build one with `showtell data synthetic"):
+        load_dataset(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match=r"dataset\.json: missing"):
+        load_dataset(tmp_path / "empty")

@@ -1,0 +1,130 @@
+"""``showtell train`` as a real process: schedule, --keep, SIGTERM, resume, summaries."""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+
+from tests.conftest import TINY_MODEL, error_lines, run_showtell, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def _state(model_dir: Path) -> tuple[str, list[str]]:
+    state = tf.train.get_checkpoint_state(str(model_dir))
+    return Path(state.model_checkpoint_path).name, [Path(p).name for p in state.all_model_checkpoint_paths]
+
+
+def _var(checkpoint: Path, prefix: str) -> int:
+    names = [n for n, _ in tf.train.list_variables(str(checkpoint)) if n.startswith(prefix)]
+    assert names, f"no variable {prefix}… in {checkpoint}"
+    return int(tf.train.load_variable(str(checkpoint), names[0]))
+
+
+def _summary_tags(model_dir: Path) -> set[str]:
+    tags = set()
+    for events in (model_dir / "train").glob("events.out.tfevents.*"):
+        for event in tf.compat.v1.train.summary_iterator(str(events)):
+            tags.update(v.tag for v in event.summary.value)
+    return tags
+
+
+def test_schedule_keep_sigterm_and_resume(tiny_data: Path, tmp_path: Path, procs):
+    model_dir = tmp_path / "model"
+    common = ["train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
+              "--save-every-secs", "0", "--log-every-steps", "1", "--histogram-every-steps", "3"]
+
+    # 1. scheduled checkpoints every 2 steps, only the newest 2 kept
+    first = run_showtell(*common, "--steps", "6", "--save-every-steps", "2", "--keep", "2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    latest, kept = _state(model_dir)
+    assert (latest, kept) == ("ckpt-6", ["ckpt-4", "ckpt-6"])
+    assert not list(model_dir.glob("ckpt-2.*"))  # --keep deleted the oldest
+    assert (model_dir / "ckpt-4.index").is_file() and (model_dir / "ckpt-6.index").is_file()
+    assert _var(model_dir / "ckpt-6", "step/") == 6
+    assert {"loss", "learning_rate", "examples_per_sec", "input_wait_fraction"} <= _summary_tags(model_dir)
+    assert any(t.startswith("lstm/") for t in _summary_tags(model_dir))  # weight histograms
+
+    # 2. a long run stopped by SIGTERM writes a final checkpoint and exits 0
+    log = tmp_path / "run2.log"
+    proc = procs.start(*common, "--steps", "100000", "--save-every-steps", "1000", log=log)
+    wait_for(lambda: re.search(r"step (9|\d\d+)/100000", log.read_text()), 240, "step 9 in the log")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0, log.read_text()[-3000:]
+    text = log.read_text()
+    assert "resumed from" in text and "at step 6" in text
+    assert "SIGTERM received" in text
+    final_line = re.search(r"final checkpoint \S+ckpt-(\d+) \(step \d+\) after SIGTERM", text)
+    stopped = int(final_line.group(1))
+    assert stopped >= 9
+    assert _state(model_dir)[0] == f"ckpt-{stopped}"
+    assert _var(model_dir / f"ckpt-{stopped}", "step/") == stopped
+
+    # 3. restarting resumes at the next step: the global step continues, nothing repeats
+    third = run_showtell(*common, "--steps", str(stopped + 3))
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert f"at step {stopped}" in third.stderr
+    logged = [int(s) for s in re.findall(r"step (\d+)/", third.stderr)]
+    assert logged and min(logged) > stopped and max(logged) == stopped + 3
+    final = model_dir / f"ckpt-{stopped + 3}"
+    assert _var(final, "step/") == stopped + 3
+    assert _var(final, "optimizer/_iterations") == stopped + 3  # optimizer state resumed too
+
+
+def _snapshot(directory: Path) -> dict[str, bytes]:
+    files = sorted(p for p in directory.rglob("*") if p.is_file())
+    return {str(p.relative_to(directory)): p.read_bytes() for p in files}
+
+
+def test_mismatches_fail_in_one_line_and_touch_nothing(tiny_data: Path, tmp_path: Path):
+    from captioning import synthetic
+    from captioning.config import SyntheticConfig
+
+    model_dir = tmp_path / "model"
+    base = ["train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
+            "--save-every-secs", "0"]
+    assert run_showtell(*base, "--steps", "2").returncode == 0
+    before = _snapshot(model_dir)
+
+    other = tmp_path / "other-data"  # two images see fewer words: a smaller vocabulary
+    synthetic.build(other, SyntheticConfig(train_images=2, val_images=2, seed=5, train_shards=1))
+    other_vocab = len((other / "vocab.txt").read_text().splitlines())
+    this_vocab = len((tiny_data / "vocab.txt").read_text().splitlines())
+    assert other_vocab != this_vocab
+
+    cases = [
+        (["--data", str(other)], rf"was written by a model with vocab_size {this_vocab}, this one has "
+                                 rf"vocab_size {other_vocab}.*use a new --model-dir"),
+        (["--lstm-units", "16"], r"with lstm_units 32, this one has lstm_units 16"),
+        (["--image-size", "99"], r"--image-size 99: the images in .* are 75 px"),
+        (["--batch-size", "0"], r"argument --batch-size: must be ≥ 1 \(got 0\)"),
+        (["--image-size", "60"], r"argument --image-size: must be ≥ 75"),
+        (["--optimizer", "rmsprop"], r"argument --optimizer: invalid choice"),
+        (["--data", str(tmp_path / "missing")], r"missing: data directory does not exist"),
+    ]
+    for extra, pattern in cases:
+        result = run_showtell(*base, "--steps", "4", *extra)
+        lines = error_lines(result.stderr)
+        assert result.returncode != 0, (extra, result.stderr[-2000:])
+        assert len(lines) == 1, (extra, lines)
+        assert re.search(pattern, lines[0]), (extra, lines[0])
+        assert _snapshot(model_dir) == before, extra
+
+
+def test_corrupt_checkpoint_is_named_and_left_alone(tiny_data: Path, tmp_path: Path):
+    model_dir = tmp_path / "model"
+    base = ["train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
+            "--save-every-secs", "0"]
+    assert run_showtell(*base, "--steps", "1").returncode == 0
+    data_file = next(model_dir.glob("ckpt-1.data-*"))
+    data_file.write_bytes(data_file.read_bytes()[:1000])
+    before = _snapshot(model_dir)
+    result = run_showtell(*base, "--steps", "3")
+    lines = error_lines(result.stderr)
+    assert result.returncode == 1
+    assert len(lines) == 1 and re.search(r"ckpt-1: cannot restore .*move that checkpoint aside", lines[0])
+    assert _snapshot(model_dir) == before
