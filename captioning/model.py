@@ -15,13 +15,18 @@ import tensorflow as tf
 from captioning.config import MIN_IMAGE_SIZE, ModelConfig
 
 
-def build_encoder(image_size: int) -> keras.Model:
+def build_encoder(image_size: int, bn_momentum: float | None = None) -> keras.Model:
     """Inception v3 without its top, pooled to a 2048-vector; weights loaded separately."""
     if image_size < MIN_IMAGE_SIZE:
         raise ValueError(f"image size {image_size} < {MIN_IMAGE_SIZE}, Inception v3's minimum")
-    return keras.applications.InceptionV3(
+    encoder = keras.applications.InceptionV3(
         include_top=False, weights=None, pooling="avg", input_shape=(image_size, image_size, 3)
     )
+    if bn_momentum is not None:
+        for layer in encoder.layers:
+            if isinstance(layer, keras.layers.BatchNormalization):
+                layer.momentum = bn_momentum
+    return encoder
 
 
 class ShowAndTell(keras.Model):
@@ -31,7 +36,7 @@ class ShowAndTell(keras.Model):
         super().__init__(name="show_and_tell", **kwargs)
         self.config = config
         init = keras.initializers.RandomUniform(-config.init_scale, config.init_scale)
-        self.encoder = build_encoder(config.image_size)
+        self.encoder = build_encoder(config.image_size, config.bn_momentum)
         self.encoder.trainable = config.train_inception
         self.image_dropout = keras.layers.Dropout(config.image_dropout)
         self.image_embedding = keras.layers.Dense(

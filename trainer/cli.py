@@ -55,6 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lstm-units", type=positive_int, default=m.lstm_units)
     p.add_argument("--train-inception", type=boolean, default=m.train_inception,
                    help="train the encoder too (default true: no pretrained weights yet)")
+    p.add_argument("--bn-momentum", type=positive_float, default=m.bn_momentum,
+                   help=f"Inception batch-norm moving-average momentum (default {m.bn_momentum})")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=o.name,
                    help=f"default {o.name} (im2txt)")
     p.add_argument("--learning-rate", type=positive_float, default=o.learning_rate,
@@ -79,7 +81,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def configs(args: argparse.Namespace) -> tuple[ModelConfig, InputConfig, OptimizerConfig, TrainConfig]:
     model = replace_some(ModelConfig(), embedding_size=args.embedding_size, lstm_units=args.lstm_units,
-                         train_inception=args.train_inception)
+                         train_inception=args.train_inception, bn_momentum=args.bn_momentum)
     inputs = replace_some(InputConfig(), batch_size=args.batch_size, shuffle_buffer=args.shuffle_buffer,
                           seed=args.seed)
     optimizer = OptimizerConfig(
