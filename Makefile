@@ -6,12 +6,8 @@ STAMP  := $(VENV)/.installed-stamp
 
 DEMO_DIR     ?= runs/demo
 DEMO_SECONDS ?= 600
-# Synthetic default: Adam at 1e-3, constant — the encoder trains from scratch here (no
-# pretrained weights yet) and im2txt's SGD 2.0 is tuned for a pretrained, frozen encoder.
-DEMO_FLAGS   ?= --batch-size 32 --optimizer adam --learning-rate 0.001 --epochs-per-decay 0 \
-                --save-every-secs 120 --log-every-steps 50
 
-.PHONY: install test lint demo bench clean
+.PHONY: install test lint demo bench proto clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -29,11 +25,13 @@ test: lint
 	$(BIN)/pytest
 
 demo: install
-	$(BIN)/showtell data synthetic --out $(DEMO_DIR)/data
-	$(BIN)/showtell train --data $(DEMO_DIR)/data --model-dir $(DEMO_DIR)/model \
-	    --max-seconds $(DEMO_SECONDS) $(DEMO_FLAGS)
-	@echo "checkpoints: $(DEMO_DIR)/model   TensorBoard: $(BIN)/tensorboard --logdir $(DEMO_DIR)/model"
-	$(BIN)/showtell evaluate --once --model-dir $(DEMO_DIR)/model --data $(DEMO_DIR)/data
+	$(BIN)/showtell demo --dir $(DEMO_DIR) --seconds $(DEMO_SECONDS)
+
+# The gRPC contract: protos/ is the source of truth; generated modules are committed and
+# tests/test_proto.py fails if they drift from it.
+proto: install
+	$(BIN)/python -m grpc_tools.protoc -Iprotos --python_out=. --pyi_out=. --grpc_python_out=. \
+	    protos/showtell/v1/metrics.proto
 
 bench: install
 	$(BIN)/python bench/input_pipeline.py

@@ -1,7 +1,8 @@
 """``showtell evaluate`` / ``python -m evaluator``.
 
-For now the standalone mode only: ``--once`` evaluates one checkpoint (the newest, or
-``--checkpoint PATH``) and prints its metrics (``--json`` for scripts).
+Default: the service — watch the model dir, evaluate each new checkpoint, keep the
+history, serve metrics over gRPC — until SIGTERM/SIGINT.  ``--once`` evaluates one
+checkpoint (the newest, or ``--checkpoint PATH``), prints its metrics and exits.
 """
 
 from __future__ import annotations
@@ -12,20 +13,74 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from captioning.cli_util import Parser, positive_int, quiet_tensorflow, run_command, setup_logging
+from captioning.cli_util import (
+    Parser,
+    boolean,
+    positive_float,
+    positive_int,
+    quiet_tensorflow,
+    run_command,
+    setup_logging,
+)
 
 PROG = "showtell evaluate"
 
 
+def default_work_dir(model_dir: str) -> Path:
+    """Beside the model dir, never inside it: ``runs/m`` → ``runs/m-eval``."""
+    if "://" in model_dir:
+        return Path.cwd() / "showtell-eval"
+    return Path(str(Path(model_dir)).rstrip("/") + "-eval")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model-dir", type=Path, required=True, help="the trainer's model directory")
+    p.add_argument("--model-dir", required=True,
+                   help="the trainer's model directory (local, NFS, or a tf.io.gfile URL such as gs://…)")
     p.add_argument("--data", type=Path, required=True, help="dataset directory (its val split is used)")
-    p.add_argument("--once", action="store_true", required=True,
-                   help="evaluate one checkpoint and exit (the watching service comes next)")
-    p.add_argument("--checkpoint", help="checkpoint prefix to evaluate (default: the newest)")
+    p.add_argument("--work-dir", type=Path,
+                   help="evaluator state: history, pins, summaries (default: <model-dir>-eval)")
+    p.add_argument("--host", default="127.0.0.1", help="gRPC bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=50051, help="gRPC port, 0 picks a free one (default 50051)")
+    p.add_argument("--policy", choices=("latest", "all"), default="latest",
+                   help="latest: skip to the newest when behind; all: every checkpoint in order")
+    p.add_argument("--poll-secs", type=positive_float,
+                   help="poll the state file every S seconds instead of inotify (network filesystems)")
     p.add_argument("--max-eval-examples", type=positive_int, help="cap on validation records/images")
     p.add_argument("--beam-size", type=positive_int, default=3)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--threads", type=positive_int, help="TensorFlow threads (share a host politely)")
+    p.add_argument("--meteor", type=boolean, default=True, help="compute METEOR when java is present")
+    p.add_argument("--once", action="store_true", help="evaluate one checkpoint, print, exit")
+    p.add_argument("--checkpoint", help="with --once: checkpoint prefix to evaluate (default: the newest)")
+    p.add_argument("--json", action="store_true", help="with --once: print one JSON object")
+
+
+def _limit_threads(threads: int | None) -> None:
+    if threads:
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+
+
+def run_once(args: argparse.Namespace) -> int:
+    from evaluator.evaluation import CheckpointEvaluator, latest_checkpoint
+    from evaluator.scorers import CaptionScorer
+
+    scorer = CaptionScorer(meteor=args.meteor)
+    try:
+        evaluator = CheckpointEvaluator(Path(args.model_dir), args.data, args.max_eval_examples,
+                                        args.beam_size, scorer=scorer)
+        result = evaluator.evaluate(args.checkpoint or latest_checkpoint(Path(args.model_dir)))
+    finally:
+        scorer.close()
+    if args.json:
+        sys.stdout.write(json.dumps(asdict(result)) + "\n")
+        return 0
+    metrics = "  ".join(f"{k} {v:.4f}" for k, v in result.metrics.items())
+    sys.stdout.write(f"step {result.step}  {metrics}  ({result.examples} examples, {result.seconds:.1f} s)\n")
+    for s in result.samples:
+        sys.stdout.write(f"  {s['caption']!r}  refs: {' | '.join(s['references'])}\n")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,19 +88,14 @@ def run(args: argparse.Namespace) -> int:
     setup_logging()
 
     def body() -> int:
-        from evaluator.once import evaluate_checkpoint
+        _limit_threads(args.threads)
+        if args.once:
+            return run_once(args)
+        if args.checkpoint or args.json:
+            raise SystemExit(f"{PROG}: error: --checkpoint and --json go with --once (see --help)")
+        from evaluator.daemon import serve
 
-        result = evaluate_checkpoint(args.model_dir, args.data, args.checkpoint,
-                                     args.max_eval_examples, args.beam_size)
-        if args.json:
-            sys.stdout.write(json.dumps(asdict(result)) + "\n")
-            return 0
-        metrics = "  ".join(f"{k} {v:.4f}" for k, v in result.metrics.items())
-        sys.stdout.write(f"step {result.step}  {metrics}  ({result.examples} examples, "
-                         f"{result.seconds:.1f} s)\n")
-        for s in result.samples:
-            sys.stdout.write(f"  {s['caption']!r}  refs: {' | '.join(s['references'])}\n")
-        return 0
+        return serve(args, args.work_dir or default_work_dir(args.model_dir))
 
     return run_command(PROG, body)
 

@@ -14,7 +14,9 @@ from captioning.cli_util import Parser
 COMMANDS = {
     "data": ("captioning.data_cli", "build a dataset (synthetic shapes)"),
     "train": ("trainer.cli", "train the model; checkpoints on a schedule"),
-    "evaluate": ("evaluator.cli", "evaluate checkpoints of a model dir"),
+    "evaluate": ("evaluator.cli", "watch a model dir, evaluate each checkpoint, serve metrics"),
+    "metrics": ("evaluator.metrics_cli", "query an evaluator over gRPC"),
+    "demo": ("showtell.demo", "trainer + evaluator locally on the synthetic default, metrics live"),
 }
 
 

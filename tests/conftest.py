@@ -93,3 +93,30 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def start_evaluator(procs: Procs, model_dir: Path, data: Path, work_dir: Path, log: Path,
+                    *extra: str) -> tuple[subprocess.Popen, int]:
+    """A real evaluator service on 127.0.0.1 with a free port; returns (process, port)."""
+    import re
+
+    proc = procs.start("evaluate", "--model-dir", str(model_dir), "--data", str(data),
+                       "--work-dir", str(work_dir), "--host", "127.0.0.1", "--port", "0",
+                       "--meteor", "false", *extra, log=log)
+
+    def port():
+        if proc.poll() is not None:
+            raise AssertionError(f"evaluator exited early:\n{log.read_text()[-3000:]}")
+        found = re.search(r"on 127\.0\.0\.1:(\d+)", log.read_text())
+        return int(found.group(1)) if found else None
+
+    return proc, wait_for(port, 120, "the evaluator to serve")
+
+
+def metrics_stub(port: int):
+    import grpc
+
+    from showtell.v1 import metrics_pb2_grpc
+
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    return channel, metrics_pb2_grpc.MetricsStub(channel)

@@ -40,6 +40,16 @@ def _image_size(text: str) -> int:
 _image_size.__name__ = "image size"
 
 
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1) (got {text})")
+    return value
+
+
+_fraction.__name__ = "fraction"
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     m, i, o, t = ModelConfig(), InputConfig(), OptimizerConfig(), TrainConfig()
     p.add_argument("--data", type=Path, required=True, help="dataset directory (from `showtell data`)")
@@ -55,6 +65,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lstm-units", type=positive_int, default=m.lstm_units)
     p.add_argument("--train-inception", type=boolean, default=m.train_inception,
                    help="train the encoder too (default true: no pretrained weights yet)")
+    p.add_argument("--lstm-dropout", type=_fraction, default=m.lstm_dropout,
+                   help=f"dropout on LSTM input and output (default {m.lstm_dropout}, im2txt keep 0.7)")
+    p.add_argument("--image-dropout", type=_fraction, default=m.image_dropout,
+                   help=f"dropout on Inception's pooled output (default {m.image_dropout})")
     p.add_argument("--bn-momentum", type=positive_float, default=m.bn_momentum,
                    help=f"Inception batch-norm moving-average momentum (default {m.bn_momentum})")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=o.name,
@@ -81,7 +95,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def configs(args: argparse.Namespace) -> tuple[ModelConfig, InputConfig, OptimizerConfig, TrainConfig]:
     model = replace_some(ModelConfig(), embedding_size=args.embedding_size, lstm_units=args.lstm_units,
-                         train_inception=args.train_inception, bn_momentum=args.bn_momentum)
+                         train_inception=args.train_inception, bn_momentum=args.bn_momentum,
+                         lstm_dropout=args.lstm_dropout, image_dropout=args.image_dropout)
     inputs = replace_some(InputConfig(), batch_size=args.batch_size, shuffle_buffer=args.shuffle_buffer,
                           seed=args.seed)
     optimizer = OptimizerConfig(

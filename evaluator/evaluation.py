@@ -1,0 +1,99 @@
+"""Evaluate checkpoints of one model dir against one dataset's validation split.
+
+The model is rebuilt from the model dir's ``showtell-model.json`` (no model flags on the
+evaluating machine) once, and every checkpoint is restored into the same model, so the
+traced graphs are reused.  References are read once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tensorflow as tf
+
+from captioning import inputs
+from captioning.errors import ModelDirError
+from captioning.evaluation import Validator, exact_match
+from captioning.manifest import load_dataset
+from captioning.model import build_model
+from captioning.modeldir import read_model_config, restore
+from captioning.records import shard_files
+from evaluator.scorers import CaptionScorer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EvalResult:
+    step: int
+    checkpoint: str
+    metrics: dict[str, float]
+    examples: int
+    seconds: float
+    samples: list[dict] = field(default_factory=list)
+
+
+def checkpoint_step(path: str) -> int:
+    """``…/ckpt-1200`` → 1200 (CheckpointManager names checkpoints by global step)."""
+    try:
+        return int(path.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        return -1
+
+
+class CheckpointEvaluator:
+    def __init__(self, model_dir: Path, data_dir: Path, max_examples: int | None = None,
+                 beam_size: int = 3, samples: int = 5, scorer: CaptionScorer | None = None) -> None:
+        self.model_dir, self.data_dir = model_dir, data_dir
+        self.manifest, self.vocab = load_dataset(data_dir)
+        self.files = shard_files(data_dir, "val")
+        self.references = inputs.load_references(self.files, self.vocab)
+        self.max_examples, self.beam_size, self.samples = max_examples, beam_size, samples
+        self.scorer = scorer
+        self._config = None
+        self._model = None
+        self._validator: Validator | None = None
+
+    def _prepare(self) -> Validator:
+        config = read_model_config(self.model_dir)
+        if config.vocab_size != self.manifest.vocab_size:
+            raise ModelDirError(
+                f"{self.model_dir} was trained with vocab {config.vocab_size}, {self.data_dir} has "
+                f"{self.manifest.vocab_size}; evaluate with the dataset it was trained on"
+            )
+        if config != self._config:
+            log.info("building the model of %s (%s)", self.model_dir, config.shape_fields())
+            self._model = build_model(config)
+            self._validator = Validator(self._model, self.files, self.vocab, beam_size=self.beam_size,
+                                        max_examples=self.max_examples)
+            self._config = config
+        assert self._validator is not None
+        return self._validator
+
+    def evaluate(self, path: str, step: int | None = None) -> EvalResult:
+        """Restore ``path`` and validate it; a ``ShowtellError`` explains any bad input."""
+        started = time.monotonic()
+        validator = self._prepare()
+        restore(tf.train.Checkpoint(model=self._model), path,
+                "the checkpoint is corrupt or from another model", partial=True)
+        loss = validator.loss()
+        captions = validator.captions()
+        metrics = {"loss": loss.loss, "perplexity": loss.perplexity,
+                   "exact_match": exact_match(captions, self.references)}
+        if self.scorer is not None:
+            metrics.update(self.scorer.score(captions, self.references))
+        shown = [{"image_id": i, "caption": c, "references": self.references.get(i, [])}
+                 for i, c in list(captions.items())[: self.samples]]
+        return EvalResult(step=checkpoint_step(path) if step is None else step, checkpoint=path,
+                          metrics=metrics, examples=loss.examples, seconds=time.monotonic() - started,
+                          samples=shown)
+
+
+def latest_checkpoint(model_dir: Path) -> str:
+    path = tf.train.latest_checkpoint(str(model_dir))
+    if not path:
+        raise ModelDirError(f"{model_dir}: no checkpoint yet (no 'checkpoint' state file naming one)")
+    return path

@@ -1,0 +1,116 @@
+"""``showtell metrics {latest,list,best,watch,status} --server HOST:PORT [--json]``.
+
+A thin gRPC client of ``showtell.v1.Metrics``.  Unreachable servers, ``NOT_FOUND`` and
+deadlines become one-line messages and a non-zero exit; ``--json`` prints protobuf's JSON
+mapping with the proto field names (``global_step``, ``metrics``, …), one object per line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+
+import grpc
+from google.protobuf import json_format
+
+from captioning.cli_util import Parser, positive_float, positive_int, run_command, setup_logging
+from captioning.errors import ShowtellError
+from showtell.v1 import metrics_pb2 as pb
+from showtell.v1 import metrics_pb2_grpc as pb_grpc
+
+PROG = "showtell metrics"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("query", choices=("latest", "list", "best", "watch", "status"))
+    p.add_argument("--server", default="127.0.0.1:50051",
+                   help="evaluator HOST:PORT (default 127.0.0.1:50051)")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.add_argument("--timeout", type=positive_float, default=10.0, help="seconds per call (not watch)")
+    p.add_argument("--metric", default="cider", help="best: which metric (default cider)")
+    p.add_argument("--mode", choices=("max", "min"), help="best: direction (default: by metric)")
+    p.add_argument("--from-step", type=int, default=0, help="list: first step")
+    p.add_argument("--limit", type=positive_int, default=100, help="list: page size")
+    p.add_argument("--after-step", type=int, default=-1, help="watch: replay evaluations after this step")
+
+
+def _emit(message, as_json: bool) -> None:
+    if as_json:
+        text = json_format.MessageToJson(message, preserving_proto_field_name=True, indent=None,
+                                         always_print_fields_with_no_presence=True)
+        sys.stdout.write(text + "\n")
+    elif isinstance(message, pb.Evaluation):
+        sys.stdout.write(format_evaluation(message) + "\n")
+    else:
+        sys.stdout.write(str(message))
+    sys.stdout.flush()
+
+
+def format_evaluation(e: pb.Evaluation) -> str:
+    when = datetime.fromtimestamp(e.evaluated_at.ToSeconds()).strftime("%H:%M:%S")
+    status = pb.Evaluation.Status.Name(e.status).lower()
+    if e.status != pb.Evaluation.OK:
+        return f"step {e.global_step:>7}  {status}: {e.reason}"
+    metrics = "  ".join(f"{k} {v:.4f}" for k, v in sorted(e.metrics.items()))
+    return f"step {e.global_step:>7}  {metrics}  ({e.num_examples} examples, {e.eval_seconds:.1f} s, {when})"
+
+
+def _explain(error: grpc.RpcError, server: str) -> ShowtellError:
+    code = error.code()
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return ShowtellError(f"cannot reach an evaluator at {server} ({error.details()}); is it running?")
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return ShowtellError(f"{server} did not answer in time; raise --timeout or check the server")
+    if code == grpc.StatusCode.NOT_FOUND:
+        return ShowtellError(f"not found: {error.details()}")
+    return ShowtellError(f"{code.name.lower()}: {error.details()}")
+
+
+def query(args: argparse.Namespace) -> int:
+    with grpc.insecure_channel(args.server) as channel:
+        stub = pb_grpc.MetricsStub(channel)
+        t = args.timeout
+        try:
+            if args.query == "latest":
+                _emit(stub.GetLatest(pb.GetLatestRequest(), timeout=t), args.json)
+            elif args.query == "status":
+                _emit(stub.GetStatus(pb.GetStatusRequest(), timeout=t), args.json)
+            elif args.query == "best":
+                mode = {"max": pb.GetBestRequest.MAX, "min": pb.GetBestRequest.MIN}.get(
+                    args.mode, pb.GetBestRequest.MODE_UNSPECIFIED)
+                _emit(stub.GetBest(pb.GetBestRequest(metric=args.metric, mode=mode), timeout=t), args.json)
+            elif args.query == "list":
+                token = ""
+                while True:
+                    page = stub.ListEvaluations(pb.ListEvaluationsRequest(
+                        from_step=args.from_step, limit=args.limit, page_token=token), timeout=t)
+                    for evaluation in page.evaluations:
+                        _emit(evaluation, args.json)
+                    token = page.next_page_token
+                    if not token:
+                        break
+            else:
+                for evaluation in stub.Watch(pb.WatchRequest(after_step=args.after_step)):
+                    _emit(evaluation, args.json)
+        except grpc.RpcError as error:
+            raise _explain(error, args.server) from error
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    setup_logging()
+
+    def body() -> int:
+        try:
+            return query(args)
+        except KeyboardInterrupt:
+            return 130
+
+    return run_command(PROG, body)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = Parser(prog=PROG, description="Query an evaluator's metrics over gRPC.")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

@@ -1,0 +1,162 @@
+"""The evaluation service's core: decide what to evaluate, evaluate it, record it.
+
+Orbit-style split: the watcher only wakes us; ``pending()`` reads the state file and
+compares it with the store; ``evaluate_one`` pins, evaluates, records and unpins.  Every
+outcome — ok, failed (corrupt file, other model, bad data) or skipped (deleted before it
+could be pinned) — becomes a row, so nothing is retried forever and nothing is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tensorflow as tf
+from google.protobuf import text_format
+
+from captioning.errors import ShowtellError
+from evaluator.evaluation import CheckpointEvaluator, checkpoint_step
+from evaluator.pinning import Vanished, pin, unpin
+from evaluator.store import Record, Store
+from evaluator.summaries import EvalSummaries
+
+log = logging.getLogger(__name__)
+POLICIES = ("latest", "all")
+
+
+@dataclass
+class Status:
+    started: float = field(default_factory=time.monotonic)
+    last_seen_step: int = -1
+    evaluating_step: int = -1
+    pending_steps: list[int] = field(default_factory=list)
+    state_error: str = ""
+
+
+class Broadcast:
+    """Wakes every ``Watch`` stream when a record is added."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.version = 0
+
+    def notify(self) -> None:
+        with self._cond:
+            self.version += 1
+            self._cond.notify_all()
+
+    def wait(self, seen: int, timeout: float) -> int:
+        with self._cond:
+            self._cond.wait_for(lambda: self.version != seen, timeout=timeout)
+            return self.version
+
+
+def read_state(model_dir: str) -> list[str]:
+    """Checkpoint prefixes named by the state file, oldest first ([] when there is none)."""
+    path = os.path.join(model_dir, "checkpoint")
+    if not tf.io.gfile.exists(path):
+        return []
+    from tensorflow.python.training.checkpoint_state_pb2 import CheckpointState
+
+    try:
+        state = text_format.Parse(tf.io.gfile.GFile(path).read(), CheckpointState())
+    except (text_format.ParseError, UnicodeDecodeError) as exc:
+        raise ShowtellError(
+            f"{path}: unreadable checkpoint state file ({exc}); waiting for the next write"
+        ) from exc
+    names = list(state.all_model_checkpoint_paths) or (
+        [state.model_checkpoint_path] if state.model_checkpoint_path else [])
+    return [n if os.path.isabs(n) or "://" in n else os.path.join(model_dir, n) for n in names]
+
+
+class EvalRunner:
+    def __init__(self, model_dir: str, evaluator: CheckpointEvaluator, store: Store, work_dir: Path,
+                 policy: str, summaries: EvalSummaries | None = None) -> None:
+        if policy not in POLICIES:
+            raise ValueError(policy)
+        self.model_dir, self.store, self.work_dir, self.policy = model_dir, store, work_dir, policy
+        self.evaluator = evaluator
+        self.summaries = summaries
+        self.status = Status()
+        self.broadcast = Broadcast()
+        self.wake = threading.Event()
+        self.stopping = threading.Event()
+
+    def on_change(self) -> None:
+        self.wake.set()
+
+    def pending(self) -> list[tuple[int, str]]:
+        """(step, prefix) of named checkpoints without a record, in step order (policy applied)."""
+        try:
+            named = read_state(self.model_dir)
+            self.status.state_error = ""
+        except ShowtellError as exc:
+            if str(exc) != self.status.state_error:
+                log.error("%s", exc)
+            self.status.state_error = str(exc)
+            return []
+        todo = sorted((checkpoint_step(p), p) for p in named if not self.store.has(checkpoint_step(p), p))
+        if named:
+            self.status.last_seen_step = max(checkpoint_step(p) for p in named)
+        if self.policy == "latest" and todo:
+            latest = self.store.latest()
+            todo = [t for t in todo[-1:] if latest is None or t[0] > latest.step]
+        self.status.pending_steps = [s for s, _ in todo]
+        return todo
+
+    def run(self, poll_fallback_secs: float = 30.0) -> None:
+        """Evaluate until ``stopping`` is set; wakes on watcher events (or every fallback secs)."""
+        self.wake.set()
+        while not self.stopping.is_set():
+            self.wake.wait(timeout=poll_fallback_secs)
+            self.wake.clear()
+            for step, prefix in self.pending():
+                if self.stopping.is_set():
+                    return
+                self.evaluate_one(step, prefix)
+                if self.policy == "latest":
+                    self.wake.set()  # the newest may have moved on while we were busy
+                    break
+
+    def evaluate_one(self, step: int, prefix: str) -> Record:
+        self.status.evaluating_step = step
+        started = time.time()
+        mtime = _mtime(prefix + ".index")
+        try:
+            pinned = pin(prefix, self.work_dir / "pinned")
+        except Vanished as exc:
+            return self._record(Record(step, prefix, mtime, time.time(), 0.0, 0, status="skipped",
+                                       reason=str(exc)))
+        try:
+            log.info("evaluating %s (step %d)", prefix, step)
+            result = self.evaluator.evaluate(pinned, step=step)
+            record = Record(step, prefix, mtime, time.time(), result.seconds, result.examples,
+                            metrics=result.metrics, samples=result.samples)
+        except ShowtellError as exc:
+            log.error("%s", exc)
+            record = Record(step, prefix, mtime, time.time(), time.time() - started, 0, status="failed",
+                            reason=str(exc).replace(pinned, prefix))
+        finally:
+            unpin(pinned)
+        return self._record(record)
+
+    def _record(self, record: Record) -> Record:
+        if self.store.add(record):
+            log.info("step %d: %s %s", record.step, record.status,
+                     " ".join(f"{k} {v:.4f}" for k, v in sorted(record.metrics.items())) or record.reason)
+            if self.summaries is not None and record.status == "ok":
+                self.summaries.write(record)
+        self.status.evaluating_step = -1
+        self.broadcast.notify()
+        return record
+
+
+def _mtime(path: str) -> float:
+    try:
+        return tf.io.gfile.stat(path).mtime_nsec / 1e9
+    except tf.errors.OpError:
+        return 0.0

@@ -1,0 +1,146 @@
+"""The ``showtell.v1.Metrics`` gRPC service over the store and the runner's status.
+
+Every request is validated: bad arguments get ``INVALID_ARGUMENT`` with a sentence saying
+which field and what is allowed, missing data ``NOT_FOUND`` — never an exception escaping
+into gRPC's generic ``UNKNOWN``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import time
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from evaluator.runner import EvalRunner
+from evaluator.store import Record, Store
+from showtell.v1 import metrics_pb2 as pb
+from showtell.v1 import metrics_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+MAX_PAGE = 1000
+DEFAULT_PAGE = 100
+LOWER_IS_BETTER = {"loss", "perplexity"}
+KNOWN_METRICS = {"loss", "perplexity", "exact_match", "bleu1", "bleu2", "bleu3", "bleu4", "rouge_l",
+                 "cider", "meteor"}
+_STATUS = {"ok": pb.Evaluation.OK, "failed": pb.Evaluation.FAILED, "skipped": pb.Evaluation.SKIPPED}
+
+
+def _timestamp(seconds: float) -> Timestamp:
+    ts = Timestamp()
+    ts.FromNanoseconds(int(seconds * 1e9))
+    return ts
+
+
+def to_proto(record: Record) -> pb.Evaluation:
+    return pb.Evaluation(
+        global_step=record.step,
+        checkpoint_path=record.checkpoint,
+        checkpoint_mtime=_timestamp(record.checkpoint_mtime),
+        evaluated_at=_timestamp(record.evaluated_at),
+        eval_seconds=record.eval_seconds,
+        num_examples=record.num_examples,
+        metrics=record.metrics,
+        samples=[pb.SampleCaption(image_id=s["image_id"], caption=s["caption"],
+                                  references=s["references"]) for s in record.samples],
+        status=_STATUS[record.status],
+        reason=record.reason,
+    )
+
+
+def encode_token(from_step: int, offset: int) -> str:
+    return base64.urlsafe_b64encode(f"v1:{from_step}:{offset}".encode()).decode()
+
+
+def decode_token(token: str) -> tuple[int, int]:
+    try:
+        version, from_step, offset = base64.urlsafe_b64decode(token.encode()).decode().split(":")
+        if version != "v1" or int(offset) < 0:
+            raise ValueError(token)
+        return int(from_step), int(offset)
+    except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
+        raise ValueError("page_token is not one this server issued") from exc
+
+
+class MetricsService(pb_grpc.MetricsServicer):
+    def __init__(self, store: Store, runner: EvalRunner, checkpoint_dir: str, observer: str) -> None:
+        self.store, self.runner = store, runner
+        self.checkpoint_dir, self.observer = checkpoint_dir, observer
+        self.closing = False
+
+    def GetLatest(self, request, context):
+        record = self.store.latest()
+        if record is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, "no evaluation recorded yet")
+        return to_proto(record)
+
+    def ListEvaluations(self, request, context):
+        limit = request.limit or DEFAULT_PAGE
+        if not 1 <= limit <= MAX_PAGE:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"limit must be 1..{MAX_PAGE} (got {request.limit})")
+        if request.from_step < 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"from_step must be ≥ 0 (got {request.from_step})")
+        from_step, offset = request.from_step, 0
+        if request.page_token:
+            try:
+                token_step, offset = decode_token(request.page_token)
+            except ValueError as exc:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            if token_step != from_step:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              "page_token belongs to a listing with another from_step")
+        records = self.store.page(from_step, offset, limit + 1)
+        more = len(records) > limit
+        return pb.ListEvaluationsResponse(
+            evaluations=[to_proto(r) for r in records[:limit]],
+            next_page_token=encode_token(from_step, offset + limit) if more else "",
+        )
+
+    def GetBest(self, request, context):
+        metric = request.metric
+        if not metric:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "metric is required, e.g. 'cider' or 'loss'")
+        known = KNOWN_METRICS | self.store.metric_names()
+        if metric not in known:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"unknown metric {metric!r}; known: {', '.join(sorted(known))}")
+        if request.mode == pb.GetBestRequest.MODE_UNSPECIFIED:
+            maximize = metric not in LOWER_IS_BETTER
+        else:
+            maximize = request.mode == pb.GetBestRequest.MAX
+        record = self.store.best(metric, maximize)
+        if record is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no successful evaluation has {metric!r} yet")
+        return to_proto(record)
+
+    def GetStatus(self, request, context):
+        status = self.runner.status
+        total, bad = self.store.counts()
+        return pb.EvaluatorStatus(
+            checkpoint_dir=self.checkpoint_dir, policy=self.runner.policy,
+            last_seen_step=status.last_seen_step, evaluating_step=status.evaluating_step,
+            pending_steps=status.pending_steps, evaluations=total, failures=bad,
+            uptime_seconds=time.monotonic() - status.started, observer=self.observer,
+            last_error=status.state_error,
+        )
+
+    def Watch(self, request, context):
+        """Replay (step order), then live records (arrival order) until the client cancels."""
+        after = request.after_step
+        if after < -1:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"after_step must be ≥ -1 (got {after})")
+        version = self.runner.broadcast.version
+        cursor = self.store.max_rowid()
+        for record in self.store.after(after, max_rowid=cursor):
+            yield to_proto(record)
+        while context.is_active() and not self.closing:
+            for record in self.store.arrived_after(cursor):
+                cursor = record.rowid
+                if record.step > after:
+                    yield to_proto(record)
+            version = self.runner.broadcast.wait(version, timeout=1.0)

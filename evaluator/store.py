@@ -1,0 +1,152 @@
+"""Durable evaluation history: SQLite (WAL) in the evaluator's work dir.
+
+One row per (global step, checkpoint path).  A row is written once, after the evaluation
+finished (or was recorded as failed/skipped), in one transaction — so a restarted
+evaluator sees exactly what was recorded: nothing is lost, nothing is evaluated twice, and
+an evaluation cut short by a crash (no row) simply runs again.
+
+Readers (gRPC threads) and the single writer share one connection behind a lock; WAL
+keeps reads cheap while a write is in progress from another process (e.g. a backup).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS evaluations (
+    step INTEGER NOT NULL,
+    checkpoint TEXT NOT NULL,
+    checkpoint_mtime REAL NOT NULL,
+    evaluated_at REAL NOT NULL,
+    eval_seconds REAL NOT NULL,
+    num_examples INTEGER NOT NULL,
+    metrics TEXT NOT NULL,
+    samples TEXT NOT NULL,
+    status TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    PRIMARY KEY (step, checkpoint)
+);
+"""
+STATUSES = ("ok", "failed", "skipped")
+
+
+@dataclass(frozen=True)
+class Record:
+    step: int
+    checkpoint: str
+    checkpoint_mtime: float
+    evaluated_at: float
+    eval_seconds: float
+    num_examples: int
+    metrics: dict[str, float] = field(default_factory=dict)
+    samples: list[dict] = field(default_factory=list)
+    status: str = "ok"
+    reason: str = ""
+    rowid: int = 0  # arrival order, assigned by the store
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def add(self, record: Record) -> bool:
+        """Record an evaluation; False if this (step, checkpoint) was already recorded."""
+        if record.status not in STATUSES:
+            raise ValueError(f"status {record.status!r}")
+        with self._lock:
+            cursor = self._db.execute(
+                "INSERT OR IGNORE INTO evaluations VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (record.step, record.checkpoint, record.checkpoint_mtime, record.evaluated_at,
+                 record.eval_seconds, record.num_examples, json.dumps(record.metrics),
+                 json.dumps(record.samples), record.status, record.reason),
+            )
+            return cursor.rowcount == 1
+
+    def has(self, step: int, checkpoint: str) -> bool:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT 1 FROM evaluations WHERE step=? AND checkpoint=?", (step, checkpoint)
+            ).fetchone()
+        return row is not None
+
+    def _select(self, where: str = "", args: tuple = (), order: str = "step, checkpoint",
+                limit: int | None = None) -> list[Record]:
+        sql = f"SELECT rowid, * FROM evaluations {where} ORDER BY {order}"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        return [_record(row) for row in rows]
+
+    def max_rowid(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COALESCE(MAX(rowid), 0) FROM evaluations").fetchone()[0])
+
+    def arrived_after(self, rowid: int) -> list[Record]:
+        """Records added after the one with ``rowid``, in arrival order."""
+        return self._select("WHERE rowid > ?", (rowid,), order="rowid")
+
+    def latest(self) -> Record | None:
+        found = self._select(order="step DESC, evaluated_at DESC", limit=1)
+        return found[0] if found else None
+
+    def after(self, step: int, max_rowid: int | None = None) -> list[Record]:
+        """Records with a step greater than ``step`` (and arrived by ``max_rowid``), in step order."""
+        if max_rowid is None:
+            return self._select("WHERE step > ?", (step,))
+        return self._select("WHERE step > ? AND rowid <= ?", (step, max_rowid))
+
+    def page(self, from_step: int, offset: int, limit: int) -> list[Record]:
+        """``limit`` records from ``offset`` among those with step ≥ ``from_step``."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT rowid, * FROM evaluations WHERE step >= ? ORDER BY step, checkpoint LIMIT ? OFFSET ?",
+                (from_step, limit, offset),
+            ).fetchall()
+        return [_record(row) for row in rows]
+
+    def best(self, metric: str, maximize: bool) -> Record | None:
+        order = "DESC" if maximize else "ASC"
+        with self._lock:
+            row = self._db.execute(
+                "SELECT rowid, * FROM evaluations WHERE status='ok' AND json_extract(metrics, ?) IS NOT NULL "
+                f"ORDER BY json_extract(metrics, ?) {order}, step DESC LIMIT 1",
+                (f'$."{metric}"', f'$."{metric}"'),
+            ).fetchone()
+        return _record(row) if row else None
+
+    def metric_names(self) -> set[str]:
+        names: set[str] = set()
+        for record in self._select("WHERE status='ok'"):
+            names.update(record.metrics)
+        return names
+
+    def counts(self) -> tuple[int, int]:
+        """(all evaluations, failed or skipped ones)."""
+        with self._lock:
+            total, bad = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(status != 'ok'), 0) FROM evaluations"
+            ).fetchone()
+        return int(total), int(bad)
+
+
+def _record(row: tuple) -> Record:
+    rowid, *row = row
+    return Record(step=row[0], checkpoint=row[1], checkpoint_mtime=row[2], evaluated_at=row[3],
+                  eval_seconds=row[4], num_examples=row[5], metrics=json.loads(row[6]),
+                  samples=json.loads(row[7]), status=row[8], reason=row[9], rowid=rowid)

@@ -1,0 +1,134 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SampleCaption(_message.Message):
+    __slots__ = ("image_id", "caption", "references")
+    IMAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    CAPTION_FIELD_NUMBER: _ClassVar[int]
+    REFERENCES_FIELD_NUMBER: _ClassVar[int]
+    image_id: int
+    caption: str
+    references: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, image_id: _Optional[int] = ..., caption: _Optional[str] = ..., references: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Evaluation(_message.Message):
+    __slots__ = ("global_step", "checkpoint_path", "checkpoint_mtime", "evaluated_at", "eval_seconds", "num_examples", "metrics", "samples", "status", "reason")
+    class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        STATUS_UNSPECIFIED: _ClassVar[Evaluation.Status]
+        OK: _ClassVar[Evaluation.Status]
+        FAILED: _ClassVar[Evaluation.Status]
+        SKIPPED: _ClassVar[Evaluation.Status]
+    STATUS_UNSPECIFIED: Evaluation.Status
+    OK: Evaluation.Status
+    FAILED: Evaluation.Status
+    SKIPPED: Evaluation.Status
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    GLOBAL_STEP_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_PATH_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_MTIME_FIELD_NUMBER: _ClassVar[int]
+    EVALUATED_AT_FIELD_NUMBER: _ClassVar[int]
+    EVAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    NUM_EXAMPLES_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    global_step: int
+    checkpoint_path: str
+    checkpoint_mtime: _timestamp_pb2.Timestamp
+    evaluated_at: _timestamp_pb2.Timestamp
+    eval_seconds: float
+    num_examples: int
+    metrics: _containers.ScalarMap[str, float]
+    samples: _containers.RepeatedCompositeFieldContainer[SampleCaption]
+    status: Evaluation.Status
+    reason: str
+    def __init__(self, global_step: _Optional[int] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_mtime: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., evaluated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., eval_seconds: _Optional[float] = ..., num_examples: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., samples: _Optional[_Iterable[_Union[SampleCaption, _Mapping]]] = ..., status: _Optional[_Union[Evaluation.Status, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class GetLatestRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListEvaluationsRequest(_message.Message):
+    __slots__ = ("from_step", "limit", "page_token")
+    FROM_STEP_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    from_step: int
+    limit: int
+    page_token: str
+    def __init__(self, from_step: _Optional[int] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListEvaluationsResponse(_message.Message):
+    __slots__ = ("evaluations", "next_page_token")
+    EVALUATIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    evaluations: _containers.RepeatedCompositeFieldContainer[Evaluation]
+    next_page_token: str
+    def __init__(self, evaluations: _Optional[_Iterable[_Union[Evaluation, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class GetBestRequest(_message.Message):
+    __slots__ = ("metric", "mode")
+    class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        MODE_UNSPECIFIED: _ClassVar[GetBestRequest.Mode]
+        MAX: _ClassVar[GetBestRequest.Mode]
+        MIN: _ClassVar[GetBestRequest.Mode]
+    MODE_UNSPECIFIED: GetBestRequest.Mode
+    MAX: GetBestRequest.Mode
+    MIN: GetBestRequest.Mode
+    METRIC_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    metric: str
+    mode: GetBestRequest.Mode
+    def __init__(self, metric: _Optional[str] = ..., mode: _Optional[_Union[GetBestRequest.Mode, str]] = ...) -> None: ...
+
+class GetStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class EvaluatorStatus(_message.Message):
+    __slots__ = ("checkpoint_dir", "policy", "last_seen_step", "evaluating_step", "pending_steps", "evaluations", "failures", "uptime_seconds", "observer", "last_error")
+    CHECKPOINT_DIR_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_STEP_FIELD_NUMBER: _ClassVar[int]
+    EVALUATING_STEP_FIELD_NUMBER: _ClassVar[int]
+    PENDING_STEPS_FIELD_NUMBER: _ClassVar[int]
+    EVALUATIONS_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    OBSERVER_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    checkpoint_dir: str
+    policy: str
+    last_seen_step: int
+    evaluating_step: int
+    pending_steps: _containers.RepeatedScalarFieldContainer[int]
+    evaluations: int
+    failures: int
+    uptime_seconds: float
+    observer: str
+    last_error: str
+    def __init__(self, checkpoint_dir: _Optional[str] = ..., policy: _Optional[str] = ..., last_seen_step: _Optional[int] = ..., evaluating_step: _Optional[int] = ..., pending_steps: _Optional[_Iterable[int]] = ..., evaluations: _Optional[int] = ..., failures: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., observer: _Optional[str] = ..., last_error: _Optional[str] = ...) -> None: ...
+
+class WatchRequest(_message.Message):
+    __slots__ = ("after_step",)
+    AFTER_STEP_FIELD_NUMBER: _ClassVar[int]
+    after_step: int
+    def __init__(self, after_step: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,179 @@
+"""The evaluator service as real processes beside a real trainer, over real gRPC."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+import grpc
+import pytest
+
+from showtell.v1 import metrics_pb2 as pb
+from tests.conftest import TINY_MODEL, metrics_stub, run_showtell, start_evaluator, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def _train(data: Path, model_dir: Path, steps: int, *extra: str) -> None:
+    result = run_showtell("train", "--data", str(data), "--model-dir", str(model_dir), *TINY_MODEL,
+                          "--steps", str(steps), "--save-every-secs", "0", *extra)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def _all(stub) -> list[pb.Evaluation]:
+    out, token = [], ""
+    while True:
+        page = stub.ListEvaluations(pb.ListEvaluationsRequest(limit=2, page_token=token), timeout=10)
+        out += page.evaluations
+        token = page.next_page_token
+        if not token:
+            return out
+
+
+def test_policy_all_evaluates_every_checkpoint_once_in_order_and_streams_live(
+        tiny_data: Path, tmp_path: Path, procs):
+    model_dir = tmp_path / "model"
+    _, port = start_evaluator(procs, model_dir, tiny_data, tmp_path / "work", tmp_path / "eval.log",
+                              "--policy", "all", "--max-eval-examples", "8")
+    channel, stub = metrics_stub(port)
+    with pytest.raises(grpc.RpcError) as missing:
+        stub.GetLatest(pb.GetLatestRequest(), timeout=10)
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+
+    streamed: list[pb.Evaluation] = []
+    stream = stub.Watch(pb.WatchRequest(after_step=-1))
+
+    def read() -> None:
+        try:
+            streamed.extend(stream)
+        except grpc.RpcError as error:  # our own cancel() at the end
+            assert error.code() == grpc.StatusCode.CANCELLED
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+
+    # the trainer runs while the evaluator watches (the model dir did not even exist yet)
+    _train(tiny_data, model_dir, 6, "--save-every-steps", "2", "--keep", "10")
+    wait_for(lambda: len(_all(stub)) >= 3, 240, "three evaluations")
+    wait_for(lambda: len(streamed) >= 3, 30, "three streamed evaluations")
+    stream.cancel()
+
+    records = _all(stub)
+    assert [e.global_step for e in records] == [2, 4, 6]  # each once, in step order
+    assert all(e.status == pb.Evaluation.OK for e in records)
+    assert [e.global_step for e in streamed] == [2, 4, 6]
+    assert {"loss", "perplexity", "bleu4", "cider", "rouge_l"} <= set(records[0].metrics)
+    assert records[0].checkpoint_path.endswith("ckpt-2") and records[0].num_examples == 8
+    latest = stub.GetLatest(pb.GetLatestRequest(), timeout=10)
+    assert latest.global_step == 6
+    best = stub.GetBest(pb.GetBestRequest(metric="loss"), timeout=10)
+    assert best.metrics["loss"] == min(e.metrics["loss"] for e in records)
+    best_cider = stub.GetBest(pb.GetBestRequest(metric="cider", mode=pb.GetBestRequest.MAX), timeout=10)
+    assert best_cider.metrics["cider"] == max(e.metrics["cider"] for e in records)
+    status = stub.GetStatus(pb.GetStatusRequest(), timeout=10)
+    assert (status.last_seen_step, status.evaluations, status.failures) == (6, 3, 0)
+    assert status.observer == "inotify" and status.policy == "all"
+    # the evaluator wrote nothing into the trainer's directory
+    assert not (model_dir / "eval").exists() and not list(model_dir.glob("*.sqlite*"))
+    channel.close()
+
+
+def test_sigkill_mid_evaluation_loses_and_repeats_nothing(tiny_data: Path, tmp_path: Path, procs):
+    model_dir = tmp_path / "model"
+    _train(tiny_data, model_dir, 4, "--save-every-steps", "1", "--keep", "10")
+    log = tmp_path / "eval1.log"
+    first, _ = start_evaluator(procs, model_dir, tiny_data, tmp_path / "work", log,
+                               "--policy", "all", "--max-eval-examples", "8")
+    wait_for(lambda: "step 1: ok" in log.read_text() and "(step 2)" in log.read_text(), 240,
+             "the second evaluation to start")
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    done_before = log.read_text().count(": ok ")
+
+    _, port = start_evaluator(procs, model_dir, tiny_data, tmp_path / "work", tmp_path / "eval2.log",
+                              "--policy", "all", "--max-eval-examples", "8")
+    channel, stub = metrics_stub(port)
+    wait_for(lambda: len(_all(stub)) >= 4, 240, "four evaluations")
+    steps = [e.global_step for e in _all(stub)]
+    assert steps == [1, 2, 3, 4]
+    redone = (tmp_path / "eval2.log").read_text().count(": ok ")
+    assert done_before + redone == 4  # nothing recorded twice, nothing skipped
+    channel.close()
+
+
+def test_garbage_collection_race_never_breaks_an_evaluation(tiny_data: Path, tmp_path: Path, procs):
+    model_dir = tmp_path / "model"
+    proc, port = start_evaluator(procs, model_dir, tiny_data, tmp_path / "work", tmp_path / "eval.log",
+                                 "--policy", "all", "--max-eval-examples", "8")
+    _train(tiny_data, model_dir, 25, "--save-every-steps", "1", "--keep", "1")
+    channel, stub = metrics_stub(port)
+    wait_for(lambda: stub.GetStatus(pb.GetStatusRequest(), timeout=10).pending_steps == [] and
+             any(e.global_step == 25 for e in _all(stub)), 240, "the evaluator to catch up")
+    records = _all(stub)
+    assert proc.poll() is None  # still up
+    assert not [e for e in records if e.status == pb.Evaluation.FAILED], records
+    ok = [e for e in records if e.status == pb.Evaluation.OK]
+    assert ok and all(e.num_examples == 8 and "loss" in e.metrics for e in ok)
+    skipped = [e for e in records if e.status == pb.Evaluation.SKIPPED]
+    assert all("deleted" in e.reason or "no longer there" in e.reason or "incomplete" in e.reason
+               for e in skipped)
+    assert not list((tmp_path / "work" / "pinned").iterdir())  # every pin released
+    channel.close()
+
+
+def test_bad_inputs_are_recorded_and_the_service_stays_up(tiny_data: Path, tmp_path: Path, procs):
+    model_dir = tmp_path / "model"  # missing at start
+    proc, port = start_evaluator(procs, model_dir, tiny_data, tmp_path / "work", tmp_path / "eval.log",
+                                 "--policy", "all", "--max-eval-examples", "8")
+    channel, stub = metrics_stub(port)
+    assert stub.GetStatus(pb.GetStatusRequest(), timeout=10).evaluations == 0
+
+    _train(tiny_data, model_dir, 2, "--save-every-steps", "2", "--keep", "10")
+    wait_for(lambda: len(_all(stub)) == 1, 240, "the first evaluation")
+
+    # a garbage state file: reported, nothing recorded, service up
+    state = model_dir / "checkpoint"
+    good_state = state.read_text()
+    state.write_text("this is \x00 not a checkpoint state {{{")
+    wait_for(lambda: "unreadable checkpoint state file" in
+             stub.GetStatus(pb.GetStatusRequest(), timeout=10).last_error, 30, "the state error")
+
+    # a truncated .data file
+    for src in model_dir.glob("ckpt-2.*"):
+        (model_dir / src.name.replace("ckpt-2", "ckpt-3")).write_bytes(src.read_bytes())
+    data3 = next(model_dir.glob("ckpt-3.data-*"))
+    data3.write_bytes(data3.read_bytes()[:500])
+    # a checkpoint of a different model shape
+    other = tmp_path / "other"
+    _train(tiny_data, other, 1, "--lstm-units", "16")
+    for src in other.glob("ckpt-1.*"):
+        (model_dir / src.name.replace("ckpt-1", "ckpt-5")).write_bytes(src.read_bytes())
+    state.write_text(good_state.replace('model_checkpoint_path: "ckpt-2"', 'model_checkpoint_path: "ckpt-5"')
+                     + 'all_model_checkpoint_paths: "ckpt-3"\nall_model_checkpoint_paths: "ckpt-5"\n')
+    wait_for(lambda: len(_all(stub)) == 3, 240, "two more (failed) evaluations")
+    by_step = {e.global_step: e for e in _all(stub)}
+    assert by_step[2].status == pb.Evaluation.OK
+    assert by_step[3].status == pb.Evaluation.FAILED and "ckpt-3: cannot restore" in by_step[3].reason
+    assert by_step[5].status == pb.Evaluation.FAILED and "ckpt-5: cannot restore" in by_step[5].reason
+    assert str(tmp_path / "work") not in by_step[3].reason  # names the trainer's file, not our pin
+    assert stub.GetStatus(pb.GetStatusRequest(), timeout=10).failures == 2
+
+    # malformed requests
+    bad = [
+        (stub.ListEvaluations, pb.ListEvaluationsRequest(limit=-1)),
+        (stub.ListEvaluations, pb.ListEvaluationsRequest(limit=100000)),
+        (stub.ListEvaluations, pb.ListEvaluationsRequest(from_step=-3)),
+        (stub.ListEvaluations, pb.ListEvaluationsRequest(page_token="not-a-token")),
+        (stub.GetBest, pb.GetBestRequest(metric="accuracy_of_vibes")),
+        (stub.GetBest, pb.GetBestRequest()),
+    ]
+    for call, request in bad:
+        with pytest.raises(grpc.RpcError) as error:
+            call(request, timeout=10)
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT, request
+    with pytest.raises(grpc.RpcError) as error:
+        next(iter(stub.Watch(pb.WatchRequest(after_step=-7), timeout=10)))
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert proc.poll() is None and stub.GetLatest(pb.GetLatestRequest(), timeout=10).global_step == 5
+    channel.close()
