@@ -35,6 +35,8 @@ proto: install
 
 bench: install
 	$(BIN)/python bench/input_pipeline.py
+	$(BIN)/python bench/evaluator_latency.py
+	$(BIN)/python bench/grpc_throughput.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -70,12 +70,21 @@ class MetricsService(pb_grpc.MetricsServicer):
         self.store, self.runner = store, runner
         self.checkpoint_dir, self.observer = checkpoint_dir, observer
         self.closing = False
+        self._latest: tuple[int, pb.Evaluation | None] = (-1, None)
 
     def GetLatest(self, request, context):
-        record = self.store.latest()
-        if record is None:
+        # The hot query (dashboards poll it): answer from a copy rebuilt only when the runner
+        # records something.  The version is read *before* the store, so a racing write can
+        # only make the cached copy newer than its version, never stale.
+        version = self.runner.broadcast.version
+        cached_version, cached = self._latest
+        if cached_version != version or cached is None:
+            record = self.store.latest()
+            cached = to_proto(record) if record is not None else None
+            self._latest = (version, cached)
+        if cached is None:
             context.abort(grpc.StatusCode.NOT_FOUND, "no evaluation recorded yet")
-        return to_proto(record)
+        return cached
 
     def ListEvaluations(self, request, context):
         limit = request.limit or DEFAULT_PAGE

@@ -1,0 +1,155 @@
+"""Evaluator latency: detection and end-to-end freshness, inotify vs 1 s polling, one run.
+
+A real trainer (tiny model, a checkpoint every few steps) writes checkpoints; two real
+evaluator services watch the same model dir — one with inotify, one polling every 1 s
+(the SidecarEvaluator's interval). This script timestamps each state-file write itself
+(its own inotify watch on the ``checkpoint`` rename, ≈0.5 ms) and follows both
+evaluators' ``Watch`` streams.
+
+  detection  = evaluation start (evaluated_at − eval_seconds) − state-file write
+  freshness  = arrival on the Watch stream − state-file write − eval_seconds
+
+    .venv/bin/python bench/evaluator_latency.py [--checkpoints 24]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import grpc
+from watchdog.events import FileSystemEventHandler
+from watchdog.observers import Observer
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from showtell.v1 import metrics_pb2 as pb  # noqa: E402
+from showtell.v1 import metrics_pb2_grpc as pb_grpc  # noqa: E402
+
+
+def showtell(*args: str, log: Path) -> subprocess.Popen:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, "-m", "showtell", *args], stdout=open(log, "w"),
+                            stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+
+
+def wait_port(log: Path, proc: subprocess.Popen) -> int:
+    for _ in range(600):
+        if proc.poll() is not None:
+            raise SystemExit(f"evaluator exited: {log.read_text()[-2000:]}")
+        found = re.search(r"on 127\.0\.0\.1:(\d+)", log.read_text())
+        if found:
+            return int(found.group(1))
+        time.sleep(0.2)
+    raise SystemExit("evaluator did not start")
+
+
+class StateWrites(FileSystemEventHandler):
+    """Timestamps of the trainer's state-file renames, in order."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def on_moved(self, event) -> None:
+        if os.path.basename(os.fsdecode(event.dest_path)) == "checkpoint":
+            self.times.append(time.time())
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoints", type=int, default=24)
+    parser.add_argument("--every-steps", type=int, default=30)
+    args = parser.parse_args()
+    procs: list[subprocess.Popen] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        data, model = tmp_path / "data", tmp_path / "model"
+        subprocess.run([sys.executable, "-m", "showtell", "data", "synthetic", "--out", str(data),
+                        "--train", "200", "--val", "8"], check=True, capture_output=True, cwd=ROOT)
+        model.mkdir()
+        writes = StateWrites()
+        observer = Observer()
+        observer.schedule(writes, str(model), recursive=False)
+        observer.start()
+        arrivals: dict[str, dict[int, tuple[float, pb.Evaluation]]] = {}
+        try:
+            ports = {}
+            for name, extra in (("inotify", []), ("poll_1s", ["--poll-secs", "1"])):
+                log = tmp_path / f"{name}.log"
+                proc = showtell("evaluate", "--model-dir", str(model), "--data", str(data), "--work-dir",
+                                str(tmp_path / name), "--port", "0", "--policy", "all", "--meteor", "false",
+                                "--max-eval-examples", "8", "--beam-size", "1", "--threads", "1", *extra,
+                                log=log)
+                procs.append(proc)
+                ports[name] = wait_port(log, proc)
+
+            def follow(name: str, port: int) -> None:
+                got = arrivals.setdefault(name, {})
+                channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+                for evaluation in pb_grpc.MetricsStub(channel).Watch(pb.WatchRequest(after_step=-1)):
+                    got[evaluation.global_step] = (time.time(), evaluation)
+
+            for name, port in ports.items():
+                threading.Thread(target=follow, args=(name, port), daemon=True).start()
+            steps = args.checkpoints * args.every_steps
+            trainer = showtell("train", "--data", str(data), "--model-dir", str(model), "--steps", str(steps),
+                               "--save-every-steps", str(args.every_steps), "--save-every-secs", "0",
+                               "--keep", "1000", "--batch-size", "4", "--embedding-size", "32",
+                               "--lstm-units", "32", "--optimizer", "adam", log=tmp_path / "trainer.log")
+            procs.append(trainer)
+            trainer.wait()
+            deadline = time.time() + 300
+            while time.time() < deadline and not all(
+                    len(arrivals.get(n, {})) >= args.checkpoints for n in ports):
+                time.sleep(0.5)
+        finally:
+            observer.stop()
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+                    proc.wait(timeout=60)
+        # CheckpointManager renames the state file twice per save; the first is the commit.
+        step_writes = {}
+        write_times = iter(writes.times)
+        for step in range(args.every_steps, steps + 1, args.every_steps):
+            step_writes[step] = next(write_times)
+            next(write_times, None)
+        result = {}
+        for name, got in arrivals.items():
+            detection, freshness = [], []
+            for step, (arrived, evaluation) in got.items():
+                written = step_writes.get(step)
+                if written is None:
+                    continue
+                start = evaluation.evaluated_at.ToNanoseconds() / 1e9 - evaluation.eval_seconds
+                detection.append(1000 * (start - written))
+                freshness.append(1000 * (arrived - written - evaluation.eval_seconds))
+            result[name] = {
+                "checkpoints": len(detection),
+                "detection_ms": {"median": round(statistics.median(detection), 1),
+                                 "p95": round(percentile(detection, 0.95), 1)},
+                "freshness_minus_eval_ms": {"median": round(statistics.median(freshness), 1),
+                                            "p95": round(percentile(freshness, 0.95), 1)},
+            }
+        result["goals"] = {"inotify detection median ms": 50, "freshness ms": 100}
+        print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
