@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 from pathlib import Path
@@ -40,6 +41,8 @@ def test_policy_all_evaluates_every_checkpoint_once_in_order_and_streams_live(
     with pytest.raises(grpc.RpcError) as missing:
         stub.GetLatest(pb.GetLatestRequest(), timeout=10)
     assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+    nothing = run_showtell("metrics", "latest", "--server", f"127.0.0.1:{port}", timeout=60)
+    assert nothing.returncode == 1 and "not found: no evaluation recorded yet" in nothing.stderr
 
     streamed: list[pb.Evaluation] = []
     stream = stub.Watch(pb.WatchRequest(after_step=-1))
@@ -74,6 +77,19 @@ def test_policy_all_evaluates_every_checkpoint_once_in_order_and_streams_live(
     status = stub.GetStatus(pb.GetStatusRequest(), timeout=10)
     assert (status.last_seen_step, status.evaluations, status.failures) == (6, 3, 0)
     assert status.observer == "inotify" and status.policy == "all"
+    # health, reflection, and the CLI client (--json keeps proto field names)
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
+    assert health.status == health_pb2.HealthCheckResponse.SERVING
+    answer = next(reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+        iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10))
+    assert "showtell.v1.Metrics" in {s.name for s in answer.list_services_response.service}
+    listed = run_showtell("metrics", "list", "--json", "--server", f"127.0.0.1:{port}", timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert [int(r["global_step"]) for r in rows] == [2, 4, 6] and "bleu4" in rows[0]["metrics"]
     # the evaluator wrote nothing into the trainer's directory
     assert not (model_dir / "eval").exists() and not list(model_dir.glob("*.sqlite*"))
     channel.close()
@@ -177,3 +193,15 @@ def test_bad_inputs_are_recorded_and_the_service_stays_up(tiny_data: Path, tmp_p
     assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert proc.poll() is None and stub.GetLatest(pb.GetLatestRequest(), timeout=10).global_step == 5
     channel.close()
+
+
+def test_metrics_client_errors_are_one_line(tmp_path: Path):
+    import socket
+
+    with socket.socket() as sock:  # a port with nobody listening
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    result = run_showtell("metrics", "latest", "--server", f"127.0.0.1:{port}", "--timeout", "3", timeout=60)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 1 and len(lines) == 1
+    assert f"cannot reach an evaluator at 127.0.0.1:{port}" in lines[0]
