@@ -89,8 +89,16 @@ def _follow(target: str, seen: list[pb.Evaluation], stop: threading.Event) -> No
                 log.warning("watch ended: %s", error.details())
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def run(args: argparse.Namespace) -> int:
     setup_logging()
+    # Explicit handlers: a shell may start us with SIGINT ignored (background jobs), and a
+    # supervisor stops us with SIGTERM; both must stop the children cleanly.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     base = args.dir
     data, model, work = base / "data", base / "model", base / "model-eval"
     base.mkdir(parents=True, exist_ok=True)
