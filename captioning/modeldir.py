@@ -57,12 +57,18 @@ def write_metadata(model_dir: Path, config: ModelConfig, data: dict) -> None:
     tmp.replace(path)
 
 
-def read_model_config(model_dir: Path, base: ModelConfig | None = None) -> ModelConfig:
-    """The model shape recorded in a model dir (for the evaluator and ``caption``)."""
-    path = model_dir / METADATA
-    if not path.is_file():
-        raise ModelDirError(f"{path}: missing; is {model_dir} a showtell model directory?")
-    recorded = json.loads(path.read_text())["model"]
+def read_model_config(model_dir: str | Path, base: ModelConfig | None = None) -> ModelConfig:
+    """The model shape recorded in a model dir (for the evaluator and ``caption``).
+
+    Read through ``tf.io.gfile`` so a model dir may be any URL TensorFlow reads (``gs://…``).
+    """
+    path = str(model_dir).rstrip("/") + "/" + METADATA
+    try:
+        recorded = json.loads(tf.io.gfile.GFile(path).read())["model"]
+    except tf.errors.NotFoundError as exc:
+        raise ModelDirError(f"{path}: missing; is {model_dir} a showtell model directory?") from exc
+    except (ValueError, KeyError, tf.errors.OpError) as exc:
+        raise ModelDirError(f"{path}: unreadable ({exc})") from exc
     return dataclasses.replace(base or ModelConfig(), **recorded)
 
 

@@ -68,9 +68,9 @@ def run_once(args: argparse.Namespace) -> int:
 
     scorer = CaptionScorer(meteor=args.meteor)
     try:
-        evaluator = CheckpointEvaluator(Path(args.model_dir), args.data, args.max_eval_examples,
+        evaluator = CheckpointEvaluator(args.model_dir, args.data, args.max_eval_examples,
                                         args.beam_size, scorer=scorer)
-        result = evaluator.evaluate(args.checkpoint or latest_checkpoint(Path(args.model_dir)))
+        result = evaluator.evaluate(args.checkpoint or latest_checkpoint(args.model_dir))
     finally:
         scorer.close()
     if args.json:

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 def serve(args: argparse.Namespace, work_dir: Path) -> int:
     model_dir = str(args.model_dir)
-    evaluator = CheckpointEvaluator(Path(model_dir), args.data, args.max_eval_examples, args.beam_size)
+    evaluator = CheckpointEvaluator(model_dir, args.data, args.max_eval_examples, args.beam_size)
     work_dir.mkdir(parents=True, exist_ok=True)
     store = Store(work_dir / "evaluations.sqlite")
     summaries = EvalSummaries(str(work_dir / "eval"))

@@ -45,7 +45,7 @@ def checkpoint_step(path: str) -> int:
 
 
 class CheckpointEvaluator:
-    def __init__(self, model_dir: Path, data_dir: Path, max_examples: int | None = None,
+    def __init__(self, model_dir: str, data_dir: Path, max_examples: int | None = None,
                  beam_size: int = 3, samples: int = 5, scorer: CaptionScorer | None = None) -> None:
         self.model_dir, self.data_dir = model_dir, data_dir
         self.manifest, self.vocab = load_dataset(data_dir)
@@ -92,8 +92,8 @@ class CheckpointEvaluator:
                           samples=shown)
 
 
-def latest_checkpoint(model_dir: Path) -> str:
-    path = tf.train.latest_checkpoint(str(model_dir))
+def latest_checkpoint(model_dir: str) -> str:
+    path = tf.train.latest_checkpoint(model_dir)
     if not path:
         raise ModelDirError(f"{model_dir}: no checkpoint yet (no 'checkpoint' state file naming one)")
     return path

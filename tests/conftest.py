@@ -95,7 +95,7 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def start_evaluator(procs: Procs, model_dir: Path, data: Path, work_dir: Path, log: Path,
+def start_evaluator(procs: Procs, model_dir: Path | str, data: Path, work_dir: Path, log: Path,
                     *extra: str) -> tuple[subprocess.Popen, int]:
     """A real evaluator service on 127.0.0.1 with a free port; returns (process, port)."""
     import re
