@@ -130,24 +130,45 @@ def _phrase(shape: Shape, with_size: bool) -> str:
     return f"a {size}{shape.colour} {shape.kind}"
 
 
+def _ordered(scene: Scene) -> tuple[Shape, ...]:
+    """The order a caption names the shapes in: decided by the image alone.
+
+    The larger shape comes first (ties: reading order).  A caption whose first shape could
+    be either one ("A left of B" and "B right of A" both as references) makes the first
+    colour word a coin toss the image cannot settle, and the decoder must then remember
+    which toss it made; a visible rule keeps every word predictable from the image.
+    """
+    shapes = scene.shapes
+    if scene.layout in ("horizontal", "vertical"):
+        first, second = shapes
+        return (second, first) if (first.size, second.size) == ("small", "large") else shapes
+    if scene.layout == "row" and (shapes[0].size, shapes[2].size) == ("small", "large"):
+        return shapes[::-1]
+    return shapes
+
+
 def captions(scene: Scene) -> list[str]:
     """Every reference caption of a scene; all of them are true of its image."""
+    shapes = _ordered(scene)
+    forward = shapes == scene.shapes
     refs = []
     for with_size in (True, False):
-        p = [_phrase(s, with_size) for s in scene.shapes]
+        p = [_phrase(s, with_size) for s in shapes]
         if scene.layout == "single":
             refs.append(p[0])
         elif scene.layout == "horizontal":
-            refs += [f"{p[0]} left of {p[1]}", f"{p[1]} right of {p[0]}"]
+            refs.append(f"{p[0]} {'left of' if forward else 'right of'} {p[1]}")
         elif scene.layout == "vertical":
-            refs += [f"{p[0]} above {p[1]}", f"{p[1]} below {p[0]}"]
+            refs.append(f"{p[0]} {'above' if forward else 'below'} {p[1]}")
         else:
-            refs += [
-                f"{p[0]} , {p[1]} and {p[2]} from left to right",
-                f"{p[2]} , {p[1]} and {p[0]} from right to left",
-            ]
+            direction = "from left to right" if forward else "from right to left"
+            refs.append(f"{p[0]} , {p[1]} and {p[2]} {direction}")
     if scene.layout == "single":
         refs.append(f"one {scene.shapes[0].size} {scene.shapes[0].colour} {scene.shapes[0].kind}")
+    else:
+        refs.append(" and ".join(_phrase(s, True) for s in shapes[:-1]) + f" and {_phrase(shapes[-1], True)}"
+                    if len(shapes) == 2 else
+                    f"{_phrase(shapes[0], True)} , {_phrase(shapes[1], True)} and {_phrase(shapes[2], True)}")
     return refs
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -50,12 +52,48 @@ def _colour_name(rgb: np.ndarray) -> str:
     return min(synthetic.COLOURS, key=lambda n: np.abs(np.array(synthetic.COLOURS[n]) - rgb).sum())
 
 
+_PHRASE = re.compile(r"\b(?:a|one) (?:(small|large) )?(\w+) (circle|square|triangle)\b")
+
+
+def _claim_holds(caption: str, shapes: list[synthetic.Shape]) -> bool:
+    """Does the caption's spatial claim hold for the shapes, taken in the order it names them?"""
+    xs, ys = [s.cx for s in shapes], [s.cy for s in shapes]
+    if " left of " in caption:
+        return xs[0] < xs[1] and xs[1] - xs[0] > abs(ys[1] - ys[0])
+    if " right of " in caption:
+        return xs[0] > xs[1] and xs[0] - xs[1] > abs(ys[1] - ys[0])
+    if " above " in caption:
+        return ys[0] < ys[1] and ys[1] - ys[0] > abs(xs[1] - xs[0])
+    if " below " in caption:
+        return ys[0] > ys[1] and ys[0] - ys[1] > abs(xs[1] - xs[0])
+    if caption.endswith("from left to right"):
+        return xs == sorted(xs)
+    if caption.endswith("from right to left"):
+        return xs == sorted(xs, reverse=True)
+    return True  # no spatial claim ("a red circle and a blue square")
+
+
+def _caption_is_true(caption: str, image: np.ndarray, scene: synthetic.Scene) -> bool:
+    """Independently of the builder's caption code: the named shapes are the drawn ones
+    (colour at their centres, size by area, kind as named), in an order that makes the
+    spatial claim true."""
+    named = _PHRASE.findall(caption)
+    if len(named) != len(scene.shapes):
+        return False
+    for order in itertools.permutations(scene.shapes):
+        if all((size in ("", s.size)) and colour == s.colour == _colour_name(image[int(s.cy), int(s.cx)])
+               and kind == s.kind for (size, colour, kind), s in zip(named, order, strict=True)) \
+                and _claim_holds(caption, list(order)):
+            return True
+    return False
+
+
 def test_parsed_records_match_the_scene_they_came_from(tmp_path: Path):
-    """Decode stored images and check the pixels against the regenerated scene and captions."""
+    """Decode stored images and check every caption against the pixels and the scene."""
     out = tmp_path / "e"
     synthetic.build(out, SMALL)
     _, vocab = load_dataset(out)
-    seen = 0
+    seen, layouts = 0, set()
     for path in shard_files(out, "train") + shard_files(out, "val"):
         for serialized in tf.data.TFRecordDataset(path):
             record = parse_example(serialized)
@@ -63,27 +101,43 @@ def test_parsed_records_match_the_scene_they_came_from(tmp_path: Path):
             split = "val" if image_id >= 10_000_000 else "train"
             scene = synthetic.make_scene(SMALL.seed, split, image_id % 10_000_000, SMALL.image_size)
             caption = vocab.decode(record["caption"].numpy())
-            assert caption in synthetic.captions(scene)
             image = tf.io.decode_png(record["image_data"]).numpy()
             assert image.shape == (75, 75, 3)
-            for shape in scene.shapes:
-                # the named colour is what is drawn at the shape's centre
-                centre = image[int(shape.cy), int(shape.cx)]
-                assert _colour_name(centre) == shape.colour
-                # the named size matches the drawn area
+            assert caption in synthetic.captions(scene)
+            assert _caption_is_true(caption, image, scene), (caption, scene)
+            for shape in scene.shapes:  # the named size matches the drawn area
                 mask = synthetic.shape_mask(shape, SMALL.image_size)
                 assert (mask.sum() > 200) == (shape.size == "large"), (shape, mask.sum())
-            xs = [s.cx for s in scene.shapes]
-            ys = [s.cy for s in scene.shapes]
-            words = caption.split()
-            if "left" in words or scene.layout == "row":
-                assert xs == sorted(xs)  # reading order is left to right
-            if "above" in words or "below" in words:
-                assert ys == sorted(ys) and ys[1] - ys[0] > abs(xs[1] - xs[0])
-            if "left" in words or "right" in words:
-                assert xs[-1] - xs[0] > abs(ys[-1] - ys[0])
+            layouts.add(scene.layout)
             seen += 1
     assert seen > SMALL.train_images  # several captions per image
+    assert layouts == set(synthetic.LAYOUTS)
+
+
+def test_a_false_caption_is_caught():
+    """The truth check above can fail: a swapped relation or a wrong colour is rejected."""
+    scenes = (synthetic.make_scene(0, "train", i, 75) for i in range(200))
+    scene = next(s for s in scenes if s.layout == "horizontal" and s.shapes[0].colour != s.shapes[1].colour)
+    image = synthetic.draw(scene, 75)
+    true = synthetic.captions(scene)[0]
+    assert _caption_is_true(true, image, scene)
+    relation = " left of " if " left of " in true else " right of "
+    opposite = " right of " if relation == " left of " else " left of "
+    assert not _caption_is_true(true.replace(relation, opposite), image, scene)
+    other = next(c for c in synthetic.COLOURS if c not in {s.colour for s in scene.shapes})
+    assert not _caption_is_true(true.replace(scene.shapes[0].colour, other), image, scene)
+
+
+def test_every_word_but_the_frame_follows_from_the_image():
+    """Larger shape first (ties: reading order): the caption's order is visible in the image."""
+    for i in range(300):
+        scene = synthetic.make_scene(1, "train", i, 75)
+        first = _PHRASE.findall(synthetic.captions(scene)[0])
+        sizes = [size for size, _, _ in first]
+        if scene.layout in ("horizontal", "vertical"):
+            assert sizes != ["small", "large"]
+        if scene.layout == "row":
+            assert (sizes[0], sizes[2]) != ("small", "large")
 
 
 def test_captions_name_every_shape_and_differ_between_scenes():
