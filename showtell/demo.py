@@ -26,9 +26,9 @@ from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 
 log = logging.getLogger("showtell.demo")
-# Synthetic default: Adam 1e-3, constant; low dropout; the encoder trains from scratch here
+# Synthetic default: Adam 3e-4, constant; low dropout; the encoder trains from scratch here
 # (no pretrained weights yet), which im2txt's SGD 2.0 schedule is not made for.
-TRAIN_FLAGS = ["--batch-size", "32", "--optimizer", "adam", "--learning-rate", "0.001",
+TRAIN_FLAGS = ["--batch-size", "32", "--optimizer", "adam", "--learning-rate", "0.0003",
                "--epochs-per-decay", "0", "--lstm-dropout", "0.1", "--image-dropout", "0",
                "--save-every-secs", "120", "--log-every-steps", "50"]
 
