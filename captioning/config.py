@@ -61,6 +61,9 @@ class InputConfig:
     seed: int | None = None
 
 
+OPTIMIZERS = ("sgd", "momentum", "adam")
+
+
 @dataclass(frozen=True)
 class OptimizerConfig:
     """im2txt's training schedule: SGD 2.0, halved every 8 epochs, global-norm clip 5.0."""

@@ -1,6 +1,6 @@
 """Validation of a model: loss/perplexity over every caption, and generated captions.
 
-Shared by the evaluator service and the trainer's demo report.  Loss is averaged over
+Used by the evaluator (service and ``--once``).  Loss is averaged over
 words (not batches) so batch padding and the last short batch do not bias it.
 """
 
@@ -51,9 +51,8 @@ class Validator:
 
     def loss(self) -> LossResult:
         """Mean per-word cross-entropy (and its exp) over the validation records."""
-        ds = inputs.eval_dataset(self.files, self.model.config.image_size, self.batch_size)
-        if self.max_examples:
-            ds = ds.unbatch().take(self.max_examples).padded_batch(self.batch_size)
+        ds = inputs.eval_dataset(self.files, self.model.config.image_size, self.batch_size,
+                                 max_examples=self.max_examples)
         total, words, examples = 0.0, 0.0, 0
         for batch in inputs.checked(ds, self.files):
             loss_sum, count = self._batch_loss(batch)
@@ -66,9 +65,8 @@ class Validator:
 
     def captions(self) -> dict[int, str]:
         """The best beam-search caption for every validation image, by image id."""
-        ds = inputs.eval_images(self.files, self.model.config.image_size, self.batch_size)
-        if self.max_examples:
-            ds = ds.unbatch().take(self.max_examples).batch(self.batch_size)
+        ds = inputs.eval_images(self.files, self.model.config.image_size, self.batch_size,
+                                max_images=self.max_examples)
         captions: dict[int, str] = {}
         for batch in inputs.checked(ds, self.files):
             ids, _ = self._decode(batch["image"])

@@ -91,12 +91,14 @@ def train_dataset(
 
 def eval_dataset(
     files: Sequence[str], image_size: int, batch_size: int, config: InputConfig | None = None,
-    one_per_image: bool = False,
+    one_per_image: bool = False, max_examples: int | None = None,
 ) -> tf.data.Dataset:
     """Every validation record once (or each image's first), in file order, as padded batches."""
     ds = tf.data.TFRecordDataset(list(files))
     if one_per_image:
         ds = first_per_image(ds.map(parse_example)).map(lambda r: r["serialized"])
+    if max_examples:
+        ds = ds.take(max_examples)
     ds = ds.map(_example_fn(image_size, False, config or InputConfig()), num_parallel_calls=AUTOTUNE)
     return ds.padded_batch(batch_size).prefetch(AUTOTUNE)
 
@@ -114,11 +116,14 @@ def first_per_image(records: tf.data.Dataset) -> tf.data.Dataset:
 
 
 def eval_images(
-    files: Sequence[str], image_size: int, batch_size: int, config: InputConfig | None = None
+    files: Sequence[str], image_size: int, batch_size: int, config: InputConfig | None = None,
+    max_images: int | None = None,
 ) -> tf.data.Dataset:
     """Each validation image once, batched, for captioning."""
     fn_config = config or InputConfig()
     ds = first_per_image(tf.data.TFRecordDataset(list(files)).map(parse_example))
+    if max_images:
+        ds = ds.take(max_images)
     ds = ds.map(
         lambda r: {
             "image": preprocess_image(decode_image(r["image_data"]), image_size, False, fn_config),
@@ -132,9 +137,7 @@ def eval_images(
 def load_references(files: Sequence[str], vocab: Vocabulary) -> dict[int, list[str]]:
     """All reference captions per image id, as text."""
     refs: dict[int, list[str]] = {}
-    ds = tf.data.TFRecordDataset(list(files)).map(
-        lambda s: (lambda r: (r["image_id"], r["caption"]))(parse_example(s))
-    )
+    ds = tf.data.TFRecordDataset(list(files)).map(parse_example).map(lambda r: (r["image_id"], r["caption"]))
     for image_id, caption in checked(ds, files):
         refs.setdefault(int(image_id), []).append(vocab.decode(caption.numpy()))
     return refs

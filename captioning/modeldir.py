@@ -27,18 +27,14 @@ _FIELD_FLAGS = {
 
 def check_model_dir(model_dir: Path, config: ModelConfig) -> None:
     """Refuse a model dir whose checkpoints were written by a differently shaped model."""
-    path = model_dir / METADATA
-    if not path.is_file():
+    if not (model_dir / METADATA).is_file():
         if tf.train.latest_checkpoint(str(model_dir)):
             raise ModelDirError(
                 f"{model_dir}: holds checkpoints but no {METADATA} (not written by showtell train); "
                 "use a new --model-dir"
             )
         return
-    try:
-        recorded = json.loads(path.read_text())["model"]
-    except (ValueError, KeyError) as exc:
-        raise ModelDirError(f"{path}: unreadable ({exc}); use a new --model-dir") from exc
+    recorded = _recorded_shape(str(model_dir), "use a new --model-dir")
     for name, value in config.shape_fields().items():
         if name in recorded and recorded[name] != value:
             raise ModelDirError(
@@ -57,21 +53,22 @@ def write_metadata(model_dir: Path, config: ModelConfig, data: dict) -> None:
     tmp.replace(path)
 
 
-def read_model_config(model_dir: str | Path, base: ModelConfig | None = None) -> ModelConfig:
-    """The model shape recorded in a model dir (for the evaluator and ``caption``).
-
-    Read through ``tf.io.gfile`` so a model dir may be any URL TensorFlow reads (``gs://…``).
-    """
-    path = str(model_dir).rstrip("/") + "/" + METADATA
+def _recorded_shape(model_dir: str, hint: str) -> dict:
+    """The ``model`` section of a model dir's record, read through ``tf.io.gfile`` so a model
+    dir may be any URL TensorFlow reads (``gs://…``)."""
+    path = model_dir.rstrip("/") + "/" + METADATA
     try:
-        recorded = json.loads(tf.io.gfile.GFile(path).read())["model"]
+        return json.loads(tf.io.gfile.GFile(path).read())["model"]
     except tf.errors.NotFoundError as exc:
         raise ModelDirError(f"{path}: missing; is {model_dir} a showtell model directory?") from exc
     except (ValueError, KeyError, tf.errors.OpError) as exc:
-        raise ModelDirError(f"{path}: unreadable ({exc})") from exc
+        raise ModelDirError(f"{path}: unreadable ({exc}); {hint}") from exc
+
+
+def read_model_config(model_dir: str | Path, base: ModelConfig | None = None) -> ModelConfig:
+    """The model shape recorded in a model dir (for the evaluator and ``caption``)."""
+    recorded = _recorded_shape(str(model_dir), "is the trainer still writing it?")
     return dataclasses.replace(base or ModelConfig(), **recorded)
-
-
 
 
 RESTORE_ERRORS = (tf.errors.OpError, ValueError, AssertionError, IndexError, KeyError, OSError)

@@ -30,7 +30,7 @@ def default_work_dir(model_dir: str) -> Path:
     """Beside the model dir, never inside it: ``runs/m`` → ``runs/m-eval``."""
     if "://" in model_dir:
         return Path.cwd() / "showtell-eval"
-    return Path(str(Path(model_dir)).rstrip("/") + "-eval")
+    return Path(f"{Path(model_dir)}-eval")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

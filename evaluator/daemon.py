@@ -40,12 +40,9 @@ def serve(args: argparse.Namespace, work_dir: Path) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
 
-    scorer_box: list[CaptionScorer] = []
-
     def work() -> None:
         # METEOR's JVM takes seconds to start: do it here, not before the server answers.
-        scorer_box.append(CaptionScorer(meteor=args.meteor))
-        evaluator.scorer = scorer_box[0]
+        evaluator.scorer = CaptionScorer(meteor=args.meteor)
         watcher.start()
         try:
             runner.run()
@@ -66,8 +63,8 @@ def serve(args: argparse.Namespace, work_dir: Path) -> int:
         watcher.stop()
         # An evaluation in progress is abandoned (no row): it runs again after a restart.
         thread.join(timeout=2)
-        for scorer in scorer_box:
-            scorer.close()
+        if evaluator.scorer is not None:
+            evaluator.scorer.close()
         summaries.close()
         store.close()
     return 0

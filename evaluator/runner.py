@@ -56,7 +56,11 @@ class Broadcast:
 
 
 def read_state(model_dir: str) -> list[str]:
-    """Checkpoint prefixes named by the state file, oldest first ([] when there is none)."""
+    """Checkpoint prefixes named by the state file, oldest first ([] when there is none).
+
+    Not ``tf.train.get_checkpoint_state``: it logs and returns None for a corrupt file, which
+    would be indistinguishable from "no checkpoint yet" and leave the user no reason to see.
+    """
     path = os.path.join(model_dir, "checkpoint")
     if not tf.io.gfile.exists(path):
         return []

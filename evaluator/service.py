@@ -148,8 +148,10 @@ class MetricsService(pb_grpc.MetricsServicer):
         for record in self.store.after(after, max_rowid=cursor):
             yield to_proto(record)
         while context.is_active() and not self.closing:
+            seen, version = version, self.runner.broadcast.wait(version, timeout=1.0)
+            if version == seen:
+                continue  # timed out: only re-check that the client is still there
             for record in self.store.arrived_after(cursor):
                 cursor = record.rowid
                 if record.step > after:
                     yield to_proto(record)
-            version = self.runner.broadcast.wait(version, timeout=1.0)

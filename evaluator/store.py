@@ -85,10 +85,10 @@ class Store:
         return row is not None
 
     def _select(self, where: str = "", args: tuple = (), order: str = "step, checkpoint",
-                limit: int | None = None) -> list[Record]:
+                limit: int | None = None, offset: int = 0) -> list[Record]:
         sql = f"SELECT rowid, * FROM evaluations {where} ORDER BY {order}"
         if limit is not None:
-            sql += f" LIMIT {int(limit)}"
+            sql += f" LIMIT {int(limit)} OFFSET {int(offset)}"
         with self._lock:
             rows = self._db.execute(sql, args).fetchall()
         return [_record(row) for row in rows]
@@ -113,12 +113,7 @@ class Store:
 
     def page(self, from_step: int, offset: int, limit: int) -> list[Record]:
         """``limit`` records from ``offset`` among those with step ≥ ``from_step``."""
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT rowid, * FROM evaluations WHERE step >= ? ORDER BY step, checkpoint LIMIT ? OFFSET ?",
-                (from_step, limit, offset),
-            ).fetchall()
-        return [_record(row) for row in rows]
+        return self._select("WHERE step >= ?", (from_step,), limit=limit, offset=offset)
 
     def best(self, metric: str, maximize: bool) -> Record | None:
         order = "DESC" if maximize else "ASC"

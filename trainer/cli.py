@@ -18,6 +18,7 @@ from captioning.cli_util import (
 )
 from captioning.config import (
     MIN_IMAGE_SIZE,
+    OPTIMIZERS,
     InputConfig,
     ModelConfig,
     OptimizerConfig,
@@ -26,7 +27,6 @@ from captioning.config import (
 )
 
 PROG = "showtell train"
-OPTIMIZERS = ("sgd", "momentum", "adam")
 log = logging.getLogger(__name__)
 
 

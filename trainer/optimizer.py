@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import keras
 
-from captioning.config import OptimizerConfig
-
-OPTIMIZERS = ("sgd", "momentum", "adam")
+from captioning.config import OPTIMIZERS, OptimizerConfig
 
 
 def learning_rate(config: OptimizerConfig, steps_per_epoch: int):
