@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 
 MIN_IMAGE_SIZE = 75  # Inception v3's smallest valid input (74 fails in keras.applications).
+WEIGHTS_NONE, WEIGHTS_IMAGENET = "none", "imagenet"  # the two non-file --inception-weights sources
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,8 @@ class ModelConfig:
     init_scale: float = 0.08  # uniform(-s, s) for every non-Inception variable, as im2txt.
     image_dropout: float = 0.2  # Inception's own dropout (im2txt keep_prob 0.8).
     lstm_dropout: float = 0.3  # on LSTM input and output (im2txt keep_prob 0.7).
+    # Phase 2 (fine-tuning) when true.  The trainer defaults it from the encoder's origin:
+    # frozen (phase 1) when it starts from pretrained weights, trained from scratch otherwise.
     train_inception: bool = True
     # Batch-norm moving-average momentum for Inception.  Keras' 0.99 (im2txt: 0.9997) suits a
     # pretrained encoder; trained from scratch its weights move so fast that 0.99-averaged
@@ -58,6 +61,10 @@ class InputConfig:
     brightness_delta: float = 0.1
     contrast_range: tuple[float, float] = (0.9, 1.1)
     flip: bool = False
+    augment: bool = True  # false: training images are resized like evaluation images
+    # Reproducible element order (tf.data ``deterministic``) at some throughput cost; lets two
+    # runs — e.g. with and without the feature cache — be compared step by step.
+    deterministic: bool = False
     seed: int | None = None
 
 
@@ -73,6 +80,27 @@ class OptimizerConfig:
     decay_factor: float = 0.5
     epochs_per_decay: float = 8.0
     clip_gradients: float = 5.0
+    # The encoder's own (constant) rate while it trains.  None: IM2TXT_INCEPTION_LEARNING_RATE
+    # for a pretrained encoder; an encoder trained from scratch follows the decoder's schedule.
+    inception_learning_rate: float | None = None
+
+
+IM2TXT_INCEPTION_LEARNING_RATE = 0.0005
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """The phase-1 feature cache: pooled encoder outputs computed once per image and variant.
+
+    Variant 0 is the image as evaluation sees it (resized whole); variants 1…K-1 are augmented
+    crops drawn once, from seeds derived from (image id, variant), so a cache is reproducible.
+    Training picks one variant per image per visit.
+    """
+
+    enabled: bool = True  # used whenever the encoder is frozen; never while it trains
+    variants: int = 1
+    root: str | None = None  # default: <data dir>/feature-cache
+    batch_size: int = 32  # encoder forward batch (images × variants) while building
 
 
 @dataclass(frozen=True)

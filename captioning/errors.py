@@ -18,3 +18,7 @@ class DataError(ShowtellError):
 
 class ModelDirError(ShowtellError):
     """A model directory whose contents do not match the requested model."""
+
+
+class WeightsError(ShowtellError):
+    """Pretrained weights that cannot be found, read, or mapped onto the encoder."""

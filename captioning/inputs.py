@@ -11,7 +11,7 @@ into a ``DataError`` naming the shard and record.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import tensorflow as tf
 
@@ -29,29 +29,40 @@ def decode_image(image_data: tf.Tensor) -> tf.Tensor:
     return tf.image.convert_image_dtype(image, tf.float32)
 
 
-def preprocess_image(image: tf.Tensor, image_size: int, training: bool, config: InputConfig) -> tf.Tensor:
+def preprocess_image(
+    image: tf.Tensor, image_size: int, training: bool, config: InputConfig, seed: tf.Tensor | None = None
+) -> tf.Tensor:
     """Resize (and on train, scale-jitter, crop and photometric noise), scale to [-1, 1].
 
     Evaluation resizes the whole image to ``image_size`` — scale 1.0, the low end of the
-    training jitter — so nothing a caption mentions is cropped away.
+    training jitter — so nothing a caption mentions is cropped away.  Augmentation draws from
+    ``seed`` (shape [2]) when given — the feature cache's reproducible variants — else from a
+    fresh random seed per image.
     """
-    if training:
-        scale = tf.random.uniform([], 1.0, config.crop_scale)
-        side = tf.cast(tf.round(scale * image_size), tf.int32)
-        image = tf.image.resize(image, tf.stack([side, side]))
-        image = tf.image.random_crop(image, [image_size, image_size, 3])
-        if config.flip:
-            image = tf.image.random_flip_left_right(image)
-        if config.brightness_delta:
-            image = tf.image.random_brightness(image, config.brightness_delta)
-        low, high = config.contrast_range
-        if high > low:
-            image = tf.image.random_contrast(image, low, high)
-        image = tf.clip_by_value(image, 0.0, 1.0)
+    if training and config.augment:
+        if seed is None:
+            seed = tf.random.uniform([2], maxval=2**31 - 1, dtype=tf.int64)
+        image = _augment(image, image_size, config, seed)
     else:
         image = tf.image.resize(image, [image_size, image_size])
     image = tf.ensure_shape(image, [image_size, image_size, 3])
     return image * 2.0 - 1.0  # Inception v3's input range
+
+
+def _augment(image: tf.Tensor, image_size: int, config: InputConfig, seed: tf.Tensor) -> tf.Tensor:
+    seeds = tf.random.experimental.stateless_split(seed, 5)
+    scale = tf.random.stateless_uniform([], seeds[0], 1.0, config.crop_scale)
+    side = tf.cast(tf.round(scale * image_size), tf.int32)
+    image = tf.image.resize(image, tf.stack([side, side]))
+    image = tf.image.stateless_random_crop(image, [image_size, image_size, 3], seeds[1])
+    if config.flip:
+        image = tf.image.stateless_random_flip_left_right(image, seeds[2])
+    if config.brightness_delta:
+        image = tf.image.stateless_random_brightness(image, config.brightness_delta, seeds[3])
+    low, high = config.contrast_range
+    if high > low:
+        image = tf.image.stateless_random_contrast(image, low, high, seeds[4])
+    return tf.clip_by_value(image, 0.0, 1.0)
 
 
 def split_caption(caption: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -74,17 +85,31 @@ def train_dataset(
     files: Sequence[str], image_size: int, config: InputConfig, batch_size: int | None = None
 ) -> tf.data.Dataset:
     """An endless stream of shuffled, augmented, padded training batches."""
+    return train_pipeline(files, tf.data.TFRecordDataset, _example_fn(image_size, True, config), config,
+                          batch_size)
+
+
+def train_pipeline(
+    files: Sequence[str], read_file: Callable[[tf.Tensor], tf.data.Dataset],
+    example_fn: Callable[[tf.Tensor], dict[str, tf.Tensor]], config: InputConfig,
+    batch_size: int | None = None,
+) -> tf.data.Dataset:
+    """Shard order shuffled each epoch, shards interleaved, elements shuffled, mapped, padded.
+
+    Shared by image shards and feature-cache shards: given elements in the same order per file,
+    both yield the same example order (exactly, with ``config.deterministic``).
+    """
     batch_size = batch_size or config.batch_size
     ds = tf.data.Dataset.from_tensor_slices(list(files))
     ds = ds.shuffle(len(files), seed=config.seed, reshuffle_each_iteration=True).repeat()
     ds = ds.interleave(
-        tf.data.TFRecordDataset,
+        read_file,
         cycle_length=min(config.interleave_cycle, len(files)),
         num_parallel_calls=AUTOTUNE,
-        deterministic=False,
+        deterministic=config.deterministic,
     )
     ds = ds.shuffle(config.shuffle_buffer, seed=config.seed)
-    ds = ds.map(_example_fn(image_size, True, config), num_parallel_calls=AUTOTUNE, deterministic=False)
+    ds = ds.map(example_fn, num_parallel_calls=AUTOTUNE, deterministic=config.deterministic)
     ds = ds.padded_batch(batch_size, drop_remainder=True)
     return ds.prefetch(AUTOTUNE)
 

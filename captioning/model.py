@@ -59,14 +59,27 @@ class ShowAndTell(keras.Model):
 
     @property
     def decoder_weights(self) -> list:
-        """Everything but Inception: image embedding, word embedding, LSTM, logits."""
+        """Everything but Inception: image embedding, word embedding, LSTM, logits — in a fixed
+        order, so the decoder optimizer's slots line up across both training phases."""
         layers = (self.image_embedding, self.word_embedding, self.lstm, self.logits)
         return [w for layer in layers for w in layer.weights]
 
-    def encode(self, images: tf.Tensor, training: bool = False) -> tf.Tensor:
-        """Images in [-1, 1] → image embeddings.  A frozen encoder keeps BN in inference mode."""
-        features = self.encoder(images, training=training and self.config.train_inception)
+    @property
+    def encoder_weights(self) -> list:
+        """Inception's variables, batch-norm statistics included."""
+        return list(self.encoder.weights)
+
+    def features(self, images: tf.Tensor, training: bool = False) -> tf.Tensor:
+        """Images in [-1, 1] → pooled Inception features.  A frozen encoder keeps BN in
+        inference mode, so its output depends on the image alone (what the feature cache stores)."""
+        return self.encoder(images, training=training and self.config.train_inception)
+
+    def embed(self, features: tf.Tensor, training: bool = False) -> tf.Tensor:
+        """Pooled features → the image embedding fed to the LSTM."""
         return self.image_embedding(self.image_dropout(features, training=training))
+
+    def encode(self, images: tf.Tensor, training: bool = False) -> tf.Tensor:
+        return self.embed(self.features(images, training), training)
 
     def start_state(self, image_embedding: tf.Tensor, training: bool = False) -> list[tf.Tensor]:
         """Feed the image embedding as the LSTM's first input; return its state (h, c)."""
@@ -74,13 +87,25 @@ class ShowAndTell(keras.Model):
         _, h, c = self.lstm(x, training=training)
         return [h, c]
 
-    def call(self, inputs: tuple[tf.Tensor, tf.Tensor], training: bool = False) -> tf.Tensor:
-        """(images, input word ids) → logits over the vocabulary for every position."""
-        images, input_ids = inputs
-        state = self.start_state(self.encode(images, training), training)
+    def decode(self, image_embedding: tf.Tensor, input_ids: tf.Tensor, training: bool = False) -> tf.Tensor:
+        """Teacher forcing: logits over the vocabulary for every input word."""
+        state = self.start_state(image_embedding, training)
         words = self.input_dropout(self.word_embedding(input_ids), training=training)
         outputs, _, _ = self.lstm(words, initial_state=state, training=training)
         return self.logits(self.output_dropout(outputs, training=training))
+
+    def call(self, inputs: tuple[tf.Tensor, tf.Tensor], training: bool = False) -> tf.Tensor:
+        """(images, input word ids) → logits over the vocabulary for every position."""
+        images, input_ids = inputs
+        return self.decode(self.encode(images, training), input_ids, training)
+
+    def batch_logits(self, batch: dict[str, tf.Tensor], training: bool = False) -> tf.Tensor:
+        """Logits for a training batch of images or of cached ``features``."""
+        if "features" in batch:
+            embedding = self.embed(batch["features"], training)
+        else:
+            embedding = self.encode(batch["image"], training)
+        return self.decode(embedding, batch["input_ids"], training)
 
     def initial_state(self, images: tf.Tensor) -> list[tf.Tensor]:
         """Inference: the decoder state after seeing the image."""

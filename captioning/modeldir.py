@@ -43,14 +43,27 @@ def check_model_dir(model_dir: Path, config: ModelConfig) -> None:
             )
 
 
-def write_metadata(model_dir: Path, config: ModelConfig, data: dict) -> None:
-    """Record the model's shape (and where its data came from) on first start."""
+def write_metadata(model_dir: Path, config: ModelConfig, data: dict, encoder_init: dict) -> None:
+    """Record the model's shape, where its data came from and where its encoder's starting
+    weights came from (source and sha256 fingerprint) on first start."""
     path = model_dir / METADATA
     if path.is_file():
         return
+    record = {"model": config.shape_fields(), "data": data, "encoder_init": encoder_init}
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"model": config.shape_fields(), "data": data}, indent=2) + "\n")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
     tmp.replace(path)
+
+
+def recorded_encoder_init(model_dir: Path) -> dict | None:
+    """The ``encoder_init`` a model dir records (None: a new model dir)."""
+    path = model_dir / METADATA
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text()).get("encoder_init") or {"kind": "none"}
+    except (OSError, ValueError) as exc:
+        raise ModelDirError(f"{path}: unreadable ({exc}); use a new --model-dir") from exc
 
 
 def _recorded_shape(model_dir: str, hint: str) -> dict:

@@ -14,9 +14,22 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from captioning.modeldir import restore
+from captioning.errors import ModelDirError
+from captioning.modeldir import RESTORE_ERRORS, restore
 
 log = logging.getLogger(__name__)
+
+_BOOKKEEPING = {"_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter"}
+
+
+def _top_level_objects(path: str, hint: str) -> set[str]:
+    """Names of the objects saved at the root of checkpoint ``path``."""
+    try:
+        return {name.split("/")[0] for name, _ in tf.train.list_variables(path)}
+    except RESTORE_ERRORS as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise ModelDirError(f"{path}: cannot restore ({reason}); {hint}") from exc
+
 
 @dataclass
 class SaveSchedule:
@@ -40,12 +53,20 @@ class SaveSchedule:
 
 
 class Checkpoints:
-    """A ``CheckpointManager`` over model, optimizer and global step."""
+    """A ``CheckpointManager`` over model, optimizer(s) and global step.
 
-    def __init__(self, model_dir: Path, step: tf.Variable, keep: int, **trackables) -> None:
+    ``optional`` trackables may be absent from older checkpoints of the same model dir — the
+    encoder's optimizer, which exists only once the encoder trains (phase 2) — and start fresh
+    then; a checkpoint's objects this run does not use are left unread.
+    """
+
+    def __init__(self, model_dir: Path, step: tf.Variable, keep: int, optional: dict | None = None,
+                 **trackables) -> None:
         self.model_dir = model_dir
         self.step = step
-        self.checkpoint = tf.train.Checkpoint(step=step, **trackables)
+        self.required = {"step": step, **trackables}
+        self.optional = optional or {}
+        self.checkpoint = tf.train.Checkpoint(**self.required, **self.optional)
         self.manager = tf.train.CheckpointManager(self.checkpoint, str(model_dir), max_to_keep=keep)
 
     def restore_latest(self) -> int | None:
@@ -53,7 +74,15 @@ class Checkpoints:
         path = self.manager.latest_checkpoint
         if not path:
             return None
-        restore(self.checkpoint, path, "move that checkpoint aside or use a new --model-dir")
+        hint = "move that checkpoint aside or use a new --model-dir"
+        present = _top_level_objects(path, hint)
+        optional = {name: obj for name, obj in self.optional.items() if name in present}
+        for name in sorted(self.optional.keys() - present):
+            log.info("%s is not in %s: it starts fresh", name, path)
+        unused = present - self.required.keys() - optional.keys() - _BOOKKEEPING
+        if unused:
+            log.info("not restored from %s (not used by this run): %s", path, ", ".join(sorted(unused)))
+        restore(tf.train.Checkpoint(**self.required, **optional), path, hint, partial=bool(unused))
         return int(self.step.numpy())
 
     def save(self) -> str:

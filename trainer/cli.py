@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
 from captioning.cli_util import (
@@ -17,8 +18,12 @@ from captioning.cli_util import (
     setup_logging,
 )
 from captioning.config import (
+    IM2TXT_INCEPTION_LEARNING_RATE,
     MIN_IMAGE_SIZE,
     OPTIMIZERS,
+    WEIGHTS_IMAGENET,
+    WEIGHTS_NONE,
+    CacheConfig,
     InputConfig,
     ModelConfig,
     OptimizerConfig,
@@ -51,7 +56,7 @@ _fraction.__name__ = "fraction"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    m, i, o, t = ModelConfig(), InputConfig(), OptimizerConfig(), TrainConfig()
+    m, i, o, t, c = ModelConfig(), InputConfig(), OptimizerConfig(), TrainConfig(), CacheConfig()
     p.add_argument("--data", type=Path, required=True, help="dataset directory (from `showtell data`)")
     p.add_argument("--model-dir", type=Path, required=True, help="checkpoints and summaries go here")
     p.add_argument("--steps", type=positive_int, default=t.steps,
@@ -63,8 +68,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="model input pixels (default: the dataset's image size)")
     p.add_argument("--embedding-size", type=positive_int, default=m.embedding_size)
     p.add_argument("--lstm-units", type=positive_int, default=m.lstm_units)
-    p.add_argument("--train-inception", type=boolean, default=m.train_inception,
-                   help="train the encoder too (default true: no pretrained weights yet)")
+    p.add_argument("--inception-weights", default=WEIGHTS_NONE, metavar="SOURCE",
+                   help="encoder start for a new model dir: a Keras .h5/.weights.h5 file, a TF-slim "
+                        f"inception_v3.ckpt, {WEIGHTS_IMAGENET} (download) or {WEIGHTS_NONE} (default)")
+    p.add_argument("--train-inception", type=boolean,
+                   help="train the encoder (phase 2); default false for a pretrained encoder "
+                        "(phase 1, frozen), true from scratch")
+    p.add_argument("--inception-learning-rate", type=positive_float,
+                   help="the encoder's constant rate while it trains (default "
+                        f"{IM2TXT_INCEPTION_LEARNING_RATE}, im2txt's, when pretrained; from scratch it "
+                        "follows --learning-rate)")
+    p.add_argument("--feature-cache", type=boolean, default=c.enabled,
+                   help="while the encoder is frozen, compute its features once per image and train "
+                        "from them (default true)")
+    p.add_argument("--cache-variants", type=positive_int, default=c.variants,
+                   help=f"cached views per image: the plain one + K-1 augmented crops (default {c.variants})")
+    p.add_argument("--cache-dir", help="where feature caches live (default <data>/feature-cache)")
+    p.add_argument("--augment", type=boolean, default=i.augment,
+                   help="scale-jitter crops and photometric noise on training images (default true)")
+    p.add_argument("--deterministic-input", action="store_true",
+                   help="reproducible example order (slower input); to compare runs step by step")
     p.add_argument("--lstm-dropout", type=_fraction, default=m.lstm_dropout,
                    help=f"dropout on LSTM input and output (default {m.lstm_dropout}, im2txt keep 0.7)")
     p.add_argument("--image-dropout", type=_fraction, default=m.image_dropout,
@@ -95,13 +118,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def configs(args: argparse.Namespace) -> tuple[ModelConfig, InputConfig, OptimizerConfig, TrainConfig]:
     model = replace_some(ModelConfig(), embedding_size=args.embedding_size, lstm_units=args.lstm_units,
-                         train_inception=args.train_inception, bn_momentum=args.bn_momentum,
-                         lstm_dropout=args.lstm_dropout, image_dropout=args.image_dropout)
+                         bn_momentum=args.bn_momentum, lstm_dropout=args.lstm_dropout,
+                         image_dropout=args.image_dropout)
     inputs = replace_some(InputConfig(), batch_size=args.batch_size, shuffle_buffer=args.shuffle_buffer,
-                          seed=args.seed)
+                          seed=args.seed, augment=args.augment, deterministic=args.deterministic_input)
     optimizer = OptimizerConfig(
         name=args.optimizer, learning_rate=args.learning_rate, decay_factor=args.decay_factor,
         epochs_per_decay=args.epochs_per_decay, clip_gradients=args.clip_gradients,
+        inception_learning_rate=args.inception_learning_rate,
     )
     train = TrainConfig(
         steps=args.steps, max_seconds=args.max_seconds, save_every_secs=args.save_every_secs or None,
@@ -112,6 +136,10 @@ def configs(args: argparse.Namespace) -> tuple[ModelConfig, InputConfig, Optimiz
 
 
 def run(args: argparse.Namespace) -> int:
+    problem = argument_problem(args)
+    if problem:
+        sys.stderr.write(f"{PROG}: error: {problem} (see --help)\n")
+        return 2
     quiet_tensorflow()
     setup_logging(args.verbose)
 
@@ -121,8 +149,10 @@ def run(args: argparse.Namespace) -> int:
 
         stop = StopRequest().install()  # early: a SIGTERM during start-up still saves cleanly
         model, inputs, optimizer, train = configs(args)
+        cache = CacheConfig(enabled=args.feature_cache, variants=args.cache_variants, root=args.cache_dir)
         trainer = Trainer(args.data, args.model_dir, model, inputs, optimizer, train,
-                          image_size=args.image_size)
+                          image_size=args.image_size, inception_weights=args.inception_weights,
+                          train_inception=args.train_inception, cache=cache)
         result = trainer.run(stop)
         log.info("done: step %d → %d", result.start_step, result.final_step)
         return 0
@@ -134,3 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog=PROG, description="Train Show and Tell; checkpoints on a schedule.")
     add_arguments(parser)
     return run(parser.parse_args(argv))
+
+
+def argument_problem(args: argparse.Namespace) -> str | None:
+    """Flag combinations argparse cannot see."""
+    if args.cache_variants > 1 and not args.augment:
+        return "--cache-variants > 1 needs --augment true (the variants would be identical)"
+    return None

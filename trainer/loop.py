@@ -17,18 +17,23 @@ from pathlib import Path
 import tensorflow as tf
 
 from captioning import inputs
-from captioning.config import InputConfig, ModelConfig, OptimizerConfig, TrainConfig
+from captioning.config import CacheConfig, InputConfig, ModelConfig, OptimizerConfig, TrainConfig
+from captioning.encoder_weights import NONE, load_encoder_weights, weights_digest
 from captioning.errors import DataError
+from captioning.feature_cache import BuildStats, cache_key, ensure_cache
 from captioning.manifest import Manifest, load_dataset
 from captioning.model import ShowAndTell, build_model, masked_loss_sum
-from captioning.modeldir import check_model_dir, write_metadata
+from captioning.modeldir import check_model_dir, recorded_encoder_init, write_metadata
 from captioning.records import shard_files
 from trainer.checkpoints import Checkpoints, SaveSchedule
 from trainer.optimizer import build_optimizer, current_learning_rate
 from trainer.signals import StopRequest
 from trainer.summaries import TrainSummaries
+from trainer.transfer import encoder_optimizer_config, pretrained_encoder, resolve_train_inception
 
 log = logging.getLogger(__name__)
+
+ENCODER_INIT_REPORT = "encoder-init.tsv"  # which tensor of the weights file went where
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,7 @@ def resolve_model_config(config: ModelConfig, manifest: Manifest, data_dir: Path
 
 
 class Trainer:
-    """Builds model, optimizer, data and checkpoints for one model dir, then trains."""
+    """Builds model, optimizers, data and checkpoints for one model dir, then trains."""
 
     def __init__(
         self,
@@ -64,49 +69,82 @@ class Trainer:
         train: TrainConfig,
         image_size: int | None = None,
         strategy: tf.distribute.Strategy | None = None,
+        inception_weights: str = NONE,
+        train_inception: bool | None = None,
+        cache: CacheConfig | None = None,
     ) -> None:
         self.data_dir, self.model_dir = data_dir, model_dir
         self.manifest, self.vocab = load_dataset(data_dir)
         self.files = shard_files(data_dir, "train")
-        self.model_config = resolve_model_config(model, self.manifest, data_dir, image_size)
-        check_model_dir(model_dir, self.model_config)  # before anything is written
+        model = resolve_model_config(model, self.manifest, data_dir, image_size)
+        check_model_dir(model_dir, model)  # before anything is written
+        self.inception_weights = inception_weights
+        self.recorded_init = recorded_encoder_init(model_dir)
+        pretrained = pretrained_encoder(inception_weights, self.recorded_init)
+        trains_encoder, why = resolve_train_inception(train_inception, pretrained)
+        self.model_config = dataclasses.replace(model, train_inception=trains_encoder)
+        log.info("encoder %s: %s", "trains" if trains_encoder else "frozen", why)
         self.input_config, self.optimizer_config, self.train_config = input, optimizer, train
+        self.cache_config = cache or CacheConfig()
         self.strategy = strategy or tf.distribute.get_strategy()
         self.batch_size = input.batch_size
         records = self.manifest.splits["train"].records
         self.steps_per_epoch = max(1, records // self.batch_size)
+        self.encoder_forward_images = 0  # counted per step on the image path (none on the cache's)
+        self.cache_build: BuildStats | None = None
 
         tf.keras.utils.set_random_seed(train.seed)
         with self.strategy.scope():
             self.model: ShowAndTell = build_model(self.model_config)
-            self.optimizer = build_optimizer(optimizer, self.steps_per_epoch)
             # Build slots now, inside the scope: lazily built Keras 3 optimizers break
             # under MirroredStrategy and misplace variables under ParameterServerStrategy.
-            self.optimizer.build(self.model.trainable_variables)
+            self.optimizer = build_optimizer(optimizer, self.steps_per_epoch)
+            self.optimizer.build(self._decoder_variables())
+            self.encoder_optimizer = None
+            if trains_encoder:
+                config = encoder_optimizer_config(optimizer, pretrained)
+                self.encoder_optimizer = build_optimizer(config, self.steps_per_epoch)
+                self.encoder_optimizer.build(self.model.encoder.trainable_weights)
+                log.info("encoder learning rate %s", _describe_rate(config))
             self.step = tf.Variable(
                 0, dtype=tf.int64, trainable=False, name="global_step",
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
             )
+        optional = {"encoder_optimizer": self.encoder_optimizer} if self.encoder_optimizer else {}
         self.checkpoints = Checkpoints(
-            model_dir, self.step, train.keep, model=self.model, optimizer=self.optimizer
+            model_dir, self.step, train.keep, optional=optional, model=self.model, optimizer=self.optimizer
         )
+
+    def _decoder_variables(self) -> list:
+        return [v for v in self.model.decoder_weights if v.trainable]
+
+    def _groups(self) -> list[tuple]:
+        """(optimizer, variables) pairs: the decoder's, and the encoder's while it trains."""
+        groups = [(self.optimizer, self._decoder_variables())]
+        if self.encoder_optimizer is not None:
+            groups.append((self.encoder_optimizer, self.model.encoder.trainable_weights))
+        return groups
 
     # -- the step -------------------------------------------------------------------------
 
     def _replica_step(self, batch: dict[str, tf.Tensor]) -> tf.Tensor:
         model, clip = self.model, self.optimizer_config.clip_gradients
+        groups = self._groups()
+        variables = [v for _, group in groups for v in group]
         with tf.GradientTape() as tape:
-            logits = model((batch["image"], batch["input_ids"]), training=True)
+            logits = model.batch_logits(batch, training=True)
             loss_sum, words = masked_loss_sum(logits, batch["target_ids"], batch["mask"])
             # Divide by the words of the *global* batch: replicas' gradients are then summed
             # by the optimizer into exactly the gradient of the global mean loss.
             global_words = tf.distribute.get_replica_context().all_reduce("sum", words)
             loss = loss_sum / tf.maximum(global_words, 1.0)
-        variables = model.trainable_variables
         grads = tape.gradient(loss, variables)
-        if clip:
+        if clip:  # one global norm over encoder and decoder together, as im2txt
             grads, _ = tf.clip_by_global_norm(grads, clip)
-        self.optimizer.apply_gradients(zip(grads, variables, strict=True))
+        start = 0
+        for optimizer, group in groups:
+            optimizer.apply_gradients(zip(grads[start:start + len(group)], group, strict=True))
+            start += len(group)
         self.step.assign_add(1)
         return loss
 
@@ -121,21 +159,45 @@ class Trainer:
     # -- the loop -------------------------------------------------------------------------
 
     def dataset(self) -> tf.data.Dataset:
-        return inputs.train_dataset(self.files, self.model_config.image_size, self.input_config,
-                                    self.batch_size)
+        """Cached encoder features while the encoder is frozen (and the cache is on), else images."""
+        cfg = self.cache_config
+        if self.model_config.train_inception or not cfg.enabled:
+            if cfg.enabled:
+                log.info("feature cache not used: the encoder is training")
+            return inputs.train_dataset(self.files, self.model_config.image_size, self.input_config,
+                                        self.batch_size)
+        cache, stats = ensure_cache(
+            Path(cfg.root) if cfg.root else self.data_dir / "feature-cache",
+            cache_key(self.data_dir, self.files, weights_digest(self.model.encoder_weights),
+                      self.model_config.image_size, self.input_config, cfg.variants),
+            lambda images: self.model.features(images, training=False),
+            self.files, self.model_config.image_size, self.input_config, cfg.batch_size,
+        )
+        self.cache_build = stats
+        return cache.train_dataset(self.input_config, self.batch_size)
 
     def run(self, stop: StopRequest | None = None) -> TrainResult:
         cfg = self.train_config
         stop = StopRequest() if stop is None else stop
         started = time.monotonic()
         restored = self.checkpoints.restore_latest()
+        encoder_init = None
         if restored is None:
-            log.info("no checkpoint in %s: starting from scratch", self.model_dir)
+            # Before anything is written: a bad weights file leaves the model dir untouched.
+            encoder_init = load_encoder_weights(self.model.encoder, self.inception_weights)
+            log.info("no checkpoint in %s: starting from scratch%s", self.model_dir,
+                     f", encoder from {self.inception_weights}" if encoder_init.pretrained else "")
         else:
             log.info("resumed from %s at step %d", self.checkpoints.manager.latest_checkpoint, restored)
+            if self.inception_weights != NONE:
+                log.info("%s not applied: the model dir's own checkpoint carries the encoder "
+                         "(pretrained weights only initialise a new model dir)", self.inception_weights)
         start_step = int(self.step.numpy())
         self.model_dir.mkdir(parents=True, exist_ok=True)
-        write_metadata(self.model_dir, self.model_config, self._data_metadata())
+        if encoder_init is not None:
+            write_metadata(self.model_dir, self.model_config, self._data_metadata(), encoder_init.metadata())
+            if encoder_init.pretrained:
+                (self.model_dir / ENCODER_INIT_REPORT).write_text(encoder_init.report())
         log.info(
             "training to step %d: batch %d (%d replica%s), %d steps/epoch, images %d px, vocab %d",
             cfg.steps, self.batch_size, self.strategy.num_replicas_in_sync,
@@ -155,6 +217,9 @@ class Trainer:
             summaries.close()
         path = self.checkpoints.save()
         final = int(self.step.numpy())
+        built = self.cache_build.forward_passes if self.cache_build else 0
+        log.info("encoder forward passes this run: %d for the feature cache, %d in training steps",
+                 built, self.encoder_forward_images)
         log.info("final checkpoint %s (step %d)%s", path, final, f" after {stopped_by}" if stopped_by else "")
         return TrainResult(start_step, final, path, stopped_by)
 
@@ -177,6 +242,8 @@ class Trainer:
             t1 = time.perf_counter()
             loss = float(train_step(batch))
             t2 = time.perf_counter()
+            if "image" in batch:
+                self.encoder_forward_images += self.batch_size
             step = int(self.step.numpy())
             if first:
                 first = False
@@ -201,6 +268,8 @@ class Trainer:
             "examples_per_sec": window.examples_per_sec,
             "input_wait_fraction": window.wait_fraction,
         }
+        if self.encoder_optimizer is not None:
+            values["inception_learning_rate"] = current_learning_rate(self.encoder_optimizer)
         summaries.scalars(step, values)
         log.info(
             "step %d/%d  loss %.4f  lr %.3g  %.1f examples/s  input wait %.1f%%",
@@ -241,3 +310,9 @@ class _Window:
     @property
     def wait_fraction(self) -> float:
         return self.wait / max(self.wait + self.compute, 1e-9)
+
+
+def _describe_rate(config: OptimizerConfig) -> str:
+    if config.epochs_per_decay and config.decay_factor not in (0.0, 1.0):
+        return f"{config.learning_rate:g} × {config.decay_factor:g} every {config.epochs_per_decay:g} epochs"
+    return f"{config.learning_rate:g} (constant)"

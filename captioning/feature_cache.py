@@ -1,0 +1,274 @@
+"""The phase-1 feature cache: Inception's pooled output, computed once per image and variant.
+
+While the encoder is frozen its output for an image never changes, yet im2txt recomputes it
+for every example of every step.  The cache computes it once — per image, and per augmented
+variant (``CacheConfig.variants``) — into TFRecord shards beside the dataset, and training reads
+those shards through the same ``tf.data`` pipeline as image shards (``inputs.train_pipeline``).
+
+A cache lives in ``<root>/<key digest>/`` and is found again only by the same key: the encoder's
+weight values, the image size, the preprocessing (version and augmentation settings), the number
+of variants and the dataset (its manifest and every shard's name, size and mtime).  Change any of
+them and a new cache is built; nothing is ever half-used: a build writes into a temporary
+directory and renames it into place after ``cache.json`` is written.
+
+One record per image: ``image/image_id``, ``features`` ([variants × 2048] floats), and every
+caption of the image (``captions/ids`` flattened, ``captions/lengths``), in the order of the
+source shard — so with a fixed seed and ``InputConfig.deterministic`` training on the cache sees
+exactly the examples, in exactly the order, that training on images would.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import tensorflow as tf
+from tqdm import tqdm
+
+from captioning import inputs
+from captioning.config import InputConfig
+from captioning.errors import DataError
+from captioning.manifest import MANIFEST
+from captioning.records import parse_example
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+# Bump when ``inputs.preprocess_image`` changes what the encoder is shown: old caches then miss.
+PREPROCESSING_VERSION = 1
+INFO = "cache.json"
+IMAGE_ID, FEATURES = "image/image_id", "features"
+CAPTION_IDS, CAPTION_LENGTHS = "captions/ids", "captions/lengths"
+
+Encoder = Callable[[tf.Tensor], tf.Tensor]  # images [N, S, S, 3] in [-1, 1] → features [N, D]
+
+
+def cache_key(data_dir: Path, files: Sequence[str], encoder_digest: str, image_size: int,
+              config: InputConfig, variants: int) -> dict:
+    """Everything that decides a cache's content."""
+    augmentation = None
+    if variants > 1:  # variant 0 is un-augmented; only the others depend on these settings
+        augmentation = {"crop_scale": config.crop_scale, "brightness_delta": config.brightness_delta,
+                        "contrast_range": list(config.contrast_range), "flip": config.flip}
+    shards = [[Path(f).name, os.stat(f).st_size, os.stat(f).st_mtime_ns] for f in files]
+    return {
+        "format": FORMAT,
+        "preprocessing": PREPROCESSING_VERSION,
+        "encoder_weights_sha256": encoder_digest,
+        "image_size": image_size,
+        "variants": variants,
+        "augmentation": augmentation,
+        "dataset": {"manifest_sha256": _file_sha256(data_dir / MANIFEST), "shards": shards},
+    }
+
+
+@dataclass(frozen=True)
+class BuildStats:
+    images: int
+    forward_passes: int  # encoder outputs computed (images × variants)
+    seconds: float
+
+    @property
+    def images_per_sec(self) -> float:
+        return self.images / max(self.seconds, 1e-9)
+
+
+class FeatureCache:
+    """One cache directory, identified by its key."""
+
+    def __init__(self, root: Path, key: dict) -> None:
+        self.root, self.key = root, key
+        self.digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+        self.dir = root / self.digest[:16]
+        self.variants = int(key["variants"])
+
+    def ready(self) -> bool:
+        """A complete cache for exactly this key exists."""
+        try:
+            return json.loads((self.dir / INFO).read_text())["key"] == self.key
+        except (OSError, ValueError, KeyError):
+            return False
+
+    def files(self) -> list[str]:
+        return sorted(str(p) for p in self.dir.glob("train-?????-of-?????"))
+
+    # -- building -------------------------------------------------------------------------------
+
+    def build(self, encoder: Encoder, source_files: Sequence[str], image_size: int, config: InputConfig,
+              batch_size: int) -> BuildStats:
+        """Run every image (× variants) through ``encoder`` once; publish the cache atomically."""
+        started = time.monotonic()
+        groups = [_captions_by_image(f) for f in source_files]
+        total = sum(len(g) for g in groups)
+        tmp = self.root / f".{self.dir.name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        try:
+            forward = self._forward_fn(encoder, image_size)
+            batches = inputs.checked(self._views(source_files, image_size, config, batch_size), source_files)
+            passes, feature_size = self._write(tmp, source_files, groups, batches, forward, total)
+            stats = BuildStats(total, passes, time.monotonic() - started)
+            info = {"key": self.key, "images": total, "forward_passes": passes, "feature_size": feature_size,
+                    "build_seconds": round(stats.seconds, 3),
+                    "records": [sum(len(c) for _, c in g) for g in groups]}
+            (tmp / INFO).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+            self._publish(tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return stats
+
+    def _views(self, files: Sequence[str], image_size: int, config: InputConfig,
+               batch_size: int) -> tf.data.Dataset:
+        """Each image once, in file order, as [variants, S, S, 3]: the plain view, then crops."""
+        variants = self.variants
+
+        def views(record: dict[str, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
+            image = inputs.decode_image(record["image_data"])
+            out = [inputs.preprocess_image(image, image_size, False, config)]
+            for v in range(1, variants):
+                seed = tf.stack([record["image_id"], tf.constant(v, tf.int64)])
+                out.append(inputs.preprocess_image(image, image_size, True, config, seed=seed))
+            return record["image_id"], tf.stack(out)
+
+        images = inputs.first_per_image(tf.data.TFRecordDataset(list(files)).map(parse_example))
+        ds = images.map(views, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return ds.batch(max(1, batch_size // variants)).prefetch(2)
+
+    def _forward_fn(self, encoder: Encoder, image_size: int):
+        @tf.function(input_signature=[tf.TensorSpec([None, self.variants, image_size, image_size, 3])])
+        def forward(views: tf.Tensor) -> tf.Tensor:
+            flat = tf.reshape(views, [-1, image_size, image_size, 3])
+            features = encoder(flat)
+            return tf.reshape(features, [tf.shape(views)[0], self.variants, -1])
+
+        return forward
+
+    def _write(self, tmp: Path, files: Sequence[str], groups: list[list[tuple[int, list]]],
+               batches, forward, total: int) -> tuple[int, int]:
+        """Write each image's record into the shard its images came from; (passes, feature size)."""
+        order = [(shard, image_id, captions) for shard, g in enumerate(groups) for image_id, captions in g]
+        writers = [tf.io.TFRecordWriter(str(tmp / Path(f).name)) for f in files]
+        passes, position, feature_size = 0, 0, 0
+        bar = tqdm(total=total, desc="feature cache", unit="img", file=sys.stderr,
+                   mininterval=2 if sys.stderr.isatty() else 30)
+        try:
+            for image_ids, views in batches:
+                features = forward(views).numpy()
+                passes += features.shape[0] * features.shape[1]
+                feature_size = features.shape[2]
+                for image_id, image_features in zip(image_ids.numpy(), features, strict=True):
+                    shard, expected_id, captions = order[position]
+                    if int(image_id) != expected_id:
+                        raise DataError(f"{files[shard]}: records of image {expected_id} are not "
+                                        "consecutive; rebuild the dataset")
+                    writers[shard].write(_make_record(expected_id, image_features, captions))
+                    position += 1
+                bar.update(len(image_ids))
+        finally:
+            bar.close()
+            for writer in writers:
+                writer.close()
+        if position != total:
+            raise DataError(f"{', '.join(files)}: read {position} images, expected {total}; "
+                            "rebuild the dataset")
+        return passes, feature_size
+
+    def _publish(self, tmp: Path) -> None:
+        try:
+            tmp.rename(self.dir)
+        except OSError:
+            if not self.ready():  # not another trainer that finished the same cache first
+                raise
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def train_dataset(self, config: InputConfig, batch_size: int) -> tf.data.Dataset:
+        """Endless shuffled padded batches of {features, image_id, input_ids, target_ids, mask}."""
+        return inputs.train_pipeline(self.files(), self._examples, _split, config, batch_size)
+
+    def _examples(self, path: tf.Tensor) -> tf.data.Dataset:
+        """One element per caption of each image, with one (random) variant's features."""
+        variants = self.variants
+        feature_size = json.loads((self.dir / INFO).read_text())["feature_size"]
+
+        def per_caption(record: dict[str, tf.Tensor]) -> tf.data.Dataset:
+            features = tf.reshape(record[FEATURES], [variants, feature_size])
+            pick = 0 if variants == 1 else tf.random.uniform([], 0, variants, tf.int32)
+            captions = tf.RaggedTensor.from_row_lengths(record[CAPTION_IDS], record[CAPTION_LENGTHS])
+            image_id, chosen = record[IMAGE_ID], features[pick]
+            return tf.data.Dataset.from_tensor_slices(captions).map(
+                lambda caption: {"features": chosen, "image_id": image_id, "caption": caption}
+            )
+
+        return tf.data.TFRecordDataset(path).map(_parse_record).flat_map(per_caption)
+
+
+def ensure_cache(root: Path, key: dict, encoder: Encoder, source_files: Sequence[str], image_size: int,
+                 config: InputConfig, batch_size: int) -> tuple[FeatureCache, BuildStats | None]:
+    """The cache for ``key``: reused when complete, else built now (None stats when reused)."""
+    cache = FeatureCache(root, key)
+    if cache.ready():
+        log.info("feature cache: reusing %s (%d variant%s per image; 0 encoder forward passes)",
+                 cache.dir, cache.variants, "" if cache.variants == 1 else "s")
+        return cache, None
+    others = [p.name for p in root.glob("*") if p.is_dir() and not p.name.startswith(".") and p != cache.dir]
+    log.info("feature cache: building %s (%d variant%s per image, %d px)%s", cache.dir, cache.variants,
+             "" if cache.variants == 1 else "s", image_size,
+             f"; {len(others)} other cache(s) in {root} were built for other keys" if others else "")
+    stats = cache.build(encoder, source_files, image_size, config, batch_size)
+    log.info("feature cache: %d images, %d encoder forward passes in %.1f s (%.1f images/s)",
+             stats.images, stats.forward_passes, stats.seconds, stats.images_per_sec)
+    return cache, stats
+
+
+# -- records ------------------------------------------------------------------------------------
+
+def _captions_by_image(path: str) -> list[tuple[int, list]]:
+    """[(image id, [caption ids…])] in shard order; records of an image are consecutive."""
+    groups: list[tuple[int, list]] = []
+    ds = tf.data.TFRecordDataset(path).map(parse_example).map(lambda r: (r["image_id"], r["caption"]))
+    for image_id, caption in inputs.checked(ds, [path]):
+        image_id = int(image_id)
+        if not groups or groups[-1][0] != image_id:
+            groups.append((image_id, []))
+        groups[-1][1].append(caption.numpy().tolist())
+    return groups
+
+
+def _make_record(image_id: int, features, captions: list[list[int]]) -> bytes:
+    feature = {
+        IMAGE_ID: tf.train.Feature(int64_list=tf.train.Int64List(value=[image_id])),
+        FEATURES: tf.train.Feature(float_list=tf.train.FloatList(value=features.reshape(-1))),
+        CAPTION_IDS: tf.train.Feature(int64_list=tf.train.Int64List(value=[i for c in captions for i in c])),
+        CAPTION_LENGTHS: tf.train.Feature(int64_list=tf.train.Int64List(value=[len(c) for c in captions])),
+    }
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def _parse_record(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
+    parsed = tf.io.parse_single_example(serialized, {
+        IMAGE_ID: tf.io.FixedLenFeature([], tf.int64),
+        FEATURES: tf.io.VarLenFeature(tf.float32),
+        CAPTION_IDS: tf.io.VarLenFeature(tf.int64),
+        CAPTION_LENGTHS: tf.io.VarLenFeature(tf.int64),
+    })
+    return {IMAGE_ID: parsed[IMAGE_ID], **{k: tf.sparse.to_dense(parsed[k])
+                                          for k in (FEATURES, CAPTION_IDS, CAPTION_LENGTHS)}}
+
+
+def _split(element: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    return {"features": element["features"], "image_id": element["image_id"],
+            **inputs.split_caption(element["caption"])}
+
+
+def _file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+

@@ -1,0 +1,46 @@
+"""Transfer learning policy: which phase a run is in, and the encoder's learning rate.
+
+Show and Tell trains in two phases: (1) the decoder with Inception frozen at its pretrained
+weights, (2) everything, Inception at a small rate of its own.  Phase 2 resumes phase-1
+checkpoints in the same model dir: the decoder keeps its optimizer (built on the same variables
+in the same order), the encoder gets a second optimizer whose slots start fresh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from captioning.config import IM2TXT_INCEPTION_LEARNING_RATE, OptimizerConfig
+from captioning.encoder_weights import NONE
+
+log = logging.getLogger(__name__)
+
+
+def pretrained_encoder(weights: str, recorded_init: dict | None) -> bool:
+    """Whether the encoder started from pretrained weights: ``--inception-weights`` on a new model
+    dir, else what the model dir records (the flag does not apply to an existing model)."""
+    if recorded_init is None:
+        return weights != NONE
+    return recorded_init.get("kind", NONE) != NONE
+
+
+def resolve_train_inception(flag: bool | None, pretrained: bool) -> tuple[bool, str]:
+    """``--train-inception`` as given, else frozen for a pretrained encoder — so restarting phase
+    1 without repeating the weights flag does not silently start fine-tuning."""
+    if flag is not None:
+        return flag, "--train-inception " + ("true" if flag else "false")
+    if pretrained:
+        return False, "pretrained encoder, phase 1 (pass --train-inception true to fine-tune it)"
+    return True, "encoder trained from scratch (no pretrained weights)"
+
+
+def encoder_optimizer_config(config: OptimizerConfig, pretrained: bool) -> OptimizerConfig:
+    """The encoder's optimizer: same kind and clipping; a constant rate of its own when given
+    or when the encoder was pretrained (im2txt's 0.0005); else the decoder's schedule."""
+    rate = config.inception_learning_rate
+    if rate is None and pretrained:
+        rate = IM2TXT_INCEPTION_LEARNING_RATE
+    if rate is None:
+        return config
+    return dataclasses.replace(config, learning_rate=rate, epochs_per_decay=0.0)
