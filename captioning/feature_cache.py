@@ -75,10 +75,18 @@ class BuildStats:
     images: int
     forward_passes: int  # encoder outputs computed (images × variants)
     seconds: float
+    # The first batch carries one-off costs (graph tracing, pipeline start): the steady rate
+    # after it is what a long build runs at.
+    first_batch_images: int = 0
+    first_batch_seconds: float = 0.0
 
     @property
     def images_per_sec(self) -> float:
         return self.images / max(self.seconds, 1e-9)
+
+    @property
+    def steady_images_per_sec(self) -> float:
+        return (self.images - self.first_batch_images) / max(self.seconds - self.first_batch_seconds, 1e-9)
 
 
 class FeatureCache:
@@ -114,8 +122,8 @@ class FeatureCache:
         try:
             forward = self._forward_fn(encoder, image_size)
             batches = inputs.checked(self._views(source_files, image_size, config, batch_size), source_files)
-            passes, feature_size = self._write(tmp, source_files, groups, batches, forward, total)
-            stats = BuildStats(total, passes, time.monotonic() - started)
+            passes, feature_size, first = self._write(tmp, source_files, groups, batches, forward, total)
+            stats = BuildStats(total, passes, time.monotonic() - started, first[0], first[1] - started)
             info = {"key": self.key, "images": total, "forward_passes": passes, "feature_size": feature_size,
                     "build_seconds": round(stats.seconds, 3),
                     "records": [sum(len(c) for _, c in g) for g in groups]}
@@ -152,11 +160,14 @@ class FeatureCache:
         return forward
 
     def _write(self, tmp: Path, files: Sequence[str], groups: list[list[tuple[int, list]]],
-               batches, forward, total: int) -> tuple[int, int]:
-        """Write each image's record into the shard its images came from; (passes, feature size)."""
+               batches, forward, total: int) -> tuple[int, int, tuple[int, float]]:
+        """Write each image's record into the shard its images came from.
+
+        Returns (forward passes, feature size, (images in the first batch, when it was done)).
+        """
         order = [(shard, image_id, captions) for shard, g in enumerate(groups) for image_id, captions in g]
         writers = [tf.io.TFRecordWriter(str(tmp / Path(f).name)) for f in files]
-        passes, position, feature_size = 0, 0, 0
+        passes, position, feature_size, first = 0, 0, 0, (0, time.monotonic())
         bar = tqdm(total=total, desc="feature cache", unit="img", file=sys.stderr,
                    mininterval=2 if sys.stderr.isatty() else 30)
         try:
@@ -172,6 +183,8 @@ class FeatureCache:
                     writers[shard].write(_make_record(expected_id, image_features, captions))
                     position += 1
                 bar.update(len(image_ids))
+                if not first[0]:
+                    first = (len(image_ids), time.monotonic())
         finally:
             bar.close()
             for writer in writers:
@@ -179,7 +192,7 @@ class FeatureCache:
         if position != total:
             raise DataError(f"{', '.join(files)}: read {position} images, expected {total}; "
                             "rebuild the dataset")
-        return passes, feature_size
+        return passes, feature_size, first
 
     def _publish(self, tmp: Path) -> None:
         try:
@@ -224,8 +237,9 @@ def ensure_cache(root: Path, key: dict, encoder: Encoder, source_files: Sequence
              "" if cache.variants == 1 else "s", image_size,
              f"; {len(others)} other cache(s) in {root} were built for other keys" if others else "")
     stats = cache.build(encoder, source_files, image_size, config, batch_size)
-    log.info("feature cache: %d images, %d encoder forward passes in %.1f s (%.1f images/s)",
-             stats.images, stats.forward_passes, stats.seconds, stats.images_per_sec)
+    log.info("feature cache: %d images, %d encoder forward passes in %.1f s (%.1f images/s; %.1f after "
+             "the first batch)", stats.images, stats.forward_passes, stats.seconds, stats.images_per_sec,
+             stats.steady_images_per_sec)
     return cache, stats
 
 

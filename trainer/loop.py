@@ -83,7 +83,7 @@ class Trainer:
         pretrained = pretrained_encoder(inception_weights, self.recorded_init)
         trains_encoder, why = resolve_train_inception(train_inception, pretrained)
         self.model_config = dataclasses.replace(model, train_inception=trains_encoder)
-        log.info("encoder %s: %s", "trains" if trains_encoder else "frozen", why)
+        self.phase = f"encoder {'trains' if trains_encoder else 'frozen'}: {why}"  # logged once restored
         self.input_config, self.optimizer_config, self.train_config = input, optimizer, train
         self.cache_config = cache or CacheConfig()
         self.strategy = strategy or tf.distribute.get_strategy()
@@ -105,7 +105,7 @@ class Trainer:
                 config = encoder_optimizer_config(optimizer, pretrained)
                 self.encoder_optimizer = build_optimizer(config, self.steps_per_epoch)
                 self.encoder_optimizer.build(self.model.encoder.trainable_weights)
-                log.info("encoder learning rate %s", _describe_rate(config))
+                self.phase += f"; encoder learning rate {_describe_rate(config)}"
             self.step = tf.Variable(
                 0, dtype=tf.int64, trainable=False, name="global_step",
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
@@ -192,6 +192,7 @@ class Trainer:
             if self.inception_weights != NONE:
                 log.info("%s not applied: the model dir's own checkpoint carries the encoder "
                          "(pretrained weights only initialise a new model dir)", self.inception_weights)
+        log.info("%s", self.phase)
         start_step = int(self.step.numpy())
         self.model_dir.mkdir(parents=True, exist_ok=True)
         if encoder_init is not None:

@@ -1,0 +1,144 @@
+"""Transfer learning as a user runs it: ``showtell train --inception-weights`` (phase 1, frozen),
+then ``--train-inception true`` (phase 2) in the same model dir; the evaluator needs only the
+checkpoints; bad weights and offline ``imagenet`` fail in one line with nothing written."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from captioning.encoder_weights import IMAGENET_FILE
+from captioning.model import build_model
+from captioning.modeldir import read_model_config
+from tests import weights_files
+from tests.conftest import ROOT, TINY_MODEL, error_lines, run_showtell, showtell_cmd, subprocess_env
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("pretrained")
+    encoder = weights_files.random_encoder(75, seed=11)
+    path = weights_files.save_keras3(encoder, out / "inception.weights.h5")
+    return {"path": path, "values": weights_files.values(encoder)}
+
+
+def restored(checkpoint: Path):
+    model = build_model(read_model_config(checkpoint.parent))
+    tf.train.Checkpoint(model=model).restore(str(checkpoint)).expect_partial().assert_existing_objects_matched()
+    return model
+
+
+def numpy(variables) -> list[np.ndarray]:
+    return [v.numpy() for v in variables]
+
+
+def step_of(checkpoint: Path) -> int:
+    return int(tf.train.load_variable(str(checkpoint), "step/.ATTRIBUTES/VARIABLE_VALUE"))
+
+
+def test_frozen_phase_then_fine_tune(tiny_data: Path, pretrained: dict, tmp_path: Path):
+    model_dir = tmp_path / "model"
+    common = ["train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
+              "--save-every-secs", "0", "--save-every-steps", "1", "--keep", "10", "--feature-cache", "false"]
+    phase1 = run_showtell(*common, "--steps", "3", "--inception-weights", str(pretrained["path"]))
+    assert phase1.returncode == 0, phase1.stderr[-3000:]
+    assert "encoder frozen: pretrained encoder, phase 1" in phase1.stderr
+    assert "376 tensors loaded" in phase1.stderr
+
+    first, third = restored(model_dir / "ckpt-1"), restored(model_dir / "ckpt-3")
+    for model in (first, third):  # kernels, betas and BN moving statistics: exactly the file's
+        for got, want in zip(numpy(model.encoder.weights), pretrained["values"], strict=True):
+            np.testing.assert_array_equal(got, want)
+    for before, after in zip(numpy(first.decoder_weights), numpy(third.decoder_weights), strict=True):
+        assert not np.array_equal(before, after), "a decoder variable did not train"
+
+    record = json.loads((model_dir / "showtell-model.json").read_text())["encoder_init"]
+    assert record["sha256"] == hashlib.sha256(pretrained["path"].read_bytes()).hexdigest()
+    assert record["kind"] == "keras-weights-h5" and record["tensors"] == 376
+    report = (model_dir / "encoder-init.tsv").read_text().splitlines()
+    assert len(report) == 1 + 376 and report[1].startswith("layers/conv2d/vars/0\t")
+
+    # Self-contained checkpoints: the evaluator needs neither the weights file nor a flag.
+    moved = pretrained["path"].rename(tmp_path / "elsewhere.h5")
+    try:
+        evaluated = run_showtell("evaluate", "--once", "--json", "--model-dir", str(model_dir),
+                                 "--data", str(tiny_data), "--checkpoint", str(model_dir / "ckpt-3"))
+        assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+        assert json.loads(evaluated.stdout)["step"] == 3
+
+        # Phase 2 in the same dir: resumes at step 3; the encoder optimizer starts fresh.
+        phase2 = run_showtell(*common, "--steps", "5", "--train-inception", "true",
+                              "--inception-learning-rate", "0.01")
+    finally:
+        moved.rename(pretrained["path"])
+    assert phase2.returncode == 0, phase2.stderr[-3000:]
+    assert "resumed from" in phase2.stderr and "ckpt-3 at step 3" in phase2.stderr
+    assert "encoder_optimizer is not in" in phase2.stderr
+    assert "encoder learning rate 0.01 (constant)" in phase2.stderr
+    assert step_of(model_dir / "ckpt-5") == 5
+    fifth = restored(model_dir / "ckpt-5")
+    changed = {w.path.split("/")[-1]: 0 for w in fifth.encoder.weights}
+    for w, want in zip(fifth.encoder.weights, pretrained["values"], strict=True):
+        changed[w.path.split("/")[-1]] += not np.array_equal(w.numpy(), want)
+    assert changed["kernel"] == 94 and changed["beta"] == 94, changed
+    assert changed["moving_mean"] == 94 and changed["moving_variance"] == 94, changed
+
+    # Back to a phase-2 restart: its encoder optimizer state is restored, not started over.
+    again = run_showtell(*common, "--steps", "6", "--train-inception", "true")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "encoder_optimizer is not in" not in again.stderr and step_of(model_dir / "ckpt-6") == 6
+
+
+def _untouched(model_dir: Path) -> bool:
+    return not model_dir.exists() or not any(model_dir.iterdir())
+
+
+def test_bad_weights_file_is_one_line_and_writes_nothing(tiny_data: Path, pretrained: dict,
+                                                         tmp_path: Path):
+    import h5py
+
+    bad = tmp_path / "bad.weights.h5"
+    bad.write_bytes(pretrained["path"].read_bytes())
+    with h5py.File(bad, "a") as f:
+        del f["layers/conv2d_17/vars/0"]
+    model_dir = tmp_path / "model"
+    result = run_showtell("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
+                          "--steps", "2", "--inception-weights", str(bad))
+    lines = error_lines(result.stderr)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert lines[-1].startswith("showtell train: error: --inception-weights ")
+    assert "bad.weights.h5" in lines[-1]
+    assert "tensor layers/conv2d_17/vars/0 is missing (expected shape [" in lines[-1]
+    assert "Traceback" not in result.stderr and _untouched(model_dir)
+
+
+def test_imagenet_offline_fails_fast_with_what_to_do(tiny_data: Path, tmp_path: Path):
+    import subprocess
+
+    env = {**subprocess_env(), "KERAS_HOME": str(tmp_path / "keras")}  # no cached download
+    model_dir = tmp_path / "model"
+    started = time.monotonic()
+    result = subprocess.run(
+        showtell_cmd("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
+                     "--steps", "2", "--inception-weights", "imagenet"),
+        capture_output=True, text=True, timeout=240, env=env, cwd=ROOT,
+    )
+    elapsed = time.monotonic() - started
+    if result.returncode == 0:
+        pytest.skip("this machine reached storage.googleapis.com: the download worked")
+    error = error_lines(result.stderr)[-1]
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert error.startswith("showtell train: error: --inception-weights imagenet: cannot download ")
+    assert f"pass --inception-weights /path/to/{IMAGENET_FILE}" in error
+    assert elapsed < 90, f"took {elapsed:.0f} s"  # DNS failure here is immediate; connect timeout is 30 s
+    assert _untouched(model_dir)
+    assert not os.path.exists(tmp_path / "keras" / "models" / IMAGENET_FILE)  # no half download left
