@@ -37,6 +37,7 @@ bench: install
 	$(BIN)/python bench/input_pipeline.py
 	$(BIN)/python bench/evaluator_latency.py
 	$(BIN)/python bench/grpc_throughput.py
+	$(BIN)/python bench/feature_cache.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -92,10 +92,16 @@ def test_frozen_phase_then_fine_tune(tiny_data: Path, pretrained: dict, tmp_path
     assert changed["kernel"] == 94 and changed["beta"] == 94, changed
     assert changed["moving_mean"] == 94 and changed["moving_variance"] == 94, changed
 
-    # Back to a phase-2 restart: its encoder optimizer state is restored, not started over.
-    again = run_showtell(*common, "--steps", "6", "--train-inception", "true")
+    # A phase-2 restart: its encoder optimizer state is restored, not started over, and weights
+    # passed again do not overwrite the trained encoder.
+    again = run_showtell(*common, "--steps", "6", "--train-inception", "true",
+                         "--inception-weights", str(pretrained["path"]))
     assert again.returncode == 0, again.stderr[-3000:]
     assert "encoder_optimizer is not in" not in again.stderr and step_of(model_dir / "ckpt-6") == 6
+    not_applied = f"{pretrained['path']} not applied: the model dir's own checkpoint carries the encoder"
+    assert not_applied in again.stderr
+    sixth = restored(model_dir / "ckpt-6")
+    assert not np.array_equal(sixth.encoder.weights[0].numpy(), pretrained["values"][0])
 
 
 def _untouched(model_dir: Path) -> bool:
