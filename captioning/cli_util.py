@@ -71,6 +71,8 @@ def setup_logging(verbose: bool = False) -> None:
         stream=sys.stderr,
     )
     logging.getLogger("absl").setLevel(logging.ERROR)
+    if not verbose:  # TensorFlow's own INFO lines (closure waits, reduce plans) drown ours
+        logging.getLogger("tensorflow").setLevel(logging.WARNING)
 
 
 def run_command(prog: str, fn: Callable[[], int]) -> int:

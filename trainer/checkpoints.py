@@ -61,19 +61,21 @@ class Checkpoints:
     """
 
     def __init__(self, model_dir: Path, step: tf.Variable, keep: int, optional: dict | None = None,
-                 **trackables) -> None:
-        self.model_dir = model_dir
+                 write_dir: Path | None = None, **trackables) -> None:
+        self.model_dir = model_dir  # restored from; written to unless ``write_dir`` is given
         self.step = step
         self.required = {"step": step, **trackables}
         self.optional = optional or {}
         self.checkpoint = tf.train.Checkpoint(**self.required, **self.optional)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, str(model_dir), max_to_keep=keep)
+        self.manager = tf.train.CheckpointManager(self.checkpoint, str(write_dir or model_dir),
+                                                  max_to_keep=1 if write_dir else keep)
 
     def restore_latest(self) -> int | None:
         """Restore the newest checkpoint; None when the directory has none."""
-        path = self.manager.latest_checkpoint
+        path = tf.train.latest_checkpoint(str(self.model_dir))
         if not path:
             return None
+        self.restored_from = path
         hint = "move that checkpoint aside or use a new --model-dir"
         present = _top_level_objects(path, hint)
         optional = {name: obj for name, obj in self.optional.items() if name in present}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from captioning.config import (
     TrainConfig,
     replace_some,
 )
+from trainer.cluster import STRATEGIES  # no TensorFlow import: --help stays instant
 
 PROG = "showtell train"
 log = logging.getLogger(__name__)
@@ -113,6 +115,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--histogram-every-steps", type=positive_int, default=t.histogram_every_steps)
     p.add_argument("--shuffle-buffer", type=positive_int, default=i.shuffle_buffer)
     p.add_argument("--seed", type=int, default=t.seed)
+    d = p.add_argument_group("distribution (tf.distribute)")
+    d.add_argument("--strategy", choices=STRATEGIES, default="auto",
+                   help="auto: mirrored over several GPUs, else one_device; with a cluster, "
+                        "parameter_server if it has ps tasks, else multi_worker")
+    d.add_argument("--devices", type=_device_list, help="towers for mirrored / the device for one_device, "
+                                                        "e.g. GPU:0,GPU:1 (default: all GPUs)")
+    d.add_argument("--logical-cpus", type=positive_int,
+                   help="split the CPU into N logical devices (towers without GPUs, for tests)")
+    d.add_argument("--ps-hosts", help="h:p,… parameter servers (or TF_CONFIG)")
+    d.add_argument("--worker-hosts", help="h:p,… workers")
+    d.add_argument("--chief-host", help="h:p of the chief (parameter_server's coordinator)")
+    d.add_argument("--job-name", help="this task's job: chief, worker or ps")
+    d.add_argument("--task-index", type=int, help="this task's index in its job (default 0)")
+    d.add_argument("--log-device-placement", action="store_true",
+                   help="log every op's device (TensorFlow's own, very verbose)")
     p.add_argument("-v", "--verbose", action="store_true")
 
 
@@ -144,15 +161,30 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.verbose)
 
     def body() -> int:
+        from trainer import strategy as strategies
+        from trainer.cluster import check_for_strategy, from_flags, from_tf_config
         from trainer.loop import Trainer
         from trainer.signals import StopRequest
 
         stop = StopRequest().install()  # early: a SIGTERM during start-up still saves cleanly
+        cluster = from_flags(args.ps_hosts, args.worker_hosts, args.chief_host, args.job_name,
+                             args.task_index) or from_tf_config(os.environ.get("TF_CONFIG"))
+        name = strategies.resolve_name(args.strategy, cluster)
+        check_for_strategy(cluster, name)
+        strategies.configure_devices(args.logical_cpus, args.log_device_placement)
+        if cluster is not None:
+            log.info("this task: %s", cluster.describe())
+        if name == "parameter_server" and cluster.task_type != "chief":
+            return _serve(cluster, stop)
+        chosen = strategies.choose(name, args.devices, cluster)
+        log.info("strategy %s (%s)", chosen.name, chosen.why)
         model, inputs, optimizer, train = configs(args)
         cache = CacheConfig(enabled=args.feature_cache, variants=args.cache_variants, root=args.cache_dir)
         trainer = Trainer(args.data, args.model_dir, model, inputs, optimizer, train,
-                          image_size=args.image_size, inception_weights=args.inception_weights,
-                          train_inception=args.train_inception, cache=cache)
+                          image_size=args.image_size, strategy=chosen.strategy,
+                          inception_weights=args.inception_weights, train_inception=args.train_inception,
+                          cache=cache, coordinator=chosen.coordinator,
+                          is_chief=cluster is None or cluster.is_chief)
         result = trainer.run(stop)
         log.info("done: step %d → %d", result.start_step, result.final_step)
         return 0
@@ -160,10 +192,34 @@ def run(args: argparse.Namespace) -> int:
     return run_command(PROG, body)
 
 
+def _serve(cluster, stop) -> int:
+    """A ps or worker task of a parameter-server cluster: serve until SIGTERM/SIGINT."""
+    import time
+
+    from trainer.strategy import serve
+
+    server = serve(cluster)
+    log.info("serving %s:%d at %s until stopped", cluster.task_type, cluster.task_index, server.target)
+    while not stop:
+        time.sleep(0.2)
+    log.info("stopping %s:%d (%s)", cluster.task_type, cluster.task_index, stop.reason)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog=PROG, description="Train Show and Tell; checkpoints on a schedule.")
     add_arguments(parser)
     return run(parser.parse_args(argv))
+
+
+def _device_list(text: str) -> list[str]:
+    devices = [d.strip() for d in text.split(",") if d.strip()]
+    if not devices:
+        raise argparse.ArgumentTypeError(f"expected DEVICE[,DEVICE…] such as GPU:0,GPU:1 (got '{text}')")
+    return devices
+
+
+_device_list.__name__ = "device list"
 
 
 def argument_problem(args: argparse.Namespace) -> str | None:

@@ -29,3 +29,22 @@ class TrainSummaries:
 
     def close(self) -> None:
         self.writer.close()
+
+
+class NoSummaries(TrainSummaries):
+    """What a non-chief task writes: nothing (only the chief writes summaries)."""
+
+    def __init__(self) -> None:
+        pass
+
+    def scalars(self, step: int, values: dict[str, float]) -> None:
+        pass
+
+    def histograms(self, step: int, model: ShowAndTell) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,147 @@
+"""Which ``tf.distribute`` strategy trains, on which devices — and the servers of a cluster.
+
+* ``one_device``: one GPU (or the CPU).
+* ``mirrored``: synchronous towers, one replica per device (``--devices`` or every visible GPU;
+  ``--logical-cpus N`` splits the CPU so towers run, and are tested, without GPUs).
+* ``multi_worker``: synchronous all-reduce across worker processes (``MultiWorkerMirroredStrategy``).
+* ``parameter_server``: asynchronous PS training; variables live on the ps tasks (placed
+  round-robin across them, and large ones split into shards when there are several), the chief
+  coordinates and workers run the steps.
+* ``auto``: mirrored over GPUs when several are visible, one_device otherwise; with a cluster,
+  parameter_server if it has ps tasks, else multi_worker.
+
+Device setup (logical CPUs, soft placement) must happen before TensorFlow initialises its
+runtime, so ``configure_devices`` runs first thing in the trainer process.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+from trainer.cluster import Cluster, ClusterError
+
+log = logging.getLogger(__name__)
+
+# Smallest variable worth splitting across ps tasks; smaller ones are placed whole, round-robin.
+MIN_SHARD_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class Chosen:
+    strategy: tf.distribute.Strategy
+    name: str
+    why: str
+    coordinator: object | None = None  # ClusterCoordinator under parameter_server
+
+
+def configure_devices(logical_cpus: int | None, log_placement: bool = False) -> None:
+    """Split the CPU into logical devices and keep CPU-only ops placeable on GPU hosts."""
+    if logical_cpus and logical_cpus > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(logical_cpus)]
+        )
+    tf.config.set_soft_device_placement(True)
+    if log_placement:
+        tf.debugging.set_log_device_placement(True)
+
+
+def _device(name: str) -> str:
+    """``GPU:0`` → ``/gpu:0``; full device names pass through."""
+    name = name.strip()
+    return name if name.startswith("/") else "/" + name.lower()
+
+
+def resolve_name(name: str, cluster: Cluster | None) -> str:
+    """``auto`` with a cluster: parameter_server if it has ps tasks, else multi_worker.  Without
+    one, ``auto`` stays until ``choose`` sees the devices."""
+    if name == "auto" and cluster is not None:
+        return "parameter_server" if cluster.count("ps") else "multi_worker"
+    return name
+
+
+def choose(name: str, devices: list[str] | None, cluster: Cluster | None) -> Chosen:
+    """Build the strategy ``name`` for this process (``auto``: by the GPUs visible).
+
+    Cluster strategies are created before anything lists devices: listing initialises the
+    runtime, after which collective ops can no longer be configured.
+    """
+    if name in ("multi_worker", "parameter_server"):
+        return _cluster_strategy(name, cluster)
+    gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
+    cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
+    why = f"--strategy {name}"
+    if name == "auto":
+        if len(gpus) > 1:
+            name, why = "mirrored", f"auto: {len(gpus)} GPUs visible"
+        else:
+            name, why = "one_device", f"auto: {len(gpus) or 'no'} GPU{'' if len(gpus) == 1 else 's'} visible"
+    if name == "one_device":
+        device = _device(devices[0]) if devices else (gpus[0] if gpus else cpus[0])
+        return Chosen(tf.distribute.OneDeviceStrategy(device), name, f"{why}, on {device}")
+    chosen = [_device(d) for d in devices] if devices else (gpus or cpus)
+    return Chosen(tf.distribute.MirroredStrategy(chosen), name, f"{why}, towers on {', '.join(chosen)}")
+
+
+def _cluster_strategy(name: str, cluster: Cluster | None) -> Chosen:
+    if cluster is None:
+        raise ClusterError(f"--strategy {name} needs a cluster (TF_CONFIG or the --*-hosts flags)")
+    why = f"--strategy {name}, cluster from {cluster.source}"
+    resolver = cluster_resolver(cluster)
+    if name == "multi_worker":
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+        return Chosen(strategy, name, f"{why}, {cluster.count('worker') + cluster.count('chief')} workers")
+    partitioner = None
+    if cluster.count("ps") > 1:
+        partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
+            min_shard_bytes=MIN_SHARD_BYTES, max_shards=cluster.count("ps"))
+    strategy = tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    return Chosen(strategy, name, f"{why}, {cluster.count('ps')} ps, {cluster.count('worker')} workers",
+                  coordinator)
+
+
+def cluster_resolver(cluster: Cluster) -> tf.distribute.cluster_resolver.ClusterResolver:
+    return tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(cluster.jobs), task_type=cluster.task_type, task_id=cluster.task_index,
+        rpc_layer="grpc",
+    )
+
+
+def serve(cluster: Cluster) -> tf.distribute.Server:
+    """Start this ps/worker task's server (parameter_server mode); the caller waits on it.
+
+    Workers get ``inter_op_parallelism_threads ≥ workers + 1``: with fewer, the coordinator's
+    first scheduled step hangs on a 2-core machine (measured; TF's own test clusters do this).
+    """
+    config = tf.compat.v1.ConfigProto()
+    config.inter_op_parallelism_threads = cluster.count("worker") + 1
+    return tf.distribute.Server(tf.train.ClusterSpec(cluster.jobs), job_name=cluster.task_type,
+                                task_index=cluster.task_index, protocol="grpc", config=config, start=True)
+
+
+def placement(strategy: tf.distribute.Strategy, variables: list, workers: int | None = None) -> str:
+    """Where the replicas run and where the variables live (count and MB per device)."""
+    per_device: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for variable in variables:
+        for value in _components(strategy, variable):
+            entry = per_device[value.device or "(default)"]
+            entry[0] += 1
+            entry[1] += value.shape.num_elements() * value.dtype.size
+    replicas = [f"{workers} workers (one replica each)"] if workers else \
+        list(getattr(strategy.extended, "worker_devices", ()) or ())
+    where = ", ".join(f"{d}: {n} variables, {size / 2**20:.1f} MB"
+                      for d, (n, size) in sorted(per_device.items()))
+    return f"replicas on {', '.join(replicas) or 'the cluster workers'}; variables on {where}"
+
+
+def _components(strategy: tf.distribute.Strategy, variable) -> list:
+    """The concrete tf.Variables behind a Keras variable: one per tower, shard or ps task."""
+    value = getattr(variable, "value", variable)  # a Keras variable's backing tf variable
+    if hasattr(value, "variables") and not isinstance(value, tf.Variable):  # sharded across ps
+        return list(value.variables)
+    return list(strategy.experimental_local_results(value))
