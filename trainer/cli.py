@@ -198,6 +198,7 @@ def _serve(cluster, stop) -> int:
 
     from trainer.strategy import serve
 
+    stop.action = "stopping the server"
     server = serve(cluster)
     log.info("serving %s:%d at %s until stopped", cluster.task_type, cluster.task_index, server.target)
     while not stop:

@@ -14,6 +14,7 @@ log = logging.getLogger(__name__)
 
 class StopRequest:
     def __init__(self) -> None:
+        self.action = "finishing the current step and saving a checkpoint"  # what the log says
         self._event = threading.Event()
         self.reason: str | None = None
         self._previous: dict[int, object] = {}
@@ -31,7 +32,7 @@ class StopRequest:
 
     def _handle(self, signum: int, frame) -> None:
         name = signal.Signals(signum).name
-        log.warning("%s received: finishing the current step and saving a checkpoint", name)
+        log.warning("%s received: %s", name, self.action)
         self.request(name)
         signal.signal(signum, signal.SIG_DFL)
 

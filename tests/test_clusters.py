@@ -1,0 +1,147 @@
+"""Real local clusters as separate processes on 127.0.0.1.
+
+* parameter_server: 1 ps, 2 workers, a chief, and an evaluator following the checkpoints; a
+  worker killed mid-training is survived; a killed ps fails the chief in one line, and the
+  restarted cluster resumes from the last checkpoint with the global step intact; every process
+  started is stopped cleanly (SIGTERM → exit 0).
+* multi_worker: 2 worker processes train synchronously; only the chief (worker 0) writes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import grpc
+import pytest
+import tensorflow as tf
+
+from showtell.v1 import metrics_pb2
+from tests.conftest import Procs, error_lines, metrics_stub, start_evaluator, wait_for
+
+pytestmark = pytest.mark.e2e
+
+MODEL = ["--embedding-size", "32", "--lstm-units", "32", "--batch-size", "4", "--optimizer", "adam",
+         "--learning-rate", "0.001", "--save-every-secs", "0", "--log-every-steps", "2"]
+
+
+def free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def logged_step(log: Path) -> int:
+    steps = re.findall(r"step (\d+)/\d+", log.read_text())
+    return int(steps[-1]) if steps else 0
+
+
+def stop_cleanly(proc: subprocess.Popen, log: Path) -> None:
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0, log.read_text()[-2000:]
+
+
+def step_of(checkpoint: str) -> int:
+    return int(tf.train.load_variable(checkpoint, "step/.ATTRIBUTES/VARIABLE_VALUE"))
+
+
+def test_parameter_server_cluster(tiny_data: Path, tmp_path: Path, procs: Procs):
+    ps, w0, w1, chief = (f"127.0.0.1:{p}" for p in free_ports(4))
+    model_dir = tmp_path / "model"
+    cluster = ["--strategy", "parameter_server", "--ps-hosts", ps, "--worker-hosts", f"{w0},{w1}",
+               "--chief-host", chief]
+    base = ["train", "--data", str(tiny_data), "--model-dir", str(model_dir), *MODEL, *cluster]
+
+    def task(job: str, index: int, *extra: str) -> tuple[subprocess.Popen, Path]:
+        log = tmp_path / f"{job}{index}-{len(procs.started)}.log"
+        return procs.start(*base, "--job-name", job, "--task-index", str(index), *extra, log=log), log
+
+    servers = {"ps": task("ps", 0), "w0": task("worker", 0), "w1": task("worker", 1)}
+    evaluator, port = start_evaluator(procs, model_dir, tiny_data, tmp_path / "eval",
+                                      tmp_path / "eval.log", "--policy", "latest", "--max-eval-examples", "4")
+    coordinator, chief_log = task("chief", 0, "--steps", "24", "--save-every-steps", "4")
+
+    # A worker lost mid-training: the coordinator re-runs its steps on the other and goes on.
+    wait_for(lambda: logged_step(chief_log) >= 8 or coordinator.poll() is not None, 300, "8 steps")
+    os.kill(servers["w1"][0].pid, signal.SIGKILL)
+    assert coordinator.wait(timeout=600) == 0, chief_log.read_text()[-3000:]
+    text = chief_log.read_text()
+    assert "Worker /job:worker/replica:0/task:1 failed" in text
+    assert "placement: replicas on 2 workers (one replica each); variables on /job:ps/replica:0/task:0" \
+        in text
+    state = tf.train.get_checkpoint_state(str(model_dir))
+    assert Path(state.model_checkpoint_path).name == "ckpt-24" and step_of(state.model_checkpoint_path) == 24
+
+    # The evaluator, running all along, evaluated the final checkpoint the coordinator wrote.
+    channel, stub = metrics_stub(port)
+    with channel:
+        latest = wait_for(lambda: _latest(stub, 24), 300, "the evaluation of ckpt-24")
+    assert latest.status == metrics_pb2.Evaluation.OK and latest.metrics["loss"] > 0
+
+    # A lost ps: the chief fails in one line; the restarted cluster resumes at the last checkpoint.
+    w1 = task("worker", 1)
+    coordinator, chief_log = task("chief", 0, "--steps", "60", "--save-every-steps", "4")
+    wait_for(lambda: logged_step(chief_log) >= 32 or coordinator.poll() is not None, 300, "step 32")
+    os.kill(servers["ps"][0].pid, signal.SIGKILL)
+    assert coordinator.wait(timeout=300) == 1, chief_log.read_text()[-3000:]
+    # One line of ours (TensorFlow's C++ threads may still print their gRPC details around it).
+    [error] = [line for line in error_lines(chief_log.read_text())
+               if line.startswith("showtell train: error")]
+    assert error.startswith("showtell train: error: the training cluster failed: parameter server "
+                            "/job:ps/task:0 is unreachable"), error
+    saved = step_of(tf.train.latest_checkpoint(str(model_dir)))
+    assert 28 <= saved < 60
+
+    new_ps, new_ps_log = task("ps", 0)
+    coordinator, chief_log = task("chief", 0, "--steps", str(saved + 4), "--save-every-steps", "4")
+    assert coordinator.wait(timeout=600) == 0, chief_log.read_text()[-3000:]
+    assert f"ckpt-{saved} at step {saved}" in chief_log.read_text()
+    assert step_of(tf.train.latest_checkpoint(str(model_dir))) == saved + 4
+
+    for proc, log in (servers["w0"], w1, (new_ps, new_ps_log)):
+        stop_cleanly(proc, log)
+    stop_cleanly(evaluator, tmp_path / "eval.log")
+
+
+def _latest(stub, step: int):
+    try:
+        reply = stub.GetLatest(metrics_pb2.GetLatestRequest(), timeout=5)
+    except grpc.RpcError:
+        return None
+    return reply if reply.global_step == step else None
+
+
+def test_multi_worker_trains_synchronously_and_only_the_chief_writes(tiny_data: Path, tmp_path: Path,
+                                                                     procs: Procs):
+    hosts = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))
+    model_dir = tmp_path / "model"
+    workers = []
+    for index in range(2):
+        log = tmp_path / f"worker{index}.log"
+        proc = procs.start("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *MODEL,
+                           "--strategy", "multi_worker", "--worker-hosts", hosts, "--job-name", "worker",
+                           "--task-index", str(index), "--steps", "6", "--save-every-steps", "3", log=log)
+        workers.append((proc, log))
+    for proc, log in workers:
+        assert proc.wait(timeout=600) == 0, log.read_text()[-3000:]
+    chief, other = (log.read_text() for _, log in workers)
+    assert "global batch 8 = 4 per replica × 2 replicas" in chief
+    for text in (chief, other):
+        assert re.search(r"step 6/6  loss (\d+\.\d+)", text)
+    # Synchronous: both workers report the same (all-reduced) losses.
+    losses = [re.findall(r"step \d+/6  loss (\d+\.\d+)", text) for text in (chief, other)]
+    assert losses[0] == losses[1] and len(losses[0]) >= 2
+    state = tf.train.get_checkpoint_state(str(model_dir))
+    assert [Path(p).name for p in state.all_model_checkpoint_paths] == ["ckpt-3", "ckpt-6"]
+    assert step_of(state.model_checkpoint_path) == 6
+    scratch = re.search(r"saved checkpoint (\S*showtell-worker-\S+)/ckpt-6", other)
+    assert scratch and not Path(scratch.group(1)).exists()  # the non-chief's copy is gone
