@@ -1,0 +1,94 @@
+"""``deploy/k8s/tfjob.yaml``: a Kubeflow TFJob (Chief, PS, Worker, Evaluator) whose pods pass the
+Kubernetes API schema, whose commands are flags our CLIs accept, and whose evaluator mounts the
+checkpoint volume read-only."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+MANIFEST = ROOT / "deploy" / "k8s" / "tfjob.yaml"
+K8S_VERSION = "1.37"
+
+
+@pytest.fixture(scope="module")
+def documents() -> list[dict]:
+    return list(yaml.safe_load_all(MANIFEST.read_text()))
+
+
+@pytest.fixture(scope="module")
+def tfjob(documents) -> dict:
+    [job] = [d for d in documents if d["kind"] == "TFJob"]
+    return job
+
+
+def test_every_kubernetes_object_passes_the_api_schema(documents, tfjob):
+    for doc in documents:
+        if doc["kind"] != "TFJob":  # a custom resource: its pod templates are checked below
+            kubernetes_validate.validate(doc, desired_version=K8S_VERSION, strict=True)
+    for name, replica in tfjob["spec"]["tfReplicaSpecs"].items():
+        pod = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": name.lower()},
+               "template": replica["template"]}
+        kubernetes_validate.validate(pod, desired_version=K8S_VERSION, strict=True)
+    with pytest.raises(kubernetes_validate.ValidationError):  # the check can fail
+        kubernetes_validate.validate({**documents[0], "spec": {"accesModes": ["ReadWriteMany"]}},
+                                     desired_version=K8S_VERSION, strict=True)
+
+
+def test_tfjob_has_the_four_roles_and_operator_conventions(tfjob):
+    assert tfjob["apiVersion"] == "kubeflow.org/v1"
+    specs = tfjob["spec"]["tfReplicaSpecs"]
+    assert set(specs) == {"Chief", "PS", "Worker", "Evaluator"}
+    assert specs["Chief"]["replicas"] == 1
+    assert specs["PS"]["replicas"] >= 1 and specs["Worker"]["replicas"] >= 2
+    for replica in specs.values():
+        [container] = replica["template"]["spec"]["containers"]
+        assert container["name"] == "tensorflow" and replica["restartPolicy"] in ("OnFailure", "Always")
+
+
+def _parse(module: str, argv: list[str]) -> argparse.Namespace:
+    """Parse with the real CLI's parser; argparse exits on an unknown or malformed flag."""
+    import importlib
+
+    cli = importlib.import_module(module)
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    cli.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_commands_are_flags_the_clis_accept(tfjob):
+    specs = tfjob["spec"]["tfReplicaSpecs"]
+    for role in ("Chief", "PS", "Worker"):
+        [container] = specs[role]["template"]["spec"]["containers"]
+        assert container["command"] == ["showtell", "train"]
+        args = _parse("trainer.cli", container["args"])
+        assert args.strategy == "parameter_server" and args.job_name is None  # cluster from TF_CONFIG
+        assert args.model_dir == Path("/checkpoints/model")
+    [evaluator] = specs["Evaluator"]["template"]["spec"]["containers"]
+    assert evaluator["command"] == ["showtell", "evaluate"]
+    args = _parse("evaluator.cli", evaluator["args"])
+    assert str(args.model_dir) == "/checkpoints/model" and args.poll_secs > 0
+
+
+def test_evaluator_reads_the_checkpoints_read_only_and_trainers_write_them(tfjob):
+    specs = tfjob["spec"]["tfReplicaSpecs"]
+
+    def mounts(role: str) -> dict[str, dict]:
+        pod = specs[role]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        [container] = pod["containers"]
+        return {m["mountPath"]: {**m, "claim": volumes[m["name"]].get("persistentVolumeClaim", {})}
+                for m in container["volumeMounts"]}
+
+    evaluator = mounts("Evaluator")["/checkpoints"]
+    assert evaluator["readOnly"] is True and evaluator["claim"]["readOnly"] is True
+    for role in ("Chief", "PS", "Worker"):
+        trainer = mounts(role)["/checkpoints"]
+        assert not trainer.get("readOnly")
+        assert trainer["claim"]["claimName"] == evaluator["claim"]["claimName"]
