@@ -38,6 +38,8 @@ bench: install
 	$(BIN)/python bench/evaluator_latency.py
 	$(BIN)/python bench/grpc_throughput.py
 	$(BIN)/python bench/feature_cache.py
+	$(BIN)/python bench/strategies.py
+	$(BIN)/python bench/ps_cluster.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -177,14 +177,14 @@ def run(args: argparse.Namespace) -> int:
         if name == "parameter_server" and cluster.task_type != "chief":
             return _serve(cluster, stop)
         chosen = strategies.choose(name, args.devices, cluster)
-        log.info("strategy %s (%s)", chosen.name, chosen.why)
         model, inputs, optimizer, train = configs(args)
         cache = CacheConfig(enabled=args.feature_cache, variants=args.cache_variants, root=args.cache_dir)
         trainer = Trainer(args.data, args.model_dir, model, inputs, optimizer, train,
                           image_size=args.image_size, strategy=chosen.strategy,
                           inception_weights=args.inception_weights, train_inception=args.train_inception,
                           cache=cache, coordinator=chosen.coordinator,
-                          is_chief=cluster is None or cluster.is_chief)
+                          is_chief=cluster is None or cluster.is_chief,
+                          strategy_note=f"strategy {chosen.name} ({chosen.why})")
         result = trainer.run(stop)
         log.info("done: step %d → %d", result.start_step, result.final_step)
         return 0

@@ -79,6 +79,7 @@ class Trainer:
         cache: CacheConfig | None = None,
         coordinator=None,
         is_chief: bool = True,
+        strategy_note: str | None = None,
     ) -> None:
         self.data_dir, self.model_dir = data_dir, model_dir
         self.manifest, self.vocab = load_dataset(data_dir)
@@ -95,6 +96,7 @@ class Trainer:
         self.cache_config = cache or CacheConfig()
         self.strategy = strategy or tf.distribute.get_strategy()
         self.coordinator = coordinator  # a ClusterCoordinator: parameter-server training
+        self.strategy_note = strategy_note or f"strategy {type(self.strategy).__name__}"
         self.is_chief = is_chief  # only the chief writes checkpoints, summaries and metadata
         self.multi_worker = isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
         self._agree_fn = None
@@ -219,6 +221,7 @@ class Trainer:
                 log.info("%s not applied: the model dir's own checkpoint carries the encoder "
                          "(pretrained weights only initialise a new model dir)", self.inception_weights)
         log.info("%s", self.phase)
+        log.info("%s", self.strategy_note)
         log.info("placement: %s", placement(self.strategy, self.model.weights + self._optimizer_variables(),
                                             self._workers() if self.coordinator else None))
         start_step = int(self.step.numpy())

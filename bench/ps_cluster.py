@@ -1,0 +1,87 @@
+"""Parameter-server scaling on this machine: steps/s of a local cluster (1 ps, a chief, W workers
+as separate processes on 127.0.0.1) with 2 workers ÷ with 1 worker, same per-worker batch, same
+model, one run of this script.
+
+steps/s comes from the chief's log windows (each window = the steps between two log lines, timed
+from schedule to ``join``), after the first window (graph tracing on the workers).  Every process
+shares this machine's 2 cores, so this measures the PS machinery here, not multi-host scaling.
+
+    .venv/bin/python bench/ps_cluster.py [--steps 40] [--batch-size 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from captioning import synthetic
+from captioning.config import SyntheticConfig
+
+
+def free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def run_cluster(data: Path, model_dir: Path, workers: int, steps: int, batch: int, log_every: int) -> float:
+    """Train ``steps`` steps on a fresh cluster; mean examples/s per window after the first."""
+    ports = free_ports(2 + workers)
+    ps, chief, worker_hosts = f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}", \
+        ",".join(f"127.0.0.1:{p}" for p in ports[2:])
+    base = [sys.executable, "-m", "showtell", "train", "--data", str(data), "--model-dir", str(model_dir),
+            "--strategy", "parameter_server", "--ps-hosts", ps, "--worker-hosts", worker_hosts,
+            "--chief-host", chief, "--batch-size", str(batch), "--optimizer", "adam", "--learning-rate",
+            "3e-4", "--save-every-secs", "0", "--log-every-steps", str(log_every)]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    servers = [subprocess.Popen([*base, "--job-name", "ps"], env=env, stderr=subprocess.DEVNULL)]
+    servers += [subprocess.Popen([*base, "--job-name", "worker", "--task-index", str(i)], env=env,
+                                 stderr=subprocess.DEVNULL) for i in range(workers)]
+    try:
+        chief_run = subprocess.run([*base, "--job-name", "chief", "--steps", str(steps)], env=env,
+                                   capture_output=True, text=True, timeout=3600)
+    finally:
+        for proc in servers:
+            os.kill(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=60)
+    if chief_run.returncode != 0:
+        raise SystemExit(chief_run.stderr[-3000:])
+    rates = [float(r) for r in re.findall(r"loss \S+  lr \S+  (\S+) examples/s", chief_run.stderr)]
+    settled = rates[1:]  # the first window includes the second worker's tracing
+    return sum(settled) / len(settled)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--batch-size", type=int, default=16, help="per worker step")
+    parser.add_argument("--log-every-steps", type=int, default=8)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "data"
+        synthetic.build(data, SyntheticConfig(train_images=400, val_images=8))
+        one = run_cluster(data, Path(tmp) / "one", 1, args.steps, args.batch_size, args.log_every_steps)
+        two = run_cluster(data, Path(tmp) / "two", 2, args.steps, args.batch_size, args.log_every_steps)
+    print(json.dumps({
+        "batch_per_worker_step": args.batch_size,
+        "steps_per_sec_1_worker": round(one / args.batch_size, 3),
+        "steps_per_sec_2_workers": round(two / args.batch_size, 3),
+        "ratio_2_over_1": round(two / one, 3),
+    }, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
