@@ -4,9 +4,11 @@
 * ``mirrored``: synchronous towers, one replica per device (``--devices`` or every visible GPU;
   ``--logical-cpus N`` splits the CPU so towers run, and are tested, without GPUs).
 * ``multi_worker``: synchronous all-reduce across worker processes (``MultiWorkerMirroredStrategy``).
-* ``parameter_server``: asynchronous PS training; variables live on the ps tasks (placed
-  round-robin across them, and large ones split into shards when there are several), the chief
-  coordinates and workers run the steps.
+* ``parameter_server``: asynchronous PS training; variables live on the ps tasks, spread over
+  them whole, round-robin, the chief coordinates and workers run the steps.  (A
+  ``variable_partitioner`` would split large variables, but Keras 3 variables cannot be
+  ``ShardedVariable``s: the first step fails with "'ShardedVariable' object has no attribute
+  'handle'" — measured with TF 2.21 / Keras 3.15.)
 * ``auto``: mirrored over GPUs when several are visible, one_device otherwise; with a cluster,
   parameter_server if it has ps tasks, else multi_worker.
 
@@ -26,8 +28,6 @@ from trainer.cluster import Cluster, ClusterError
 
 log = logging.getLogger(__name__)
 
-# Smallest variable worth splitting across ps tasks; smaller ones are placed whole, round-robin.
-MIN_SHARD_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -95,11 +95,7 @@ def _cluster_strategy(name: str, cluster: Cluster | None) -> Chosen:
     if name == "multi_worker":
         strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
         return Chosen(strategy, name, f"{why}, {cluster.count('worker') + cluster.count('chief')} workers")
-    partitioner = None
-    if cluster.count("ps") > 1:
-        partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
-            min_shard_bytes=MIN_SHARD_BYTES, max_shards=cluster.count("ps"))
-    strategy = tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+    strategy = tf.distribute.ParameterServerStrategy(resolver)  # whole variables, round-robin
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     return Chosen(strategy, name, f"{why}, {cluster.count('ps')} ps, {cluster.count('worker')} workers",
                   coordinator)
