@@ -129,6 +129,21 @@ class SyntheticConfig:
     val_shards: int = 1
 
 
+@dataclass(frozen=True)
+class CocoConfig:
+    """``showtell data coco``: MSCOCO captions + images → shards (im2txt's shard counts)."""
+
+    captions: tuple = ()  # captions_train2014.json, captions_val2014.json, …
+    images: tuple = ()  # directories searched for each file_name, in order
+    min_word_count: int = 4
+    train_shards: int = 256
+    val_shards: int = 4
+    test_shards: int = 8
+    workers: int = 4  # image reading / validation threads
+    split: str = "im2txt"  # im2txt | karpathy
+    karpathy_json: str | None = None
+
+
 def replace_some(config, **overrides):
     """``dataclasses.replace`` that ignores ``None`` overrides (flags the user left unset)."""
     return dataclasses.replace(config, **{k: v for k, v in overrides.items() if v is not None})

@@ -1,4 +1,4 @@
-"""``showtell data synthetic`` — build the embedded default dataset."""
+"""``showtell data synthetic|coco`` — build the embedded default dataset, or MSCOCO's."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import argparse
 from pathlib import Path
 
 from captioning.cli_util import Parser, positive_int, quiet_tensorflow, run_command, setup_logging
-from captioning.config import MIN_IMAGE_SIZE, SyntheticConfig
+from captioning.config import MIN_IMAGE_SIZE, CocoConfig, SyntheticConfig
 
 PROG = "showtell data"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="builder", required=True, metavar="{synthetic}")
+    sub = parser.add_subparsers(dest="builder", required=True, metavar="{synthetic,coco}")
     synth = sub.add_parser("synthetic", help="procedurally drawn shape scenes (no download)")
     defaults = SyntheticConfig()
     synth.add_argument("--out", type=Path, required=True, help="output directory")
@@ -25,12 +25,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     synth.add_argument("--seed", type=int, default=defaults.seed, help="random seed (default 0)")
     synth.add_argument("--train-shards", type=positive_int, default=defaults.train_shards)
 
+    coco = sub.add_parser("coco", help="MSCOCO captions JSON + image folders")
+    c = CocoConfig()
+    coco.add_argument("--captions", type=Path, action="append", required=True,
+                      help="captions JSON (repeat: train2014 and val2014; a file named *train* is a "
+                           "train pool)")
+    coco.add_argument("--images", type=Path, action="append", required=True,
+                      help="image folder (repeat; each file_name is looked up in order)")
+    coco.add_argument("--out", type=Path, required=True, help="output directory")
+    coco.add_argument("--min-word-count", type=positive_int, default=c.min_word_count)
+    coco.add_argument("--train-shards", type=positive_int, default=c.train_shards)
+    coco.add_argument("--val-shards", type=positive_int, default=c.val_shards)
+    coco.add_argument("--test-shards", type=positive_int, default=c.test_shards)
+    coco.add_argument("--workers", type=positive_int, default=c.workers, help="image reading threads")
+    coco.add_argument("--split", choices=("im2txt", "karpathy"), default=c.split)
+    coco.add_argument("--karpathy-json", type=Path, help="dataset_coco.json (with --split karpathy)")
+
 
 def run(args: argparse.Namespace) -> int:
     quiet_tensorflow()
     setup_logging()
 
     def body() -> int:
+        if args.builder == "coco":
+            return _coco(args)
         from captioning import synthetic
 
         config = SyntheticConfig(
@@ -41,6 +59,21 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     return run_command(PROG, body)
+
+
+def _coco(args: argparse.Namespace) -> int:
+    from captioning import coco
+    from captioning.errors import DataError
+
+    if (args.split == "karpathy") != (args.karpathy_json is not None):
+        raise DataError("--split karpathy and --karpathy-json FILE go together")
+    config = CocoConfig(
+        captions=tuple(args.captions), images=tuple(args.images), min_word_count=args.min_word_count,
+        train_shards=args.train_shards, val_shards=args.val_shards, test_shards=args.test_shards,
+        workers=args.workers, split=args.split, karpathy_json=args.karpathy_json,
+    )
+    coco.build(args.out, config)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

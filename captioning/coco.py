@@ -1,0 +1,256 @@
+"""MSCOCO → showtell shards: ``showtell data coco``.
+
+Reads the MSCOCO captions layout (``images``: id + file_name, ``annotations``: image_id +
+caption) from one or more files, splits images like im2txt (train = every image of the train
+pools + 85 % of the val pool, val 5 %, test 10 %, shuffled with im2txt's fixed seed) or by a
+Karpathy split file, builds the vocabulary from the training captions only, and writes one record
+per (image, caption) with all captions of an image consecutive in one shard — so evaluation sees
+every reference of an image.
+
+Images are read and validated in parallel (threads; TensorFlow's decoder releases the GIL).
+Missing, empty and undecodable images are skipped and listed in ``bad-images.tsv``.  Shards are
+planned up front (image k of a split → shard k mod S), each written under a temporary name and
+renamed, then its sidecar ``.<shard>.json`` (records, skipped) is written: a shard counts as done
+only when its sidecar exists and its record count matches, so an interrupted build resumes by
+redoing only unfinished shards — and produces the same bytes as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import tensorflow as tf
+from tqdm import tqdm
+
+from captioning.config import CocoConfig
+from captioning.errors import DataError
+from captioning.manifest import MANIFEST, VOCAB, Manifest, SplitInfo
+from captioning.records import make_example, shard_name
+from captioning.vocab import Vocabulary
+
+log = logging.getLogger(__name__)
+
+BUILDER = "coco"
+SPLITS = ("train", "val", "test")
+IM2TXT_SEED = 12345  # im2txt's build_mscoco_data.py shuffles with this seed
+REPORT = "bad-images.tsv"
+
+
+@dataclass
+class CocoImage:
+    image_id: int
+    file_name: str
+    pool: str  # "train" (a train captions file) or "val"
+    captions: list[str] = field(default_factory=list)
+
+
+def load_captions(files: Sequence[Path]) -> list[CocoImage]:
+    """All images with at least one caption, from every captions file (first file wins on ids)."""
+    images: dict[int, CocoImage] = {}
+    for path in files:
+        try:
+            data = json.loads(Path(path).read_text())
+            entries, annotations = data["images"], data["annotations"]
+        except FileNotFoundError as exc:
+            raise DataError(f"--captions {path}: no such file") from exc
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DataError(f"--captions {path}: not an MSCOCO captions file (needs 'images' and "
+                            f"'annotations'): {exc}") from exc
+        pool = "train" if "train" in Path(path).name else "val"
+        mine: dict[int, CocoImage] = {}
+        for entry in entries:
+            image_id = int(entry["id"])
+            if image_id not in images:
+                mine[image_id] = CocoImage(image_id, entry["file_name"], pool)
+        for annotation in annotations:
+            image = mine.get(int(annotation["image_id"]))
+            if image is not None:
+                image.captions.append(str(annotation["caption"]).strip())
+        images.update({i: img for i, img in mine.items() if img.captions})
+    if not images:
+        raise DataError(f"--captions {', '.join(map(str, files))}: no captioned images")
+    return sorted(images.values(), key=lambda i: i.image_id)
+
+
+def split_im2txt(images: list[CocoImage]) -> dict[str, list[CocoImage]]:
+    """im2txt's split: train pools whole; the val pool shuffled (fixed seed), 85/5/10 %."""
+    train = [i for i in images if i.pool == "train"]
+    pool = [i for i in images if i.pool == "val"]
+    random.Random(IM2TXT_SEED).shuffle(pool)
+    n_train, n_val = round(0.85 * len(pool)), round(0.05 * len(pool))
+    return {"train": train + pool[:n_train], "val": pool[n_train:n_train + n_val],
+            "test": pool[n_train + n_val:]}
+
+
+def split_karpathy(images: list[CocoImage], karpathy_json: Path) -> dict[str, list[CocoImage]]:
+    """The Karpathy split file (``dataset_coco.json``): restval joins train."""
+    try:
+        entries = json.loads(Path(karpathy_json).read_text())["images"]
+        assignment = {int(e["cocoid"]): e["split"] for e in entries}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DataError(f"--karpathy-json {karpathy_json}: not a Karpathy split file ({exc})") from exc
+    splits: dict[str, list[CocoImage]] = {s: [] for s in SPLITS}
+    for image in images:
+        split = {"restval": "train"}.get(assignment.get(image.image_id, ""), assignment.get(image.image_id))
+        if split in splits:
+            splits[split].append(image)
+    return splits
+
+
+def check_image(image: CocoImage, image_dirs: Sequence[Path]) -> tuple[bytes | None, str, str | None]:
+    """(bytes or None, path, reason it is unusable or None)."""
+    path = next((d / image.file_name for d in image_dirs if (d / image.file_name).is_file()), None)
+    if path is None:
+        return None, str(image_dirs[0] / image.file_name), "missing"
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return None, str(path), f"unreadable ({exc.strerror})"
+    if not data:
+        return None, str(path), "empty file"
+    try:
+        tf.io.decode_image(data, channels=3, expand_animations=False)
+    except (tf.errors.InvalidArgumentError, tf.errors.UnknownError) as exc:
+        reason = (exc.message or "").strip().splitlines()[:1]
+        return None, str(path), f"undecodable ({reason[0] if reason else 'bad image data'})"
+    return data, str(path), None
+
+
+@dataclass
+class ShardResult:
+    records: int
+    images: int
+    bad: list[tuple[str, str]]  # (path, reason)
+
+
+def build(out_dir: Path, config: CocoConfig) -> Manifest:
+    """Write train/val/test shards, ``vocab.txt``, ``bad-images.tsv`` and ``dataset.json``."""
+    source = _source(config)
+    if (out_dir / MANIFEST).is_file():
+        existing = Manifest.load(out_dir)
+        if existing.builder == BUILDER and existing.source == source:
+            log.info("%s already holds this COCO dataset; nothing to do", out_dir)
+            return existing
+        raise DataError(f"{out_dir}: already holds a different dataset ({existing.builder}); choose "
+                        "another --out or delete that directory")
+    images = load_captions(config.captions)
+    splits = split_karpathy(images, config.karpathy_json) if config.split == "karpathy" \
+        else split_im2txt(images)
+    vocab = Vocabulary.build((c for image in splits["train"] for c in image.captions), config.min_word_count)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _save_vocab(out_dir, vocab)
+    shard_counts = {"train": config.train_shards, "val": config.val_shards, "test": config.test_shards}
+    total = sum(len(v) for v in splits.values())
+    infos, bad, kept = {}, [], 0
+    with ThreadPoolExecutor(config.workers) as pool, \
+            tqdm(total=total, desc="coco", unit="img", file=sys.stderr,
+                 mininterval=2 if sys.stderr.isatty() else 30) as bar:
+        for split in SPLITS:
+            count = max(1, min(shard_counts[split], len(splits[split]) or 1))
+            records = images_written = 0
+            for index in range(count):
+                plan = splits[split][index::count]
+                result = _finished(out_dir, split, index, count)
+                if result is None:
+                    result = _write_shard(out_dir, split, index, count, plan, vocab, config, pool)
+                else:
+                    kept += 1
+                records += result.records
+                images_written += result.images
+                bad += [(split, path, reason) for path, reason in result.bad]
+                bar.update(len(plan))
+            infos[split] = SplitInfo(images=images_written, records=records, shards=count)
+    _write_report(out_dir, bad)
+    manifest = Manifest(builder=BUILDER, image_size=0, vocab_size=len(vocab), splits=infos, source=source)
+    manifest.save(out_dir)
+    reasons = Counter(reason.split(" (")[0] for _, _, reason in bad)
+    log.info("wrote %s: %s; vocabulary %d words (min count %d)%s; %d image(s) skipped%s — listed in %s",
+             out_dir, ", ".join(f"{s} {infos[s].images} images / {infos[s].records} records" for s in SPLITS),
+             len(vocab), config.min_word_count, f"; kept {kept} finished shard(s)" if kept else "",
+             len(bad), f" ({', '.join(f'{r}: {n}' for r, n in sorted(reasons.items()))})" if bad else "",
+             out_dir / REPORT)
+    return manifest
+
+
+def _write_shard(out_dir: Path, split: str, index: int, count: int, plan: list[CocoImage],
+                 vocab: Vocabulary, config: CocoConfig, pool: ThreadPoolExecutor) -> ShardResult:
+    path = out_dir / shard_name(split, index, count)
+    tmp = path.with_name(path.name + ".tmp")
+    result = ShardResult(0, 0, [])
+    with tf.io.TFRecordWriter(str(tmp)) as writer:
+        for image, (data, file_path, reason) in zip(
+                plan, pool.map(lambda i: check_image(i, config.images), plan), strict=True):
+            if reason is not None:
+                result.bad.append((file_path, reason))
+                continue
+            for caption in image.captions:
+                writer.write(make_example(data, image.image_id, vocab.encode(caption)))
+                result.records += 1
+            result.images += 1
+    tmp.replace(path)
+    sidecar = _sidecar(out_dir, path.name)
+    sidecar_tmp = sidecar.with_name(sidecar.name + ".tmp")
+    sidecar_tmp.write_text(json.dumps(asdict(result)) + "\n")
+    sidecar_tmp.replace(sidecar)
+    return result
+
+
+def _finished(out_dir: Path, split: str, index: int, count: int) -> ShardResult | None:
+    """A shard from an earlier (interrupted) run that is complete: sidecar present, counts agree."""
+    path = out_dir / shard_name(split, index, count)
+    sidecar = _sidecar(out_dir, path.name)
+    if not (path.is_file() and sidecar.is_file()):
+        return None
+    try:
+        raw = json.loads(sidecar.read_text())
+        result = ShardResult(raw["records"], raw["images"], [tuple(b) for b in raw["bad"]])
+        found = sum(1 for _ in tf.data.TFRecordDataset(str(path)))
+    except (ValueError, KeyError, TypeError, tf.errors.OpError):
+        return None
+    return result if found == result.records else None
+
+
+def _sidecar(out_dir: Path, shard: str) -> Path:
+    return out_dir / f".{shard}.json"
+
+
+def _save_vocab(out_dir: Path, vocab: Vocabulary) -> None:
+    """Write ``vocab.txt``; a resumed build must find the same one (same captions, same rule)."""
+    path = out_dir / VOCAB
+    if path.is_file() and Vocabulary.load(path) != vocab:
+        raise DataError(f"{path}: differs from the vocabulary these captions give; an earlier build "
+                        "used other inputs — use another --out or delete that directory")
+    vocab.save(path)
+
+
+def _write_report(out_dir: Path, bad: list[tuple[str, str, str]]) -> None:
+    lines = ["split\tpath\treason"] + [f"{split}\t{path}\t{reason}" for split, path, reason in bad]
+    tmp = out_dir / (REPORT + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(out_dir / REPORT)
+
+
+def _source(config: CocoConfig) -> dict:
+    """Provenance recorded in ``dataset.json``: input files (size, mtime), split, counts rule."""
+    def stat(path: Path) -> dict:
+        st = os.stat(path) if Path(path).exists() else None
+        return {"path": str(path), "size": st.st_size if st else None,
+                "mtime_ns": st.st_mtime_ns if st else None}
+
+    return {
+        "captions": [stat(p) for p in config.captions],
+        "images": [str(p) for p in config.images],
+        "split": config.split,
+        "karpathy_json": stat(config.karpathy_json) if config.karpathy_json else None,
+        "min_word_count": config.min_word_count,
+        "shards": {"train": config.train_shards, "val": config.val_shards, "test": config.test_shards},
+    }
