@@ -49,6 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beam-size", type=positive_int, default=3)
     p.add_argument("--threads", type=positive_int, help="TensorFlow threads (share a host politely)")
     p.add_argument("--meteor", type=boolean, default=True, help="compute METEOR when java is present")
+    p.add_argument("--export-best", metavar="METRIC[:max|min]",
+                   help="keep a SavedModel of the best evaluation in <work-dir>/export/best "
+                        "(e.g. cider:max, loss:min)")
     p.add_argument("--once", action="store_true", help="evaluate one checkpoint, print, exit")
     p.add_argument("--checkpoint", help="with --once: checkpoint prefix to evaluate (default: the newest)")
     p.add_argument("--json", action="store_true", help="with --once: print one JSON object")

@@ -8,6 +8,7 @@ import signal
 import threading
 from pathlib import Path
 
+from evaluator.best_export import BestExport
 from evaluator.evaluation import CheckpointEvaluator
 from evaluator.runner import EvalRunner
 from evaluator.scorers import CaptionScorer
@@ -26,7 +27,8 @@ def serve(args: argparse.Namespace, work_dir: Path) -> int:
     work_dir.mkdir(parents=True, exist_ok=True)
     store = Store(work_dir / "evaluations.sqlite")
     summaries = EvalSummaries(str(work_dir / "eval"))
-    runner = EvalRunner(model_dir, evaluator, store, work_dir, args.policy, summaries)
+    exporter = BestExport.parse(args.export_best, work_dir) if args.export_best else None
+    runner = EvalRunner(model_dir, evaluator, store, work_dir, args.policy, summaries, exporter)
     watcher = CheckpointWatcher(model_dir, runner.on_change, args.poll_secs)
     service = MetricsService(store, runner, model_dir, watcher.kind)
     server = MetricsServer(service, args.host, args.port)

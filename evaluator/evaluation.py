@@ -57,6 +57,11 @@ class CheckpointEvaluator:
         self._model = None
         self._validator: Validator | None = None
 
+    @property
+    def model(self):
+        """The model as of the last evaluation (its weights are that checkpoint's)."""
+        return self._model
+
     def _prepare(self) -> Validator:
         config = read_model_config(self.model_dir)
         if config.vocab_size != self.manifest.vocab_size:

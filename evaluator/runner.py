@@ -19,6 +19,7 @@ import tensorflow as tf
 from google.protobuf import text_format
 
 from captioning.errors import ShowtellError
+from evaluator.best_export import BestExport
 from evaluator.evaluation import CheckpointEvaluator, checkpoint_step
 from evaluator.pinning import Vanished, pin, unpin
 from evaluator.store import Record, Store
@@ -79,12 +80,14 @@ def read_state(model_dir: str) -> list[str]:
 
 class EvalRunner:
     def __init__(self, model_dir: str, evaluator: CheckpointEvaluator, store: Store, work_dir: Path,
-                 policy: str, summaries: EvalSummaries | None = None) -> None:
+                 policy: str, summaries: EvalSummaries | None = None, exporter: BestExport | None = None,
+                 ) -> None:
         if policy not in POLICIES:
             raise ValueError(policy)
         self.model_dir, self.store, self.work_dir, self.policy = model_dir, store, work_dir, policy
         self.evaluator = evaluator
         self.summaries = summaries
+        self.exporter = exporter
         self.status = Status()
         self.broadcast = Broadcast()
         self.wake = threading.Event()
@@ -146,7 +149,14 @@ class EvalRunner:
                             reason=str(exc).replace(pinned, prefix))
         finally:
             unpin(pinned)
-        return self._record(record)
+        recorded = self._record(record)
+        if self.exporter is not None and record.status == "ok":
+            try:  # the evaluated model is still in memory
+                self.exporter.consider(record, self.evaluator.model, self.evaluator.vocab)
+            except (OSError, ValueError, tf.errors.OpError) as exc:
+                log.error("--export-best: exporting step %d failed (%s); the previous export stays",
+                          record.step, exc)
+        return recorded
 
     def _record(self, record: Record) -> Record:
         if self.store.add(record):

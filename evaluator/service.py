@@ -16,14 +16,13 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from evaluator.runner import EvalRunner
-from evaluator.store import Record, Store
+from evaluator.store import LOWER_IS_BETTER, Record, Store
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 MAX_PAGE = 1000
 DEFAULT_PAGE = 100
-LOWER_IS_BETTER = {"loss", "perplexity"}
 KNOWN_METRICS = {"loss", "perplexity", "exact_match", "bleu1", "bleu2", "bleu3", "bleu4", "rouge_l",
                  "cider", "meteor"}
 _STATUS = {"ok": pb.Evaluation.OK, "failed": pb.Evaluation.FAILED, "skipped": pb.Evaluation.SKIPPED}
@@ -125,7 +124,11 @@ class MetricsService(pb_grpc.MetricsServicer):
         record = self.store.best(metric, maximize)
         if record is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"no successful evaluation has {metric!r} yet")
-        return to_proto(record)
+        answer = to_proto(record)
+        exported = self.runner.exporter.current() if self.runner.exporter else None
+        if exported and (exported["step"], exported["checkpoint"]) == (record.step, record.checkpoint):
+            answer.export_path = str(self.runner.exporter.directory)
+        return answer
 
     def GetStatus(self, request, context):
         status = self.runner.status
@@ -136,6 +139,7 @@ class MetricsService(pb_grpc.MetricsServicer):
             pending_steps=status.pending_steps, evaluations=total, failures=bad,
             uptime_seconds=time.monotonic() - status.started, observer=self.observer,
             last_error=status.state_error,
+            best_export=self.runner.exporter.describe() if self.runner.exporter else "",
         )
 
     def Watch(self, request, context):

@@ -35,6 +35,9 @@ CREATE TABLE IF NOT EXISTS evaluations (
 STATUSES = ("ok", "failed", "skipped")
 
 
+LOWER_IS_BETTER = frozenset({"loss", "perplexity"})  # every other metric is better when larger
+
+
 @dataclass(frozen=True)
 class Record:
     step: int

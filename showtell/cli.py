@@ -16,6 +16,7 @@ COMMANDS = {
     "train": ("trainer.cli", "train the model; checkpoints on a schedule"),
     "evaluate": ("evaluator.cli", "watch a model dir, evaluate each checkpoint, serve metrics"),
     "metrics": ("evaluator.metrics_cli", "query an evaluator over gRPC"),
+    "caption": ("captioning.caption_cli", "caption image files with a trained model or an export"),
     "demo": ("showtell.demo", "trainer + evaluator locally on the synthetic default, metrics live"),
 }
 

@@ -24,7 +24,7 @@ from captioning.config import CacheConfig, InputConfig, ModelConfig, OptimizerCo
 from captioning.encoder_weights import NONE, load_encoder_weights, weights_digest
 from captioning.errors import DataError
 from captioning.feature_cache import BuildStats, cache_key, ensure_cache
-from captioning.manifest import Manifest, load_dataset
+from captioning.manifest import VOCAB, Manifest, load_dataset
 from captioning.model import ShowAndTell, build_model, masked_loss_sum
 from captioning.modeldir import check_model_dir, recorded_encoder_init, write_metadata
 from captioning.records import shard_files
@@ -231,6 +231,8 @@ class Trainer:
             write_metadata(self.model_dir, self.model_config, self._data_metadata(), encoder_init.metadata())
             if encoder_init.pretrained:
                 (self.model_dir / ENCODER_INIT_REPORT).write_text(encoder_init.report())
+            # The vocabulary travels with the checkpoints: `showtell caption` needs no --data.
+            shutil.copyfile(self.data_dir / VOCAB, self.model_dir / VOCAB)
         replicas = self.strategy.num_replicas_in_sync
         log.info(
             "training to step %d: global batch %d = %d per replica × %d replica%s%s, %d steps/epoch, "

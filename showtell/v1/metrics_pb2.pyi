@@ -21,7 +21,7 @@ class SampleCaption(_message.Message):
     def __init__(self, image_id: _Optional[int] = ..., caption: _Optional[str] = ..., references: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Evaluation(_message.Message):
-    __slots__ = ("global_step", "checkpoint_path", "checkpoint_mtime", "evaluated_at", "eval_seconds", "num_examples", "metrics", "samples", "status", "reason")
+    __slots__ = ("global_step", "checkpoint_path", "checkpoint_mtime", "evaluated_at", "eval_seconds", "num_examples", "metrics", "samples", "status", "reason", "export_path")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATUS_UNSPECIFIED: _ClassVar[Evaluation.Status]
@@ -49,6 +49,7 @@ class Evaluation(_message.Message):
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    EXPORT_PATH_FIELD_NUMBER: _ClassVar[int]
     global_step: int
     checkpoint_path: str
     checkpoint_mtime: _timestamp_pb2.Timestamp
@@ -59,7 +60,8 @@ class Evaluation(_message.Message):
     samples: _containers.RepeatedCompositeFieldContainer[SampleCaption]
     status: Evaluation.Status
     reason: str
-    def __init__(self, global_step: _Optional[int] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_mtime: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., evaluated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., eval_seconds: _Optional[float] = ..., num_examples: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., samples: _Optional[_Iterable[_Union[SampleCaption, _Mapping]]] = ..., status: _Optional[_Union[Evaluation.Status, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+    export_path: str
+    def __init__(self, global_step: _Optional[int] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_mtime: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., evaluated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., eval_seconds: _Optional[float] = ..., num_examples: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., samples: _Optional[_Iterable[_Union[SampleCaption, _Mapping]]] = ..., status: _Optional[_Union[Evaluation.Status, str]] = ..., reason: _Optional[str] = ..., export_path: _Optional[str] = ...) -> None: ...
 
 class GetLatestRequest(_message.Message):
     __slots__ = ()
@@ -104,7 +106,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class EvaluatorStatus(_message.Message):
-    __slots__ = ("checkpoint_dir", "policy", "last_seen_step", "evaluating_step", "pending_steps", "evaluations", "failures", "uptime_seconds", "observer", "last_error")
+    __slots__ = ("checkpoint_dir", "policy", "last_seen_step", "evaluating_step", "pending_steps", "evaluations", "failures", "uptime_seconds", "observer", "last_error", "best_export")
     CHECKPOINT_DIR_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     LAST_SEEN_STEP_FIELD_NUMBER: _ClassVar[int]
@@ -115,6 +117,7 @@ class EvaluatorStatus(_message.Message):
     UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
     OBSERVER_FIELD_NUMBER: _ClassVar[int]
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    BEST_EXPORT_FIELD_NUMBER: _ClassVar[int]
     checkpoint_dir: str
     policy: str
     last_seen_step: int
@@ -125,7 +128,8 @@ class EvaluatorStatus(_message.Message):
     uptime_seconds: float
     observer: str
     last_error: str
-    def __init__(self, checkpoint_dir: _Optional[str] = ..., policy: _Optional[str] = ..., last_seen_step: _Optional[int] = ..., evaluating_step: _Optional[int] = ..., pending_steps: _Optional[_Iterable[int]] = ..., evaluations: _Optional[int] = ..., failures: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., observer: _Optional[str] = ..., last_error: _Optional[str] = ...) -> None: ...
+    best_export: str
+    def __init__(self, checkpoint_dir: _Optional[str] = ..., policy: _Optional[str] = ..., last_seen_step: _Optional[int] = ..., evaluating_step: _Optional[int] = ..., pending_steps: _Optional[_Iterable[int]] = ..., evaluations: _Optional[int] = ..., failures: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., observer: _Optional[str] = ..., last_error: _Optional[str] = ..., best_export: _Optional[str] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
     __slots__ = ("after_step",)

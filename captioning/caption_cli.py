@@ -1,0 +1,138 @@
+"""``showtell caption`` — caption your own pictures with a trained model.
+
+From a model dir (its newest checkpoint, or ``--checkpoint``) or from an exported SavedModel
+(``--saved-model``, e.g. the evaluator's ``export/best``).  Both run the same serving code
+(``captioning.export.Captioner``), so a checkpoint and its export caption identically.  A file
+that is not an image gets one error line and the others are still captioned (exit 1 then).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+from pathlib import Path
+
+from captioning.cli_util import Parser, positive_int, quiet_tensorflow, run_command, setup_logging
+
+PROG = "showtell caption"
+log = logging.getLogger(__name__)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model-dir", help="a trained model dir (showtell train --model-dir)")
+    source.add_argument("--saved-model", type=Path, help="an exported SavedModel dir")
+    p.add_argument("--checkpoint", help="with --model-dir: checkpoint prefix (default: the newest)")
+    p.add_argument("--data", type=Path,
+                   help="with --model-dir: dataset dir for the vocabulary (default: the model dir's "
+                        "vocab.txt, else the data dir it records)")
+    p.add_argument("--beam-size", type=positive_int,
+                   help="print the top K captions with probabilities (default: the top one, beam 3)")
+    p.add_argument("--json", action="store_true", help="one JSON object per image, one per line")
+    p.add_argument("images", nargs="+", type=Path, metavar="IMAGE")
+
+
+def run(args: argparse.Namespace) -> int:
+    quiet_tensorflow()
+    setup_logging()
+    return run_command(PROG, lambda: _body(args))
+
+
+def _body(args: argparse.Namespace) -> int:
+    import tensorflow as tf
+
+    from captioning.errors import ShowtellError
+
+    if args.checkpoint and not args.model_dir:
+        raise ShowtellError("--checkpoint goes with --model-dir")
+    good, failed = [], 0
+    for path in args.images:
+        try:
+            data = path.read_bytes()
+            tf.io.decode_image(data, channels=3, expand_animations=False)
+            good.append((path, data))
+        except OSError as exc:
+            failed += _fail(path, f"cannot read ({exc.strerror})")
+        except (tf.errors.InvalidArgumentError, tf.errors.UnknownError):
+            failed += _fail(path, "not an image (JPEG, PNG, GIF or BMP expected)")
+    if good:
+        serve, beam = _captioner(args)
+        shown = args.beam_size or 1
+        if shown > beam:
+            raise ShowtellError(f"--beam-size {shown}: this model decodes with beam {beam}; pass ≤ {beam}")
+        out = serve(tf.constant([data for _, data in good]))
+        captions, scores = out["captions"].numpy(), out["scores"].numpy()
+        for (path, _), texts, logps in zip(good, captions, scores, strict=True):
+            _print(path, [t.decode() for t in texts[:shown]], [float(s) for s in logps[:shown]], args)
+    return 1 if failed else 0
+
+
+def _fail(path: Path, reason: str) -> int:
+    sys.stderr.write(f"{PROG}: error: {path}: {reason}\n")
+    return 1
+
+
+def _captioner(args: argparse.Namespace):
+    """(serve function, beam size) from a SavedModel or a model dir's checkpoint."""
+    from captioning import export
+
+    if args.saved_model:
+        if not (args.saved_model / export.INFO).is_file():
+            from captioning.errors import ShowtellError
+
+            raise ShowtellError(f"--saved-model {args.saved_model}: no {export.INFO}; not a showtell export")
+        serve, info = export.load(args.saved_model)
+        return (lambda images: serve(images=images)), int(info["beam_size"])
+    model, vocab = _restore(args)
+    captioner = export.Captioner(model, vocab, beam_size=max(3, args.beam_size or 3))
+    # The closure keeps the module alive: a bound tf.function holds its instance weakly.
+    return (lambda images: captioner.serve(images)), captioner.beam_size
+
+
+def _restore(args: argparse.Namespace):
+    import json as _json
+
+    import tensorflow as tf
+
+    from captioning.errors import ModelDirError
+    from captioning.model import build_model
+    from captioning.modeldir import METADATA, read_model_config, restore
+    from captioning.vocab import Vocabulary
+
+    model_dir = Path(args.model_dir)
+    checkpoint = args.checkpoint or tf.train.latest_checkpoint(str(model_dir))
+    if not checkpoint:
+        raise ModelDirError(f"{model_dir}: no checkpoint yet; train first or pass --checkpoint")
+    model = build_model(read_model_config(model_dir))
+    restore(tf.train.Checkpoint(model=model), checkpoint, "pass another --checkpoint", partial=True)
+    vocab_path = args.data / "vocab.txt" if args.data else model_dir / "vocab.txt"
+    if not vocab_path.is_file():
+        recorded = _json.loads((model_dir / METADATA).read_text()).get("data", {}).get("dir")
+        vocab_path = Path(recorded or "") / "vocab.txt"
+    vocab = Vocabulary.load(vocab_path)
+    if len(vocab) != model.config.vocab_size:
+        raise ModelDirError(f"{vocab_path}: {len(vocab)} words, the model has {model.config.vocab_size}; "
+                            "pass the --data the model was trained on")
+    log.info("captioning with %s", checkpoint)
+    return model, vocab
+
+
+def _print(path: Path, captions: list[str], log_probs: list[float], args: argparse.Namespace) -> None:
+    if args.json:
+        ranked = [{"caption": c, "log_prob": lp, "probability": math.exp(lp)}
+                  for c, lp in zip(captions, log_probs, strict=True)]
+        print(json.dumps({"image": str(path), "captions": ranked}))
+    elif args.beam_size:
+        for rank, (c, lp) in enumerate(zip(captions, log_probs, strict=True), 1):
+            print(f"{path}\t{rank}\t{math.exp(lp):.4f}\t{c}")
+    else:
+        print(f"{path}\t{captions[0]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = Parser(prog=PROG, description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

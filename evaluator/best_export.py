@@ -1,0 +1,69 @@
+"""``showtell evaluate --export-best METRIC[:max|min]``: keep a SavedModel of the best checkpoint.
+
+After each successful evaluation, if it is strictly better on METRIC than the current export,
+the model just evaluated (still in memory) is exported to ``<work-dir>/export/best`` with a
+``showtell-export.json`` naming step, metric, value and checkpoint.  A restart reads that file,
+so only a better evaluation ever replaces the export.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from captioning import export
+from captioning.errors import ShowtellError
+from evaluator.store import LOWER_IS_BETTER, Record
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BestExport:
+    metric: str
+    maximize: bool
+    directory: Path
+
+    @classmethod
+    def parse(cls, spec: str, work_dir: Path) -> BestExport:
+        metric, _, mode = spec.partition(":")
+        if not metric or mode not in ("", "max", "min"):
+            raise ShowtellError(f"--export-best {spec}: expected METRIC[:max|min], e.g. cider:max or "
+                                "loss:min")
+        maximize = mode == "max" if mode else metric not in LOWER_IS_BETTER
+        return cls(metric, maximize, work_dir / "export" / "best")
+
+    @property
+    def mode(self) -> str:
+        return "max" if self.maximize else "min"
+
+    def current(self) -> dict | None:
+        try:
+            return json.loads((self.directory / export.INFO).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def describe(self) -> str:
+        info = self.current()
+        if info is None:
+            return ""
+        return f"{self.metric}:{self.mode} step {info['step']} ({info['value']:.6g}) -> {self.directory}"
+
+    def consider(self, record: Record, model, vocab) -> bool:
+        """Export ``model`` (evaluated as ``record``) if it beats the current export."""
+        if record.status != "ok" or self.metric not in record.metrics:
+            return False
+        value = record.metrics[self.metric]
+        info = self.current()
+        if info is not None:
+            better = value > info["value"] if self.maximize else value < info["value"]
+            if not better:
+                return False
+        export.export(model, vocab, self.directory, {
+            "step": record.step, "metric": self.metric, "mode": self.mode, "value": value,
+            "checkpoint": record.checkpoint,
+        })
+        log.info("exported step %d (%s %.6g) to %s", record.step, self.metric, value, self.directory)
+        return True
