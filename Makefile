@@ -40,6 +40,7 @@ bench: install
 	$(BIN)/python bench/feature_cache.py
 	$(BIN)/python bench/strategies.py
 	$(BIN)/python bench/ps_cluster.py
+	$(BIN)/python bench/coco_prep.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache
