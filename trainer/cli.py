@@ -31,6 +31,7 @@ from captioning.config import (
     TrainConfig,
     replace_some,
 )
+from captioning.errors import ShowtellError
 from trainer.cluster import STRATEGIES  # no TensorFlow import: --help stays instant
 
 PROG = "showtell train"
@@ -115,6 +116,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--histogram-every-steps", type=positive_int, default=t.histogram_every_steps)
     p.add_argument("--shuffle-buffer", type=positive_int, default=i.shuffle_buffer)
     p.add_argument("--seed", type=int, default=t.seed)
+    e = p.add_argument_group("early stop (follows an evaluator)")
+    e.add_argument("--stop-when", metavar="'METRIC>=X'",
+                   help="stop (final checkpoint, exit 0) when the evaluator reports this, e.g. 'cider>=0.9' "
+                        "or 'loss<=2.1'")
+    e.add_argument("--patience", type=positive_int, default=1,
+                   help="consecutive qualifying evaluations needed (default 1)")
+    e.add_argument("--evaluator", metavar="HOST:PORT", help="the evaluator's gRPC address for --stop-when")
     d = p.add_argument_group("distribution (tf.distribute)")
     d.add_argument("--strategy", choices=STRATEGIES, default="auto",
                    help="auto: mirrored over several GPUs, else one_device; with a cluster, "
@@ -185,7 +193,16 @@ def run(args: argparse.Namespace) -> int:
                           cache=cache, coordinator=chosen.coordinator,
                           is_chief=cluster is None or cluster.is_chief,
                           strategy_note=f"strategy {chosen.name} ({chosen.why})")
-        result = trainer.run(stop)
+        listener = None
+        if args.stop_when and (cluster is None or cluster.is_chief):  # only the chief listens
+            from trainer.early_stop import EarlyStop, StopWhen
+
+            listener = EarlyStop(StopWhen.parse(args.stop_when, args.patience), args.evaluator, stop).start()
+        try:
+            result = trainer.run(stop)
+        finally:
+            if listener is not None:
+                listener.close()
         log.info("done: step %d → %d", result.start_step, result.final_step)
         return 0
 
@@ -227,4 +244,13 @@ def argument_problem(args: argparse.Namespace) -> str | None:
     """Flag combinations argparse cannot see."""
     if args.cache_variants > 1 and not args.augment:
         return "--cache-variants > 1 needs --augment true (the variants would be identical)"
+    if bool(args.stop_when) != bool(args.evaluator):
+        return "--stop-when and --evaluator HOST:PORT go together"
+    if args.stop_when:
+        from trainer.early_stop import StopWhen
+
+        try:
+            StopWhen.parse(args.stop_when, args.patience)
+        except ShowtellError as exc:
+            return str(exc)
     return None

@@ -1,0 +1,63 @@
+"""Early stop across two real services: the trainer starts while its evaluator is down, keeps
+training and retrying, connects when the evaluator comes up, and exits 0 on its own after the
+N-th qualifying evaluation — with its final checkpoint then evaluated too."""
+
+from __future__ import annotations
+
+import re
+import socket
+from pathlib import Path
+
+import pytest
+
+from showtell.v1 import metrics_pb2 as pb
+from tests.conftest import TINY_MODEL, error_lines, metrics_stub, run_showtell, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_trainer_stops_itself_on_the_evaluators_report(tiny_data: Path, tmp_path: Path, procs):
+    port = _free_port()
+    model_dir = tmp_path / "model"
+    trainer_log = tmp_path / "train.log"
+    trainer = procs.start("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
+                          "--steps", "100000", "--save-every-secs", "0", "--save-every-steps", "25",
+                          "--log-every-steps", "25", "--stop-when", "loss<=100", "--patience", "2",
+                          "--evaluator", f"127.0.0.1:{port}", log=trainer_log)
+    # Evaluator down: the trainer says so, keeps training, keeps retrying.
+    wait_for(lambda: "unreachable" in (t := trainer_log.read_text()) and "saved checkpoint" in t, 180,
+             "the trainer to train while the evaluator is down")
+    assert trainer.poll() is None
+
+    evaluator_log = tmp_path / "eval.log"
+    evaluator = procs.start("evaluate", "--model-dir", str(model_dir), "--data", str(tiny_data),
+                            "--work-dir", str(tmp_path / "eval"), "--host", "127.0.0.1", "--port", str(port),
+                            "--meteor", "false", "--max-eval-examples", "4", log=evaluator_log)
+    assert trainer.wait(timeout=300) == 0, trainer_log.read_text()[-3000:]
+    text = trainer_log.read_text()
+    found = re.search(r"early stop: loss (\S+) meets loss<=100 at the evaluation of step (\d+) "
+                      r"\(2 consecutive\)", text)
+    assert found, text[-3000:]
+    final = int(re.findall(r"final checkpoint \S+ckpt-(\d+) \(step \d+\) after early stop", text)[-1])
+    assert final >= int(found.group(2))
+    assert len(re.findall(r"early stop: step \d+ loss \S+ \(\d/2\)", text)) >= 2
+
+    channel, stub = metrics_stub(port)
+    with channel:  # the final checkpoint is evaluated as well
+        wait_for(lambda: stub.GetLatest(pb.GetLatestRequest(), timeout=10).global_step == final, 180,
+                 f"the evaluation of ckpt-{final}")
+    assert evaluator.poll() is None
+
+
+def test_bad_stop_condition_is_one_line(tiny_data: Path, tmp_path: Path):
+    result = run_showtell("train", "--data", str(tiny_data), "--model-dir", str(tmp_path / "m"),
+                          "--stop-when", "cider=0.9", "--evaluator", "127.0.0.1:1")
+    assert result.returncode == 2
+    assert error_lines(result.stderr) == ["showtell train: error: --stop-when 'cider=0.9': expected "
+                                          "METRIC>=X or METRIC<=X, e.g. 'cider>=0.9' (see --help)"]

@@ -1,0 +1,115 @@
+"""Early stop across the two services: the trainer follows the evaluator's ``Watch`` stream and
+stops itself once a metric meets its target in N consecutive evaluations.
+
+The listener runs in a background thread of the chief only.  An unreachable evaluator is
+retried with exponential backoff (logged once per attempt) while training goes on; when the
+target is met, the listener raises the trainer's ``StopRequest`` with a reason naming the
+evaluation that triggered it, and the training loop saves a final checkpoint and exits 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import re
+import threading
+from dataclasses import dataclass
+
+import grpc
+
+from captioning.errors import ShowtellError
+from showtell.v1 import metrics_pb2, metrics_pb2_grpc
+from trainer.signals import StopRequest
+
+log = logging.getLogger(__name__)
+
+_CONDITION = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(>=|<=)\s*(-?[0-9.]+(?:[eE][-+]?\d+)?)\s*$")
+_OPS = {">=": operator.ge, "<=": operator.le}
+MAX_BACKOFF_SECS = 30.0
+
+
+@dataclass(frozen=True)
+class StopWhen:
+    metric: str
+    op: str
+    target: float
+    patience: int = 1
+
+    @classmethod
+    def parse(cls, text: str, patience: int = 1) -> StopWhen:
+        match = _CONDITION.match(text)
+        if not match:
+            raise ShowtellError(f"--stop-when '{text}': expected METRIC>=X or METRIC<=X, e.g. 'cider>=0.9'")
+        return cls(match.group(1), match.group(2), float(match.group(3)), patience)
+
+    def met(self, value: float) -> bool:
+        return _OPS[self.op](value, self.target)
+
+    def __str__(self) -> str:
+        return f"{self.metric}{self.op}{self.target:g}"
+
+
+class EarlyStop:
+    """Follows ``Watch`` on ``address``; requests ``stop`` after ``patience`` qualifying evaluations."""
+
+    def __init__(self, condition: StopWhen, address: str, stop: StopRequest) -> None:
+        self.condition, self.address, self.stop = condition, address, stop
+        self.streak = 0
+        self.triggered_by: int | None = None
+        self._closing = threading.Event()
+        self._channel: grpc.Channel | None = None
+        self._thread = threading.Thread(target=self._follow, name="early-stop", daemon=True)
+
+    def start(self) -> EarlyStop:
+        log.info("early stop: when %s in %d consecutive evaluation(s) from %s", self.condition,
+                 self.condition.patience, self.address)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._closing.set()
+        if self._channel is not None:
+            self._channel.close()  # ends a blocking Watch
+        self._thread.join(timeout=5)
+
+    def _follow(self) -> None:
+        backoff = 1.0
+        seen = -1
+        while not self._closing.is_set() and not self.stop:
+            self._channel = grpc.insecure_channel(self.address)
+            try:
+                stream = metrics_pb2_grpc.MetricsStub(self._channel).Watch(
+                    metrics_pb2.WatchRequest(after_step=seen))
+                for evaluation in stream:
+                    backoff = 1.0
+                    seen = max(seen, evaluation.global_step)
+                    if self._consider(evaluation):
+                        return
+            except grpc.RpcError as exc:
+                if self._closing.is_set():
+                    return
+                log.warning("early stop: evaluator %s unreachable (%s); retrying in %.0f s, training goes on",
+                            self.address, exc.code().name, backoff)
+            finally:
+                self._channel.close()
+            if self._closing.wait(backoff):
+                return
+            backoff = min(backoff * 2, MAX_BACKOFF_SECS)
+
+    def _consider(self, evaluation) -> bool:
+        """Count a successful evaluation toward (or reset) the streak; True once stopped."""
+        ok = evaluation.status == metrics_pb2.Evaluation.OK
+        value = evaluation.metrics.get(self.condition.metric) if ok else None
+        if value is None:
+            return False  # failed/skipped, or no such metric: neither counts nor resets
+        self.streak = self.streak + 1 if self.condition.met(value) else 0
+        log.info("early stop: step %d %s %.6g (%d/%d)", evaluation.global_step, self.condition.metric, value,
+                 self.streak, self.condition.patience)
+        if self.streak < self.condition.patience:
+            return False
+        self.triggered_by = evaluation.global_step
+        reason = (f"early stop: {self.condition.metric} {value:.6g} meets {self.condition} at the evaluation "
+                  f"of step {evaluation.global_step} ({self.streak} consecutive)")
+        log.info("%s", reason)
+        self.stop.request(reason)
+        return True
