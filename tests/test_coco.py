@@ -204,3 +204,19 @@ def test_bad_captions_file_is_one_line(tmp_path):
     lines = error_lines(result.stderr)
     assert result.returncode == 1 and len(lines) == 1
     assert "captions_val2014.json: not an MSCOCO captions file" in lines[0]
+
+
+def test_karpathy_split(layout, tmp_path):
+    """Karpathy's split file decides membership; restval joins train; unlisted images are left out."""
+    listed = {**{i: "train" for i in range(0, 10)}, **{i: "restval" for i in range(100, 120)},
+              **{i: "val" for i in range(120, 130)}, **{i: "test" for i in range(130, 138)}}
+    karpathy = tmp_path / "dataset_coco.json"
+    karpathy.write_text(json.dumps({"images": [{"cocoid": i, "split": s, "filename": f"{i}.jpg"}
+                                               for i, s in listed.items()]}))
+    out = tmp_path / "karpathy"
+    manifest = coco.build(out, _config(layout, split="karpathy", karpathy_json=karpathy))
+    members = {split: {image_id for image_id, _ in records(out, split)} for split in ("train", "val", "test")}
+    bad = {MISSING, CORRUPT, EMPTY}
+    assert members["train"] == (set(range(0, 10)) | set(range(100, 120))) - bad
+    assert members["val"] == set(range(120, 130)) - bad and members["test"] == set(range(130, 138)) - bad
+    assert manifest.source["split"] == "karpathy" and manifest.source["karpathy_json"]["size"] > 0
