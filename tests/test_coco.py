@@ -69,17 +69,22 @@ def _config(layout, **overrides) -> CocoConfig:
     return CocoConfig(**{**base, **overrides})
 
 
-@pytest.fixture(scope="module")
-def built(layout, tmp_path_factory) -> Path:
-    """Built once through the real CLI."""
-    out = tmp_path_factory.mktemp("coco") / "data"
+def coco_args(layout: dict, out: Path, *extra: str) -> list[str]:
+    """``showtell data coco`` with the fixture's captions files and image folders."""
     args = ["data", "coco", "--out", str(out), "--min-word-count", "2", "--train-shards", "4",
-            "--val-shards", "1", "--test-shards", "2", "--workers", "2"]
+            "--val-shards", "1", "--test-shards", "2", *extra]
     for captions in layout["captions"]:
         args += ["--captions", str(captions)]
     for images in layout["images"]:
         args += ["--images", str(images)]
-    result = run_showtell(*args)
+    return args
+
+
+@pytest.fixture(scope="module")
+def built(layout, tmp_path_factory) -> Path:
+    """Built once through the real CLI."""
+    out = tmp_path_factory.mktemp("coco") / "data"
+    result = run_showtell(*coco_args(layout, out, "--workers", "2"))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "3 image(s) skipped (empty file: 1, missing: 1, undecodable: 1)" in result.stderr
     return out
@@ -179,12 +184,7 @@ def test_resume_after_an_interrupted_build_gives_identical_shards(built, layout,
     orphan.write_bytes(orphan.read_bytes()[:500])
     (out / ".train-00003-of-00004.json").unlink()
     (out / "train-00002-of-00004.tmp").write_bytes(b"partial")
-    args = ["data", "coco", "--out", str(out), "--min-word-count", "2", "--train-shards", "4",
-            "--val-shards", "1", "--test-shards", "2"]
-    for captions in layout["captions"]:
-        args += ["--captions", str(captions)]
-    for images in layout["images"]:
-        args += ["--images", str(images)]
+    args = coco_args(layout, out)
     result = run_showtell(*args)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "kept 4 finished shard(s)" in result.stderr  # of 7: three redone
