@@ -264,7 +264,7 @@ def _make_record(image_id: int, features, captions: list[list[int]]) -> bytes:
         CAPTION_IDS: tf.train.Feature(int64_list=tf.train.Int64List(value=[i for c in captions for i in c])),
         CAPTION_LENGTHS: tf.train.Feature(int64_list=tf.train.Int64List(value=[len(c) for c in captions])),
     }
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True)
 
 
 def _parse_record(serialized: tf.Tensor) -> dict[str, tf.Tensor]:

@@ -36,7 +36,8 @@ def make_example(image_bytes: bytes, image_id: int, caption_ids: Sequence[int]) 
     )
     words = [tf.train.Feature(int64_list=tf.train.Int64List(value=[int(i)])) for i in caption_ids]
     lists = tf.train.FeatureLists(feature_list={CAPTION_IDS: tf.train.FeatureList(feature=words)})
-    return tf.train.SequenceExample(context=context, feature_lists=lists).SerializeToString()
+    example = tf.train.SequenceExample(context=context, feature_lists=lists)
+    return example.SerializeToString(deterministic=True)  # map order fixed: same input, same bytes
 
 
 def parse_example(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
