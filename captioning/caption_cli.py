@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from captioning.cli_util import Parser, positive_int, quiet_tensorflow, run_command, setup_logging
+from captioning.errors import ModelDirError, ShowtellError
 
 PROG = "showtell caption"
 log = logging.getLogger(__name__)
@@ -43,8 +44,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _body(args: argparse.Namespace) -> int:
     import tensorflow as tf
-
-    from captioning.errors import ShowtellError
 
     if args.checkpoint and not args.model_dir:
         raise ShowtellError("--checkpoint goes with --model-dir")
@@ -81,8 +80,6 @@ def _captioner(args: argparse.Namespace):
 
     if args.saved_model:
         if not (args.saved_model / export.INFO).is_file():
-            from captioning.errors import ShowtellError
-
             raise ShowtellError(f"--saved-model {args.saved_model}: no {export.INFO}; not a showtell export")
         serve, info = export.load(args.saved_model)
         return (lambda images: serve(images=images)), int(info["beam_size"])
@@ -93,11 +90,8 @@ def _captioner(args: argparse.Namespace):
 
 
 def _restore(args: argparse.Namespace):
-    import json as _json
-
     import tensorflow as tf
 
-    from captioning.errors import ModelDirError
     from captioning.model import build_model
     from captioning.modeldir import METADATA, read_model_config, restore
     from captioning.vocab import Vocabulary
@@ -110,7 +104,7 @@ def _restore(args: argparse.Namespace):
     restore(tf.train.Checkpoint(model=model), checkpoint, "pass another --checkpoint", partial=True)
     vocab_path = args.data / "vocab.txt" if args.data else model_dir / "vocab.txt"
     if not vocab_path.is_file():
-        recorded = _json.loads((model_dir / METADATA).read_text()).get("data", {}).get("dir")
+        recorded = json.loads((model_dir / METADATA).read_text()).get("data", {}).get("dir")
         vocab_path = Path(recorded or "") / "vocab.txt"
     vocab = Vocabulary.load(vocab_path)
     if len(vocab) != model.config.vocab_size:

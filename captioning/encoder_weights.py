@@ -169,9 +169,9 @@ def _legacy_plan(encoder: keras.Model, root: h5py.Group) -> tuple[Plan, list[str
         group = root[group_name]
         by_key = {_text(w).split("/")[-1].split(":")[0]: _text(w) for w in group.attrs["weight_names"]}
         for variable in layer.weights:
-            name = by_key.get(variable.name, f"{group_name}/{variable.name}")
-            value = group[name][()] if variable.name in by_key and name in group else None
-            plan.append((variable, f"{group_name}/{name}" if variable.name in by_key else name, value))
+            stored = by_key.get(variable.name)  # the dataset name inside the layer's group
+            value = group[stored][()] if stored is not None and stored in group else None
+            plan.append((variable, f"{group_name}/{stored or variable.name}", value))
     return plan, ignored
 
 

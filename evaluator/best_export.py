@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from captioning import export
@@ -25,6 +25,8 @@ class BestExport:
     metric: str
     maximize: bool
     directory: Path
+    _info: dict | None = field(default=None, init=False, repr=False)
+    _loaded: bool = field(default=False, init=False, repr=False)
 
     @classmethod
     def parse(cls, spec: str, work_dir: Path) -> BestExport:
@@ -40,10 +42,14 @@ class BestExport:
         return "max" if self.maximize else "min"
 
     def current(self) -> dict | None:
-        try:
-            return json.loads((self.directory / export.INFO).read_text())
-        except (OSError, ValueError):
-            return None
+        """The current export's record: read once (an export from an earlier run), then kept."""
+        if not self._loaded:
+            try:
+                self._info = json.loads((self.directory / export.INFO).read_text())
+            except (OSError, ValueError):
+                self._info = None
+            self._loaded = True
+        return self._info
 
     def describe(self) -> str:
         info = self.current()
@@ -61,9 +67,9 @@ class BestExport:
             better = value > info["value"] if self.maximize else value < info["value"]
             if not better:
                 return False
-        export.export(model, vocab, self.directory, {
-            "step": record.step, "metric": self.metric, "mode": self.mode, "value": value,
-            "checkpoint": record.checkpoint,
-        })
+        info = {"step": record.step, "metric": self.metric, "mode": self.mode, "value": value,
+                "checkpoint": record.checkpoint}
+        export.export(model, vocab, self.directory, info)
+        self._info = json.loads((self.directory / export.INFO).read_text())
         log.info("exported step %d (%s %.6g) to %s", record.step, self.metric, value, self.directory)
         return True

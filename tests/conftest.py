@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -83,6 +84,18 @@ def procs() -> Iterator[Procs]:
         yield p
     finally:
         p.stop_all()
+
+
+def free_ports(n: int = 1) -> list[int]:
+    """Ports free on 127.0.0.1 right now (held together, so they differ)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):

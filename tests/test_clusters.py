@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 from pathlib import Path
 
@@ -21,23 +20,13 @@ import pytest
 import tensorflow as tf
 
 from showtell.v1 import metrics_pb2
-from tests.conftest import Procs, error_lines, metrics_stub, start_evaluator, wait_for
+from tests.conftest import Procs, error_lines, free_ports, metrics_stub, start_evaluator, wait_for
 
 pytestmark = pytest.mark.e2e
 
 MODEL = ["--embedding-size", "32", "--lstm-units", "32", "--batch-size", "4", "--optimizer", "adam",
          "--learning-rate", "0.001", "--save-every-secs", "0", "--log-every-steps", "2"]
 
-
-def free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def logged_step(log: Path) -> int:

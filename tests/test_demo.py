@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import free_ports, wait_for
 
 pytestmark = pytest.mark.e2e
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _alive(pid: int) -> bool:
@@ -33,7 +27,7 @@ def test_demo_starts_both_and_sigint_stops_both(tmp_path: Path, procs):
 
     log = tmp_path / "demo.log"
     demo = procs.start("demo", "--dir", str(tmp_path / "demo"), "--seconds", "600", "--port",
-                       str(_free_port()), log=log)
+                       str(free_ports()[0]), log=log)
     pids = wait_for(lambda: re.findall(r"(?:trainer|evaluator) pid (\d+)", log.read_text()), 120,
                     "both services to start")
     children = [int(p) for p in pids]

@@ -5,25 +5,19 @@ N-th qualifying evaluation — with its final checkpoint then evaluated too."""
 from __future__ import annotations
 
 import re
-import socket
 from pathlib import Path
 
 import pytest
 
 from showtell.v1 import metrics_pb2 as pb
-from tests.conftest import TINY_MODEL, error_lines, metrics_stub, run_showtell, wait_for
+from tests.conftest import TINY_MODEL, error_lines, free_ports, metrics_stub, run_showtell, wait_for
 
 pytestmark = pytest.mark.e2e
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def test_trainer_stops_itself_on_the_evaluators_report(tiny_data: Path, tmp_path: Path, procs):
-    port = _free_port()
+    port = free_ports()[0]
     model_dir = tmp_path / "model"
     trainer_log = tmp_path / "train.log"
     trainer = procs.start("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,

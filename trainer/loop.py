@@ -30,7 +30,7 @@ from captioning.modeldir import check_model_dir, recorded_encoder_init, write_me
 from captioning.records import shard_files
 from trainer.checkpoints import Checkpoints, SaveSchedule
 from trainer.cluster import ClusterError
-from trainer.optimizer import build_optimizer, current_learning_rate
+from trainer.optimizer import build_optimizer, current_learning_rate, describe_rate
 from trainer.signals import StopRequest
 from trainer.strategy import placement
 from trainer.summaries import NoSummaries, TrainSummaries
@@ -124,7 +124,7 @@ class Trainer:
                 config = encoder_optimizer_config(optimizer, pretrained)
                 self.encoder_optimizer = build_optimizer(config, self.steps_per_epoch)
                 self.encoder_optimizer.build(self.model.encoder.trainable_weights)
-                self.phase += f"; encoder learning rate {_describe_rate(config)}"
+                self.phase += f"; encoder learning rate {describe_rate(config)}"
             self.step = tf.Variable(
                 0, dtype=tf.int64, trainable=False, name="global_step",
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
@@ -476,9 +476,3 @@ def _cluster_failure(exc: Exception) -> ClusterError:
         what = (text.strip().splitlines() or [type(exc).__name__])[0][:240]
     return ClusterError(f"the training cluster failed: {what} ({type(exc).__name__}); restart the failed "
                         "task(s) and this command — training resumes from the last checkpoint")
-
-
-def _describe_rate(config: OptimizerConfig) -> str:
-    if config.epochs_per_decay and config.decay_factor not in (0.0, 1.0):
-        return f"{config.learning_rate:g} × {config.decay_factor:g} every {config.epochs_per_decay:g} epochs"
-    return f"{config.learning_rate:g} (constant)"

@@ -12,9 +12,20 @@ import keras
 from captioning.config import OPTIMIZERS, OptimizerConfig
 
 
+def decays(config: OptimizerConfig) -> bool:
+    return bool(config.decay_factor) and config.decay_factor != 1.0 and bool(config.epochs_per_decay)
+
+
+def describe_rate(config: OptimizerConfig) -> str:
+    """The schedule in words, for the start-up log."""
+    if decays(config):
+        return f"{config.learning_rate:g} × {config.decay_factor:g} every {config.epochs_per_decay:g} epochs"
+    return f"{config.learning_rate:g} (constant)"
+
+
 def learning_rate(config: OptimizerConfig, steps_per_epoch: int):
     """Step-wise decay by ``decay_factor`` every ``epochs_per_decay`` epochs (or constant)."""
-    if not config.decay_factor or config.decay_factor == 1.0 or not config.epochs_per_decay:
+    if not decays(config):
         return config.learning_rate
     return keras.optimizers.schedules.ExponentialDecay(
         config.learning_rate,
