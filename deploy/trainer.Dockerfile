@@ -1,0 +1,34 @@
+# The showtell trainer.  Same image on GPU hosts (NVIDIA runtime) and CPU-only ones.
+#   docker build -f deploy/trainer.Dockerfile -t showtell-trainer .
+# Build args: BASE_IMAGE (any Debian-like image with python3 + venv), TF_PACKAGE
+# (tensorflow-cpu==2.21.* keeps a CPU-only image small), and an optional extra CA
+# certificate for builds behind a TLS-intercepting proxy: put PEM files in deploy/certs/.
+ARG BASE_IMAGE=python:3.11-slim
+FROM ${BASE_IMAGE}
+ARG TF_PACKAGE="tensorflow[and-cuda]==2.21.*"
+
+ENV PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1 TF_CPP_MIN_LOG_LEVEL=2 \
+    PATH=/opt/venv/bin:$PATH
+COPY deploy/certs/ /usr/local/share/ca-certificates/showtell-extra/
+RUN set -e; \
+    if ls /usr/local/share/ca-certificates/showtell-extra/*.crt >/dev/null 2>&1; then \
+      update-ca-certificates; fi; \
+    python3 -m venv /opt/venv; \
+    useradd --create-home --uid 1000 showtell
+
+WORKDIR /opt/showtell
+COPY pyproject.toml constraints.txt README.md ./
+COPY deploy/install.sh deploy/install.sh
+COPY captioning captioning
+COPY trainer trainer
+COPY evaluator evaluator
+COPY showtell showtell
+COPY protos protos
+RUN deploy/install.sh "${TF_PACKAGE}"
+
+USER showtell
+WORKDIR /home/showtell
+VOLUME ["/checkpoints", "/data"]
+# exec form: SIGTERM reaches showtell, which saves a checkpoint and exits 0
+ENTRYPOINT ["showtell", "train"]
+CMD ["--data", "/data/synthetic", "--model-dir", "/checkpoints/model"]
