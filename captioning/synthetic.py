@@ -196,7 +196,11 @@ def build(out_dir: Path, config: SyntheticConfig) -> Manifest:
             f"{out_dir}: already holds a different dataset ({existing.builder}); "
             "choose another --out or delete that directory"
         )
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataError(f"--out {out_dir}: cannot create it ({exc.strerror}); choose a writable "
+                        "directory") from exc
     counts = {"train": config.train_images, "val": config.val_images}
     shards = {"train": config.train_shards, "val": config.val_shards}
     scenes = {

@@ -14,7 +14,8 @@ RUN set -e; \
     if ls /usr/local/share/ca-certificates/showtell-extra/*.crt >/dev/null 2>&1; then \
       update-ca-certificates; fi; \
     python3 -m venv /opt/venv; \
-    useradd --create-home --uid 1000 showtell
+    useradd --create-home --uid 1000 showtell; \
+    mkdir -p /data /checkpoints /work && chown showtell:showtell /data /checkpoints /work
 
 WORKDIR /opt/showtell
 COPY pyproject.toml constraints.txt README.md ./
