@@ -1,12 +1,12 @@
 # The showtell evaluator service (CPU).  Needs only the checkpoint directory (read-only is
-# enough) and the dataset's validation split; serves metrics over gRPC on $SHOWTELL_PORT.
+# enough) and the dataset's validation split; serves metrics over gRPC on port 50051.
 #   docker build -f deploy/evaluator.Dockerfile -t showtell-evaluator .
 ARG BASE_IMAGE=python:3.11-slim
 FROM ${BASE_IMAGE}
 ARG TF_PACKAGE="tensorflow-cpu==2.21.*"
 
 ENV PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1 TF_CPP_MIN_LOG_LEVEL=2 \
-    PATH=/opt/venv/bin:$PATH SHOWTELL_PORT=50051
+    PATH=/opt/venv/bin:$PATH
 COPY deploy/certs/ /usr/local/share/ca-certificates/showtell-extra/
 RUN set -e; \
     if ls /usr/local/share/ca-certificates/showtell-extra/*.crt >/dev/null 2>&1; then \
@@ -29,11 +29,10 @@ USER showtell
 WORKDIR /home/showtell
 VOLUME ["/work"]
 EXPOSE 50051
-# The gRPC health service answers SERVING once the evaluator is up (it stays open without a token).
+# The gRPC health service answers SERVING once the evaluator is up; it stays open without a
+# token.  With TLS, set SHOWTELL_CA (and SHOWTELL_TLS_SERVER_NAME) in the container's environment.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
-    CMD python -c "import grpc, os, sys; from grpc_health.v1 import health_pb2 as h, health_pb2_grpc as g; \
-ch = grpc.insecure_channel('127.0.0.1:' + os.environ.get('SHOWTELL_PORT', '50051')); \
-sys.exit(0 if g.HealthStub(ch).Check(h.HealthCheckRequest(), timeout=4).status == h.HealthCheckResponse.SERVING else 1)"
+    CMD ["showtell", "metrics", "health", "--server", "127.0.0.1:50051", "--timeout", "4"]
 ENTRYPOINT ["showtell", "evaluate"]
 CMD ["--model-dir", "/checkpoints/model", "--data", "/data/synthetic", "--work-dir", "/work/eval", \
      "--host", "0.0.0.0", "--port", "50051"]

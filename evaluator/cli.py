@@ -22,6 +22,7 @@ from captioning.cli_util import (
     run_command,
     setup_logging,
 )
+from showtell.transport import ServerSecurity, add_server_arguments
 
 PROG = "showtell evaluate"
 
@@ -52,6 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--export-best", metavar="METRIC[:max|min]",
                    help="keep a SavedModel of the best evaluation in <work-dir>/export/best "
                         "(e.g. cider:max, loss:min)")
+    add_server_arguments(p)
     p.add_argument("--once", action="store_true", help="evaluate one checkpoint, print, exit")
     p.add_argument("--checkpoint", help="with --once: checkpoint prefix to evaluate (default: the newest)")
     p.add_argument("--json", action="store_true", help="with --once: print one JSON object")
@@ -96,6 +98,9 @@ def run(args: argparse.Namespace) -> int:
             return run_once(args)
         if args.checkpoint or args.json:
             raise SystemExit(f"{PROG}: error: --checkpoint and --json go with --once (see --help)")
+        problem = ServerSecurity.from_args(args).check()
+        if problem:
+            raise SystemExit(f"{PROG}: error: {problem} (see --help)")
         from evaluator.daemon import serve
 
         return serve(args, args.work_dir or default_work_dir(args.model_dir))

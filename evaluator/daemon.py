@@ -17,11 +17,13 @@ from evaluator.service import MetricsService
 from evaluator.store import Store
 from evaluator.summaries import EvalSummaries
 from evaluator.watcher import CheckpointWatcher
+from showtell.transport import ServerSecurity
 
 log = logging.getLogger(__name__)
 
 
 def serve(args: argparse.Namespace, work_dir: Path) -> int:
+    security = ServerSecurity.from_args(args).load()
     model_dir = str(args.model_dir)
     evaluator = CheckpointEvaluator(model_dir, args.data, args.max_eval_examples, args.beam_size)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -31,7 +33,7 @@ def serve(args: argparse.Namespace, work_dir: Path) -> int:
     runner = EvalRunner(model_dir, evaluator, store, work_dir, args.policy, summaries, exporter)
     watcher = CheckpointWatcher(model_dir, runner.on_change, args.poll_secs)
     service = MetricsService(store, runner, model_dir, watcher.kind)
-    server = MetricsServer(service, args.host, args.port)
+    server = MetricsServer(service, args.host, args.port, security=security)
 
     stop = threading.Event()
 

@@ -1,21 +1,26 @@
-"""``showtell metrics {latest,list,best,watch,status} --server HOST:PORT [--json]``.
+"""``showtell metrics {latest,list,best,watch,status,health} --server HOST:PORT [--json]``.
 
 A thin gRPC client of ``showtell.v1.Metrics``.  Unreachable servers, ``NOT_FOUND`` and
 deadlines become one-line messages and a non-zero exit; ``--json`` prints protobuf's JSON
 mapping with the proto field names (``global_step``, ``metrics``, …), one object per line.
+``health`` asks ``grpc.health.v1`` (open without a token) and exits 0 only when SERVING —
+the evaluator image's ``HEALTHCHECK``.  TLS and the bearer token: ``showtell.transport``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from datetime import datetime
 
 import grpc
 from google.protobuf import json_format
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from captioning.cli_util import Parser, positive_float, positive_int, run_command, setup_logging
 from captioning.errors import ShowtellError
+from showtell.transport import ClientSecurity, add_client_arguments
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 
@@ -23,9 +28,9 @@ PROG = "showtell metrics"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("query", choices=("latest", "list", "best", "watch", "status"))
-    p.add_argument("--server", default="127.0.0.1:50051",
-                   help="evaluator HOST:PORT (default 127.0.0.1:50051)")
+    p.add_argument("query", choices=("latest", "list", "best", "watch", "status", "health"))
+    p.add_argument("--server", default=os.environ.get("SHOWTELL_SERVER") or "127.0.0.1:50051",
+                   help="evaluator HOST:PORT (env SHOWTELL_SERVER; default 127.0.0.1:50051)")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.add_argument("--timeout", type=positive_float, default=10.0, help="seconds per call (not watch)")
     p.add_argument("--metric", default="cider", help="best: which metric (default cider)")
@@ -33,6 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from-step", type=int, default=0, help="list: first step")
     p.add_argument("--limit", type=positive_int, default=100, help="list: page size")
     p.add_argument("--after-step", type=int, default=-1, help="watch: replay evaluations after this step")
+    add_client_arguments(p)
 
 
 def _emit(message, as_json: bool) -> None:
@@ -56,10 +62,14 @@ def format_evaluation(e: pb.Evaluation) -> str:
     return f"step {e.global_step:>7}  {metrics}  ({e.num_examples} examples, {e.eval_seconds:.1f} s, {when})"
 
 
-def _explain(error: grpc.RpcError, server: str) -> ShowtellError:
+def _explain(error: grpc.RpcError, server: str, security: ClientSecurity) -> ShowtellError:
     code = error.code()
     if code == grpc.StatusCode.UNAVAILABLE:
-        return ShowtellError(f"cannot reach an evaluator at {server} ({error.details()}); is it running?")
+        hint = ("is it running, and does it serve TLS with a certificate --ca trusts?" if security.tls
+                else "is it running? (if it serves TLS, pass --ca)")
+        return ShowtellError(f"cannot reach an evaluator at {server} ({error.details()}); {hint}")
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return ShowtellError(f"{server} refused the call: {error.details()}")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return ShowtellError(f"{server} did not answer in time; raise --timeout or check the server")
     if code == grpc.StatusCode.NOT_FOUND:
@@ -68,10 +78,13 @@ def _explain(error: grpc.RpcError, server: str) -> ShowtellError:
 
 
 def query(args: argparse.Namespace) -> int:
-    with grpc.insecure_channel(args.server) as channel:
+    security = ClientSecurity.from_args(args)
+    with security.channel(args.server) as channel:
         stub = pb_grpc.MetricsStub(channel)
         t = args.timeout
         try:
+            if args.query == "health":
+                return health(channel, t)
             if args.query == "latest":
                 _emit(stub.GetLatest(pb.GetLatestRequest(), timeout=t), args.json)
             elif args.query == "status":
@@ -94,8 +107,16 @@ def query(args: argparse.Namespace) -> int:
                 for evaluation in stub.Watch(pb.WatchRequest(after_step=args.after_step)):
                     _emit(evaluation, args.json)
         except grpc.RpcError as error:
-            raise _explain(error, args.server) from error
+            raise _explain(error, args.server, security) from error
     return 0
+
+
+def health(channel: grpc.Channel, timeout: float) -> int:
+    """Print the serving status; 0 only when SERVING."""
+    reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout)
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    sys.stdout.write(status + "\n")
+    return 0 if reply.status == health_pb2.HealthCheckResponse.SERVING else 1
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,7 +7,12 @@ the trainer and evaluator packages never import each other.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+
+# gRPC's C core reads this once, at import: without it a failed TLS handshake prints an
+# INFO line from C++ beside our one-line error.  An explicit GRPC_VERBOSITY still wins.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from captioning.cli_util import Parser
 

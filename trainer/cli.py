@@ -32,6 +32,7 @@ from captioning.config import (
     replace_some,
 )
 from captioning.errors import ShowtellError
+from showtell.transport import ClientSecurity, add_client_arguments
 from trainer.cluster import STRATEGIES  # no TensorFlow import: --help stays instant
 
 PROG = "showtell train"
@@ -123,6 +124,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--patience", type=positive_int, default=1,
                    help="consecutive qualifying evaluations needed (default 1)")
     e.add_argument("--evaluator", metavar="HOST:PORT", help="the evaluator's gRPC address for --stop-when")
+    add_client_arguments(e, prefix="evaluator-", what="--evaluator")
     d = p.add_argument_group("distribution (tf.distribute)")
     d.add_argument("--strategy", choices=STRATEGIES, default="auto",
                    help="auto: mirrored over several GPUs, else one_device; with a cluster, "
@@ -197,7 +199,8 @@ def run(args: argparse.Namespace) -> int:
         if args.stop_when and (cluster is None or cluster.is_chief):  # only the chief listens
             from trainer.early_stop import EarlyStop, StopWhen
 
-            listener = EarlyStop(StopWhen.parse(args.stop_when, args.patience), args.evaluator, stop).start()
+            listener = EarlyStop(StopWhen.parse(args.stop_when, args.patience), args.evaluator, stop,
+                                 ClientSecurity.from_args(args, prefix="evaluator_")).start()
         try:
             result = trainer.run(stop)
         finally:

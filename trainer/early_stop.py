@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import grpc
 
 from captioning.errors import ShowtellError
+from showtell.transport import ClientSecurity
 from showtell.v1 import metrics_pb2, metrics_pb2_grpc
 from trainer.signals import StopRequest
 
@@ -52,8 +53,11 @@ class StopWhen:
 class EarlyStop:
     """Follows ``Watch`` on ``address``; requests ``stop`` after ``patience`` qualifying evaluations."""
 
-    def __init__(self, condition: StopWhen, address: str, stop: StopRequest) -> None:
+    def __init__(self, condition: StopWhen, address: str, stop: StopRequest,
+                 security: ClientSecurity | None = None) -> None:
         self.condition, self.address, self.stop = condition, address, stop
+        self.security = security or ClientSecurity()
+        self.security.channel(address).close()  # a bad --evaluator-ca/token file fails now, in one line
         self.streak = 0
         self.triggered_by: int | None = None
         self._closing = threading.Event()
@@ -76,7 +80,7 @@ class EarlyStop:
         backoff = 1.0
         seen = -1
         while not self._closing.is_set() and not self.stop:
-            self._channel = grpc.insecure_channel(self.address)
+            self._channel = self.security.channel(self.address)
             try:
                 stream = metrics_pb2_grpc.MetricsStub(self._channel).Watch(
                     metrics_pb2.WatchRequest(after_step=seen))
@@ -88,8 +92,13 @@ class EarlyStop:
             except grpc.RpcError as exc:
                 if self._closing.is_set():
                     return
-                log.warning("early stop: evaluator %s unreachable (%s); retrying in %.0f s, training goes on",
-                            self.address, exc.code().name, backoff)
+                if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                    log.error("early stop: evaluator %s refused the call (%s); check "
+                              "--evaluator-auth-token-file; retrying in %.0f s, training goes on",
+                              self.address, exc.details(), backoff)
+                else:
+                    log.warning("early stop: evaluator %s unreachable (%s); retrying in %.0f s, "
+                                "training goes on", self.address, exc.code().name, backoff)
             finally:
                 self._channel.close()
             if self._closing.wait(backoff):
