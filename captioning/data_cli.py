@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 from captioning.cli_util import Parser, positive_int, quiet_tensorflow, run_command, setup_logging
 from captioning.config import MIN_IMAGE_SIZE, CocoConfig, SyntheticConfig
+from captioning.manifest import MANIFEST
 
 PROG = "showtell data"
 
@@ -24,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help=f"pixels per side, ≥ {MIN_IMAGE_SIZE} (default {defaults.image_size})")
     synth.add_argument("--seed", type=int, default=defaults.seed, help="random seed (default 0)")
     synth.add_argument("--train-shards", type=positive_int, default=defaults.train_shards)
+    synth.add_argument("--if-missing", action="store_true",
+                       help="keep any dataset already in --out (e.g. one mounted there) and build only "
+                            "when there is none: the compose stack's first-start step")
 
     coco = sub.add_parser("coco", help="MSCOCO captions JSON + image folders")
     c = CocoConfig()
@@ -51,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
             return _coco(args)
         from captioning import synthetic
 
+        if args.if_missing and (args.out / MANIFEST).is_file():
+            logging.getLogger(PROG).info("%s already holds a dataset; kept (--if-missing)", args.out)
+            return 0
         config = SyntheticConfig(
             train_images=args.train, val_images=args.val, image_size=args.image_size,
             seed=args.seed, train_shards=args.train_shards,

@@ -189,12 +189,15 @@ class LoadedSecurity:
 
 
 def add_server_arguments(p: argparse.ArgumentParser) -> None:
+    env = os.environ.get
     g = p.add_argument_group("gRPC security (optional; health checks stay open)")
-    g.add_argument("--tls-cert", type=Path, help="PEM certificate (chain): serve TLS only")
-    g.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
-    g.add_argument("--auth-token-file", type=Path,
+    g.add_argument("--tls-cert", type=Path, default=_path(env("SHOWTELL_TLS_CERT")),
+                   help="PEM certificate (chain): serve TLS only (env SHOWTELL_TLS_CERT)")
+    g.add_argument("--tls-key", type=Path, default=_path(env("SHOWTELL_TLS_KEY")),
+                   help="PEM private key of --tls-cert (env SHOWTELL_TLS_KEY)")
+    g.add_argument("--auth-token-file", type=Path, default=_path(env("SHOWTELL_AUTH_TOKEN_FILE")),
                    help="require 'authorization: Bearer <token>'; one accepted token per line, "
-                        "re-read on change")
+                        "re-read on change (env SHOWTELL_AUTH_TOKEN_FILE)")
 
 
 # ---------------------------------------------------------------- client side

@@ -1,8 +1,7 @@
 """gRPC beyond localhost: TLS and the bearer token, on real evaluator processes.
 
-Certificates come from the ``openssl`` command: a test CA signs a server certificate issued to
-``evaluator`` only, so dialing 127.0.0.1 also exercises ``--tls-server-name``; a second,
-unrelated CA plays the wrong one.
+Certificates: ``tests/pki.py`` (``openssl``); the server's is issued to ``evaluator`` only, so
+dialing 127.0.0.1 also exercises ``--tls-server-name``.
 """
 
 from __future__ import annotations
@@ -18,35 +17,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 from tests.conftest import TINY_MODEL, error_lines, run_showtell, start_evaluator, wait_for
+from tests.pki import SERVER_NAME, make_pki
 
 pytestmark = pytest.mark.e2e
-
-SERVER_NAME = "evaluator"
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-def _make_ca(directory: Path, name: str) -> None:
-    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-             "-keyout", f"{name}.key", "-out", f"{name}.crt", "-days", "2", "-subj", f"/CN={name}",
-             cwd=directory)
 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("pki")
-    _make_ca(d, "ca")
-    _make_ca(d, "other-ca")
-    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-             "-keyout", "server.key", "-out", "server.csr", "-subj", f"/CN={SERVER_NAME}", cwd=d)
-    (d / "san.ext").write_text(f"subjectAltName=DNS:{SERVER_NAME}\n")
-    _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-             "-out", "server.crt", "-days", "2", "-extfile", "san.ext", cwd=d)
-    (d / "token").write_text("s3cret-token\n")
-    (d / "wrong-token").write_text("not-the-token\n")
-    return d
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")
