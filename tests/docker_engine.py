@@ -76,7 +76,8 @@ class Engine:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"dockerd exited {self.proc.returncode}:\n{self.log_path.read_text()[-2000:]}")
+                tail = self.log_path.read_text()[-2000:]
+                raise RuntimeError(f"dockerd exited {self.proc.returncode}:\n{tail}")
             try:
                 client = docker.DockerClient(base_url=self.host, timeout=600)
                 client.ping()

@@ -21,6 +21,7 @@ def _openssl(*args: str, cwd: Path) -> None:
 def make_pki(d: Path) -> Path:
     """``ca.crt``, ``other-ca.crt``, ``server.crt``/``server.key`` (signed by ``ca``), ``token``,
     ``wrong-token`` in ``d``; every file world-readable, as a container's non-root user needs."""
+    d.mkdir(parents=True, exist_ok=True)
     for ca in ("ca", "other-ca"):
         _openssl("req", "-x509", *EC, "-keyout", f"{ca}.key", "-out", f"{ca}.crt", "-days", "2",
                  "-subj", f"/CN={ca}", cwd=d)

@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -80,7 +81,8 @@ def _config(files: list[str], env: dict[str, str], cwd: Path = ROOT) -> dict:
     return yaml.safe_load(result.stdout)
 
 
-STANDALONE_ENV = {"SHOWTELL_CHECKPOINTS": "/mnt/nfs/showtell/model", "SHOWTELL_DATA_DIR": "/srv/showtell-data"}
+STANDALONE_ENV = {"SHOWTELL_CHECKPOINTS": "/mnt/nfs/showtell/model",
+                  "SHOWTELL_DATA_DIR": "/srv/showtell-data"}
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +96,8 @@ def test_compose_config_accepts_every_file(compose_tools, variant: str):
     config = _config(COMPOSE_FILES[variant], env)
     assert "evaluator" in config["services"]
     if variant == "evaluator":
-        bad = subprocess.run(["docker-compose", "-f", COMPOSE_FILES["evaluator"][0], "config", "-q"], cwd=ROOT,
+        bad = subprocess.run(["docker-compose", "-f", COMPOSE_FILES["evaluator"][0], "config", "-q"],
+                             cwd=ROOT,
                              env={k: v for k, v in os.environ.items() if not k.startswith("SHOWTELL_")},
                              capture_output=True, text=True, timeout=120)
         assert bad.returncode != 0 and "set SHOWTELL_CHECKPOINTS" in bad.stderr  # the check can fail
@@ -113,7 +116,7 @@ def test_env_example_lists_every_setting_with_the_compose_default():
                 used.setdefault(var, "")
         assert set(used) == set(documented), f"{example} vs compose files: {set(used) ^ set(documented)}"
         for var, default in used.items():
-            assert documented[var] == default, f"{example}: {var}={documented[var]} but compose says {default}"
+            assert documented[var] == default, f"{example}: {var}={documented[var]}, compose: {default}"
 
 
 def _trainer_command(config: dict) -> list[str]:
@@ -124,12 +127,14 @@ def test_overrides_change_only_the_strategy_and_resources(compose_tools):
     base = _config(COMPOSE_FILES["base"], {})
     gpu = _config(COMPOSE_FILES["gpu"], {})
     cluster = _config(COMPOSE_FILES["cluster"], {})
-    for variant, config, strategy in (("gpu", gpu, "mirrored"), ("cluster", cluster, "parameter_server")):
-        command = _trainer_command(config)
+    def without_strategy(command: list[str]) -> list[str]:
         i = command.index("--strategy")
-        assert command[i + 1] == strategy
-        assert command[:i + 1] + command[i + 2:] == [a for j, a in enumerate(_trainer_command(base))
-                                                     if j != _trainer_command(base).index("--strategy") + 1]
+        return command[:i] + command[i + 2:]
+
+    for config, strategy in ((gpu, "mirrored"), (cluster, "parameter_server")):
+        command = _trainer_command(config)
+        assert command[command.index("--strategy") + 1] == strategy
+        assert without_strategy(command) == without_strategy(_trainer_command(base))
     [device] = gpu["services"]["trainer"]["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
 
@@ -167,3 +172,220 @@ def test_services_run_commands_our_clis_accept(compose_tools):
     assert args.poll_secs > 0  # network filesystems deliver no inotify events
     assert any(v.startswith("/mnt/nfs/showtell/model:/checkpoints") and v.endswith(":ro")
                for v in standalone["volumes"])
+
+
+# ---------------------------------------------------------------- the real stack
+
+
+@pytest.fixture(scope="module")
+def engine():
+    """A private dockerd, stopped by its PID (and its data root removed) at the end."""
+    _require_docker_tools()
+    from tests.docker_engine import Engine
+
+    # A short root: containerd's unix sockets live under the exec root (108-byte path limit).
+    eng = Engine(Path(tempfile.mkdtemp(prefix="stdk-", dir="/tmp")))
+    try:
+        yield eng.start()
+    finally:
+        eng.stop()
+
+
+def _project_copy(dest: Path) -> Path:
+    """The checkout's files (tracked + untracked, not ignored) plus the host's extra CA
+    certificates for builds behind a TLS-intercepting proxy (deploy/certs/, never committed)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        source = ROOT / name
+        if source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    for crt in Path("/usr/local/share/ca-certificates").glob("*.crt"):
+        shutil.copy2(crt, dest / "deploy" / "certs" / crt.name)
+    return dest
+
+
+class Stack:
+    """``docker-compose -p NAME --env-file F -f …`` aimed at the private engine."""
+
+    def __init__(self, engine, cwd: Path, name: str, env: dict[str, str], files: list[str]) -> None:
+        self.engine, self.cwd, self.name, self.files = engine, cwd, name, files
+        self.env_file = cwd / f"{name}.env"
+        self.env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+
+    def run(self, *args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
+        cmd = ["docker-compose", "-p", self.name, "--env-file", str(self.env_file)]
+        for f in self.files:
+            cmd += ["-f", f]
+        env = {k: v for k, v in self.engine.env().items() if not k.startswith("SHOWTELL_")}
+        result = subprocess.run([*cmd, *args], cwd=self.cwd, env=env, capture_output=True, text=True,
+                                timeout=timeout)
+        if check:
+            assert result.returncode == 0, f"docker-compose {' '.join(args)}:\n{result.stderr[-4000:]}"
+        return result
+
+    def container(self, service: str):
+        labels = [f"com.docker.compose.project={self.name}", f"com.docker.compose.service={service}"]
+        found = self.engine.client.containers.list(all=True, filters={"label": labels})
+        assert len(found) == 1, f"{service}: {len(found)} containers"
+        return found[0]
+
+    def health(self, service: str) -> str:
+        container = self.container(service)
+        return container.attrs["State"].get("Health", {}).get("Status", "none")
+
+    def logs(self, service: str) -> str:
+        return self.container(service).logs().decode(errors="replace")
+
+
+def _metrics_json(port: int, *extra: str) -> dict | None:
+    result = subprocess.run([sys.executable, "-m", "showtell", "metrics", "latest", "--json",
+                             "--timeout", "5", "--server", f"127.0.0.1:{port}", *extra],
+                            capture_output=True, text=True, timeout=60, cwd=ROOT)
+    if result.returncode != 0:
+        return None
+    evaluation = json.loads(result.stdout)
+    return evaluation if evaluation["status"] == "OK" else None
+
+
+def _saved_steps(logs: str) -> list[int]:
+    return [int(s) for s in re.findall(r"saved checkpoint /checkpoints/model/ckpt-(\d+)", logs)]
+
+
+@pytest.mark.docker
+def test_compose_up_trains_evaluates_restarts_and_goes_away(engine, tmp_path: Path):
+    from tests.pki import SERVER_NAME, make_pki
+
+    figures: dict[str, float | int] = {}
+    figures["debootstrap_s"] = round(engine.import_base_image(), 1)  # 0: cached in CACHE_DIR
+    project = _project_copy(tmp_path / "project")
+    grpc_port, board_port, remote_port = free_ports(3)
+    stack = Stack(engine, project, "showtell-test", {
+        "SHOWTELL_VERSION": "test",
+        "SHOWTELL_BASE_IMAGE": "showtell-base:bookworm",  # built here: no registry
+        "SHOWTELL_TRAINER_TF_PACKAGE": "tensorflow-cpu==2.21.*",  # a CPU build on this CPU host
+        # the input, small: 64 + 8 pictures at 75 px (Inception's minimum), 8 evaluated, batch 8
+        "SHOWTELL_TRAIN_IMAGES": "64", "SHOWTELL_VAL_IMAGES": "8", "SHOWTELL_IMAGE_SIZE": "75",
+        "SHOWTELL_EVAL_EXAMPLES": "8", "SHOWTELL_BATCH_SIZE": "8",
+        "SHOWTELL_SAVE_EVERY_SECS": "10",  # few training steps between checkpoints
+        "SHOWTELL_GRPC_PORT": str(grpc_port), "SHOWTELL_TENSORBOARD_PORT": str(board_port),
+    }, ["docker-compose.yml"])
+    pki = make_pki(tmp_path / "pki")
+    remote = None
+    client = engine.client
+    try:
+        for service in ("trainer", "evaluator"):  # the evaluator reuses the trainer's install layer
+            started = time.monotonic()
+            stack.run("build", service)
+            figures[f"{service}_build_s"] = round(time.monotonic() - started, 1)
+            size = client.images.get(f"showtell-{service}:test").attrs["Size"]
+            figures[f"{service}_image_mb"] = round(size / 1e6)
+        for service in ("trainer", "evaluator"):
+            user = client.images.get(f"showtell-{service}:test").attrs["Config"]["User"]
+            assert user == "showtell"  # non-root
+
+        started = time.monotonic()
+        stack.run("up", "-d")
+        wait_for(lambda: stack.health("evaluator") == "healthy", 300, "the evaluator to be healthy",
+                 interval=1)
+        assert stack.container("data").attrs["State"]["ExitCode"] == 0
+        evaluation = wait_for(lambda: _metrics_json(grpc_port), 600, "a first evaluation over gRPC",
+                              interval=2)
+        figures["up_to_first_evaluation_s"] = round(time.monotonic() - started, 1)
+        step = int(evaluation["global_step"])
+        assert evaluation["checkpoint_path"] == f"/checkpoints/model/ckpt-{step}"
+        assert step in _saved_steps(stack.logs("trainer"))  # a checkpoint the trainer container wrote
+        assert {"loss", "perplexity", "bleu4", "cider"} <= set(evaluation["metrics"])
+
+        # the evaluator cannot write the checkpoint volume
+        evaluator = stack.container("evaluator")
+        write = evaluator.exec_run(["touch", "/checkpoints/model/evaluator-was-here"])
+        assert write.exit_code != 0 and b"Read-only file system" in write.output, write.output
+        mounts = {m["Destination"]: m for m in evaluator.attrs["Mounts"]}
+        assert mounts["/checkpoints"]["RW"] is False and mounts["/work"]["RW"] is True
+
+        # TensorBoard shows both curves
+        import requests
+
+        def runs() -> bool:
+            try:
+                listed = requests.get(f"http://127.0.0.1:{board_port}/data/runs", timeout=5).json()
+                return {"trainer/train", "evaluator/eval"} <= set(listed)
+            except (requests.RequestException, ValueError):
+                return False
+
+        wait_for(runs, 120, "TensorBoard to list the trainer's and the evaluator's runs", interval=2)
+
+        # `docker-compose restart trainer`: SIGTERM → a final checkpoint, then resume from it
+        stack.run("restart", "trainer")
+        logs = wait_for(lambda: (text := stack.logs("trainer")).count("resumed from") >= 1 and text, 300,
+                        "the restarted trainer to resume", interval=1)
+        [(path, final)] = re.findall(r"final checkpoint (/checkpoints/model/ckpt-\d+) \(step (\d+)\)", logs)
+        assert f"resumed from {path} at step {final}" in logs
+
+        # a real crash: SIGKILL of the trainer's process → the restart policy brings it back,
+        # resuming at the newest checkpoint it had written
+        wait_for(lambda: max(_saved_steps(stack.logs("trainer"))) > int(final), 120,
+                 "a checkpoint after the restart", interval=1)
+        trainer = stack.container("trainer")
+        newest = max(_saved_steps(stack.logs("trainer")))
+        os.kill(trainer.attrs["State"]["Pid"], signal.SIGKILL)
+        logs = wait_for(lambda: (text := stack.logs("trainer")).count("resumed from") >= 2 and text, 300,
+                        "the crashed trainer to come back", interval=1)
+        resumed = [int(s) for s in re.findall(r"resumed from \S+/ckpt-\d+ at step (\d+)", logs)]
+        assert resumed[-1] >= newest
+        trainer.reload()
+        assert trainer.attrs["RestartCount"] >= 1
+
+        # the same evaluator image alone, "on another machine": the trainer's model dir mounted
+        # read-only from the host (as an NFS mount would be), polling, TLS and a token
+        volume = client.volumes.get(f"{stack.name}_checkpoints").attrs["Mountpoint"]
+        data = client.volumes.get(f"{stack.name}_data").attrs["Mountpoint"]
+        secrets = "/run/secrets/showtell"
+        remote = Stack(engine, project, "showtell-test-remote", {
+            "SHOWTELL_VERSION": "test", "SHOWTELL_BASE_IMAGE": "showtell-base:bookworm",
+            "SHOWTELL_CHECKPOINTS": f"{volume}/model", "SHOWTELL_DATA_DIR": f"{data}/synthetic",
+            "SHOWTELL_EVAL_EXAMPLES": "8", "SHOWTELL_EVAL_POLL_SECS": "2",
+            # test traffic stays on loopback
+            "SHOWTELL_GRPC_BIND": "127.0.0.1", "SHOWTELL_GRPC_PORT": str(remote_port),
+            "SHOWTELL_SECRETS": str(pki), "SHOWTELL_TLS_CERT": f"{secrets}/server.crt",
+            "SHOWTELL_TLS_KEY": f"{secrets}/server.key", "SHOWTELL_AUTH_TOKEN_FILE": f"{secrets}/token",
+            "SHOWTELL_CA": f"{secrets}/ca.crt", "SHOWTELL_TLS_SERVER_NAME": SERVER_NAME,
+        }, ["deploy/compose.evaluator.yml"])
+        remote.run("up", "-d")
+        wait_for(lambda: remote.health("evaluator") == "healthy", 300, "the standalone evaluator", interval=1)
+        tls = ["--ca", str(pki / "ca.crt"), "--tls-server-name", SERVER_NAME]
+        far = wait_for(lambda: _metrics_json(remote_port, *tls, "--auth-token-file", str(pki / "token")), 300,
+                       "an evaluation from the standalone evaluator", interval=2)
+        assert int(far["global_step"]) >= int(final)
+        assert _metrics_json(remote_port, *tls) is None  # no token: refused
+        refused = subprocess.run([sys.executable, "-m", "showtell", "metrics", "latest", "--server",
+                                  f"127.0.0.1:{remote_port}", *tls],
+                                 capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 1 and "no bearer token" in refused.stderr
+        remote.run("down", "-v")
+
+        # stop: every service exits 0 (the trainer after its final checkpoint)
+        stack.run("stop")
+        for service in ("trainer", "evaluator", "tensorboard"):
+            state = stack.container(service).attrs["State"]
+            assert (state["Status"], state["ExitCode"]) == ("exited", 0), (service, state)
+        assert stack.logs("trainer").count("final checkpoint") >= 2
+
+        stack.run("down", "-v")
+        labels = {"label": [f"com.docker.compose.project={stack.name}"]}
+        assert client.containers.list(all=True, filters=labels) == []
+        assert client.volumes.list(filters=labels) == []
+        assert [n.name for n in client.networks.list() if n.name.startswith(stack.name)] == []
+    except BaseException:
+        for s in (stack, remote):
+            if s is not None:
+                sys.stderr.write(s.run("logs", "--tail", "60", check=False).stdout[-12000:])
+        raise
+    finally:
+        for s in (remote, stack):
+            if s is not None:
+                s.run("down", "-v", "--remove-orphans", check=False)
+        print(f"docker figures: {json.dumps(figures)}")
+        (tmp_path.parent / "docker-figures.json").write_text(json.dumps(figures, indent=1))
