@@ -2,8 +2,12 @@
 # enough) and the dataset's validation split; serves metrics over gRPC on port 50051.
 #   docker build -f deploy/evaluator.Dockerfile -t showtell-evaluator .
 ARG BASE_IMAGE=python:3.11-slim
-FROM ${BASE_IMAGE}
 ARG TF_PACKAGE="tensorflow-cpu==2.21.*"
+FROM ${BASE_IMAGE}
+# Declared before FROM (its default) and here without a value: the layers up to the install
+# step are then the same in both Dockerfiles, so one image's build cache serves the other
+# when both get the same TF_PACKAGE.
+ARG TF_PACKAGE
 
 ENV PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1 TF_CPP_MIN_LOG_LEVEL=2 \
     PATH=/opt/venv/bin:$PATH

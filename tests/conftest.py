@@ -133,3 +133,27 @@ def metrics_stub(port: int):
 
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     return channel, metrics_pb2_grpc.MetricsStub(channel)
+
+
+# ---------------------------------------------------------------- docker tests last, built early
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Docker-marked tests run last (stable order otherwise), so their images can build meanwhile."""
+    items.sort(key=lambda item: item.get_closest_marker("docker") is not None)
+
+
+def pytest_collection_finish(session) -> None:
+    """Start the docker prebuild (niced dockerd, base image, both images) in the background when
+    a docker test is selected and an engine can be had; the test waits for it."""
+    from tests import docker_engine
+
+    wanted = any(item.get_closest_marker("docker") for item in session.items)
+    if wanted and not session.config.option.collectonly and docker_engine.unavailable() is None:
+        docker_engine.prebuild(ROOT)
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    from tests import docker_engine
+
+    docker_engine.stop_prebuild()  # dockerd stopped by its PID, even if the docker test never ran

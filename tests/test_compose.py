@@ -1,10 +1,11 @@
 """The compose files, statically (``docker-compose config``) and as a real running stack.
 
-The real stack (``docker`` mark): a private ``dockerd`` (``tests/docker_engine.py``), a
-debootstrap base image, both images built by ``docker-compose build`` from a copy of the
-checkout, ``docker-compose up -d`` on the real ``docker-compose.yml``.  The test's env file
-changes only what the issue allows — the base image and the trainer's TensorFlow package
-(``tensorflow-cpu``: a CPU build here), the size of the input (fewer, 75 px pictures; 8
+The real stack (``docker`` mark, run last): a private ``dockerd``, a debootstrap base image and
+both images built by ``docker-compose build`` from a copy of the checkout — all started in the
+background under ``nice 19`` while the other tests run (``tests/docker_engine.py``,
+``tests/conftest.py``) — then ``docker-compose up -d`` on the real ``docker-compose.yml``.  The
+test's env file changes only what the issue allows: the base image and the trainer's TensorFlow
+package (``tensorflow-cpu``: a CPU build here), the size of the input (fewer, 75 px pictures; 8
 evaluation examples; batch 8) and the checkpoint interval, so training steps between
 checkpoints are few — plus free host ports.  Then, from the host: metrics over gRPC, the
 read-only checkpoint volume, TensorBoard's two runs, ``restart`` and a real crash (SIGKILL of
@@ -18,11 +19,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -178,65 +177,17 @@ def test_services_run_commands_our_clis_accept(compose_tools):
 
 
 @pytest.fixture(scope="module")
-def engine():
-    """A private dockerd, stopped by its PID (and its data root removed) at the end."""
+def prebuilt():
+    """The private dockerd with both images built — in the background, niced, while the other
+    tests ran (``tests/conftest.py`` starts it and orders docker tests last) — or now."""
     _require_docker_tools()
-    from tests.docker_engine import Engine
+    from tests import docker_engine
 
-    # A short root: containerd's unix sockets live under the exec root (108-byte path limit).
-    eng = Engine(Path(tempfile.mkdtemp(prefix="stdk-", dir="/tmp")))
+    build = docker_engine.prebuild(ROOT)  # the one already running, or a new one
     try:
-        yield eng.start()
+        yield build.wait()
     finally:
-        eng.stop()
-
-
-def _project_copy(dest: Path) -> Path:
-    """The checkout's files (tracked + untracked, not ignored) plus the host's extra CA
-    certificates for builds behind a TLS-intercepting proxy (deploy/certs/, never committed)."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, check=True).stdout.decode().split("\0")
-    for name in filter(None, listed):
-        source = ROOT / name
-        if source.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, dest / name)
-    for crt in Path("/usr/local/share/ca-certificates").glob("*.crt"):
-        shutil.copy2(crt, dest / "deploy" / "certs" / crt.name)
-    return dest
-
-
-class Stack:
-    """``docker-compose -p NAME --env-file F -f …`` aimed at the private engine."""
-
-    def __init__(self, engine, cwd: Path, name: str, env: dict[str, str], files: list[str]) -> None:
-        self.engine, self.cwd, self.name, self.files = engine, cwd, name, files
-        self.env_file = cwd / f"{name}.env"
-        self.env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
-
-    def run(self, *args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
-        cmd = ["docker-compose", "-p", self.name, "--env-file", str(self.env_file)]
-        for f in self.files:
-            cmd += ["-f", f]
-        env = {k: v for k, v in self.engine.env().items() if not k.startswith("SHOWTELL_")}
-        result = subprocess.run([*cmd, *args], cwd=self.cwd, env=env, capture_output=True, text=True,
-                                timeout=timeout)
-        if check:
-            assert result.returncode == 0, f"docker-compose {' '.join(args)}:\n{result.stderr[-4000:]}"
-        return result
-
-    def container(self, service: str):
-        labels = [f"com.docker.compose.project={self.name}", f"com.docker.compose.service={service}"]
-        found = self.engine.client.containers.list(all=True, filters={"label": labels})
-        assert len(found) == 1, f"{service}: {len(found)} containers"
-        return found[0]
-
-    def health(self, service: str) -> str:
-        container = self.container(service)
-        return container.attrs["State"].get("Health", {}).get("Status", "none")
-
-    def logs(self, service: str) -> str:
-        return self.container(service).logs().decode(errors="replace")
+        docker_engine.stop_prebuild()
 
 
 def _metrics_json(port: int, *extra: str) -> dict | None:
@@ -254,17 +205,15 @@ def _saved_steps(logs: str) -> list[int]:
 
 
 @pytest.mark.docker
-def test_compose_up_trains_evaluates_restarts_and_goes_away(engine, tmp_path: Path):
+def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: Path):
+    from tests.docker_engine import BUILD_ENV, PROJECT, Stack
     from tests.pki import SERVER_NAME, make_pki
 
-    figures: dict[str, float | int] = {}
-    figures["debootstrap_s"] = round(engine.import_base_image(), 1)  # 0: cached in CACHE_DIR
-    project = _project_copy(tmp_path / "project")
+    engine, project = prebuilt.engine, prebuilt.project
+    figures: dict[str, float | int] = dict(prebuilt.figures)
     grpc_port, board_port, remote_port = free_ports(3)
-    stack = Stack(engine, project, "showtell-test", {
-        "SHOWTELL_VERSION": "test",
-        "SHOWTELL_BASE_IMAGE": "showtell-base:bookworm",  # built here: no registry
-        "SHOWTELL_TRAINER_TF_PACKAGE": "tensorflow-cpu==2.21.*",  # a CPU build on this CPU host
+    stack = Stack(engine, project, PROJECT, {
+        **BUILD_ENV,  # the base image built here, tensorflow-cpu for the trainer
         # the input, small: 64 + 8 pictures at 75 px (Inception's minimum), 8 evaluated, batch 8
         "SHOWTELL_TRAIN_IMAGES": "64", "SHOWTELL_VAL_IMAGES": "8", "SHOWTELL_IMAGE_SIZE": "75",
         "SHOWTELL_EVAL_EXAMPLES": "8", "SHOWTELL_BATCH_SIZE": "8",
@@ -275,15 +224,10 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(engine, tmp_path: Pa
     remote = None
     client = engine.client
     try:
-        for service in ("trainer", "evaluator"):  # the evaluator reuses the trainer's install layer
-            started = time.monotonic()
-            stack.run("build", service)
-            figures[f"{service}_build_s"] = round(time.monotonic() - started, 1)
-            size = client.images.get(f"showtell-{service}:test").attrs["Size"]
-            figures[f"{service}_image_mb"] = round(size / 1e6)
         for service in ("trainer", "evaluator"):
-            user = client.images.get(f"showtell-{service}:test").attrs["Config"]["User"]
-            assert user == "showtell"  # non-root
+            image = client.images.get(f"showtell-{service}:test").attrs
+            figures[f"{service}_image_mb"] = round(image["Size"] / 1e6)
+            assert image["Config"]["User"] == "showtell"  # non-root
 
         started = time.monotonic()
         stack.run("up", "-d")
@@ -343,8 +287,8 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(engine, tmp_path: Pa
         volume = client.volumes.get(f"{stack.name}_checkpoints").attrs["Mountpoint"]
         data = client.volumes.get(f"{stack.name}_data").attrs["Mountpoint"]
         secrets = "/run/secrets/showtell"
-        remote = Stack(engine, project, "showtell-test-remote", {
-            "SHOWTELL_VERSION": "test", "SHOWTELL_BASE_IMAGE": "showtell-base:bookworm",
+        remote = Stack(engine, project, f"{PROJECT}-remote", {
+            **BUILD_ENV,
             "SHOWTELL_CHECKPOINTS": f"{volume}/model", "SHOWTELL_DATA_DIR": f"{data}/synthetic",
             "SHOWTELL_EVAL_EXAMPLES": "8", "SHOWTELL_EVAL_POLL_SECS": "2",
             # test traffic stays on loopback
@@ -388,4 +332,3 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(engine, tmp_path: Pa
             if s is not None:
                 s.run("down", "-v", "--remove-orphans", check=False)
         print(f"docker figures: {json.dumps(figures)}")
-        (tmp_path.parent / "docker-figures.json").write_text(json.dumps(figures, indent=1))
