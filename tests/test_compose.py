@@ -165,6 +165,10 @@ def test_services_run_commands_our_clis_accept(compose_tools):
         assert _parse("trainer.cli", cluster[name]["command"]).strategy == "parameter_server"
     assert roles == {"trainer": ("chief", 0), "ps-0": ("ps", 0), "worker-0": ("worker", 0),
                      "worker-1": ("worker", 1)}
+    # variables live on the ps, and TensorFlow saves each on its own device: the ps writes its
+    # part of every checkpoint (found by a real cluster up: "ckpt-50_temp; No such file")
+    assert "checkpoints:/checkpoints:rw" in cluster["ps-0"]["volumes"]
+    assert "checkpoints:/checkpoints:rw" in cluster["trainer"]["volumes"]
 
     standalone = _config(COMPOSE_FILES["evaluator"], STANDALONE_ENV)["services"]["evaluator"]
     args = _parse("evaluator.cli", standalone["command"])
