@@ -98,12 +98,10 @@ def run(args: argparse.Namespace) -> int:
             return run_once(args)
         if args.checkpoint or args.json:
             raise SystemExit(f"{PROG}: error: --checkpoint and --json go with --once (see --help)")
-        problem = ServerSecurity.from_args(args).check()
-        if problem:
-            raise SystemExit(f"{PROG}: error: {problem} (see --help)")
+        security = ServerSecurity.from_args(args).load()  # bad flags/files: one line, before TensorFlow
         from evaluator.daemon import serve
 
-        return serve(args, args.work_dir or default_work_dir(args.model_dir))
+        return serve(args, args.work_dir or default_work_dir(args.model_dir), security)
 
     return run_command(PROG, body)
 

@@ -17,13 +17,12 @@ from evaluator.service import MetricsService
 from evaluator.store import Store
 from evaluator.summaries import EvalSummaries
 from evaluator.watcher import CheckpointWatcher
-from showtell.transport import ServerSecurity
+from showtell.transport import LoadedSecurity
 
 log = logging.getLogger(__name__)
 
 
-def serve(args: argparse.Namespace, work_dir: Path) -> int:
-    security = ServerSecurity.from_args(args).load()
+def serve(args: argparse.Namespace, work_dir: Path, security: LoadedSecurity) -> int:
     model_dir = str(args.model_dir)
     evaluator = CheckpointEvaluator(model_dir, args.data, args.max_eval_examples, args.beam_size)
     work_dir.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ class MetricsServer:
         # Each Watch stream holds a worker thread for its lifetime; size the pool for them.
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
                                                              thread_name_prefix="grpc"),
-                                  interceptors=list(self.security.interceptors))
+                                  interceptors=self.security.interceptors)
         pb_grpc.add_MetricsServicer_to_server(service, self.server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -47,8 +47,8 @@ class MetricsServer:
         for name in ("", SERVICE_NAME):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("serving %s (+ health, reflection) on %s:%d; %s", SERVICE_NAME, self.host, self.port,
-                 self.security.description)
-        if self.security.clear_text_token:
+                 self.security.source.describe())
+        if self.security.source.clear_text_token:
             log.warning("a bearer token without TLS crosses the network in clear text; "
                         "add --tls-cert/--tls-key")
 

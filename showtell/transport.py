@@ -21,7 +21,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -72,10 +72,7 @@ class TokenFile:
         self.flag = flag
         self._lock = threading.Lock()
         self._mtime = self.path.stat().st_mtime_ns if path.exists() else None
-        self._tokens = self._load()
-
-    def _load(self) -> tuple[bytes, ...]:
-        return read_tokens(self.path, self.flag)
+        self._tokens = read_tokens(self.path, self.flag)
 
     def _refresh(self) -> None:
         try:
@@ -85,7 +82,7 @@ class TokenFile:
         if mtime == self._mtime:
             return
         try:
-            tokens = self._load()
+            tokens = read_tokens(self.path, self.flag)
         except TransportError as exc:
             log.warning("%s; keeping the previous tokens", exc)
             return
@@ -151,11 +148,9 @@ class ServerSecurity:
     def from_args(cls, args: argparse.Namespace) -> ServerSecurity:
         return cls(args.tls_cert, args.tls_key, args.auth_token_file)
 
-    def check(self) -> str | None:
-        """The flag error, if any (checked before anything starts)."""
-        if bool(self.tls_cert) != bool(self.tls_key):
-            return "--tls-cert and --tls-key go together"
-        return None
+    @property
+    def clear_text_token(self) -> bool:
+        return bool(self.auth_token_file and not self.tls_cert)
 
     def credentials(self) -> grpc.ServerCredentials | None:
         if not self.tls_cert:
@@ -175,17 +170,19 @@ class ServerSecurity:
         return ", ".join(parts)
 
     def load(self) -> LoadedSecurity:
-        """Read every file now, so a bad one fails before the evaluator builds its model."""
-        return LoadedSecurity(self.credentials(), self.interceptors(), self.describe(),
-                              clear_text_token=bool(self.auth_token_file and not self.tls_cert))
+        """Check the flags and read every file now, before the evaluator builds its model."""
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise TransportError("--tls-cert and --tls-key go together (see --help)")
+        return LoadedSecurity(self, self.credentials(), self.interceptors())
 
 
 @dataclass(frozen=True)
 class LoadedSecurity:
+    """``ServerSecurity`` with its files read: what the gRPC server is built with."""
+
+    source: ServerSecurity = ServerSecurity()
     credentials: grpc.ServerCredentials | None = None
-    interceptors: tuple[grpc.ServerInterceptor, ...] | list = ()
-    description: str = "plaintext, no token"
-    clear_text_token: bool = False
+    interceptors: list[grpc.ServerInterceptor] = field(default_factory=list)
 
 
 def add_server_arguments(p: argparse.ArgumentParser) -> None:

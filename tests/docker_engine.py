@@ -11,7 +11,6 @@ a Debian bookworm root filesystem made by ``debootstrap`` — cached as a tarbal
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import signal
@@ -21,8 +20,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-
-log = logging.getLogger(__name__)
 
 CACHE_DIR = Path(os.environ.get("SHOWTELL_DOCKER_CACHE", "/var/cache/showtell-docker"))
 BASE_IMAGE = "showtell-base:bookworm"
@@ -48,18 +45,14 @@ _apt_lock = threading.Lock()  # the background prebuild and the static tests bot
 def ensure_tools() -> None:
     """Install what is missing with apt-get (once; ≈10 s)."""
     with _apt_lock:
-        _install_missing()
-
-
-def _install_missing() -> None:
-    missing = sorted({pkg for tool, pkg in APT_PACKAGES.items() if not shutil.which(tool)})
-    if not missing:
-        return
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]
-    if subprocess.run(install, env=env, capture_output=True, timeout=900).returncode != 0:
-        subprocess.run(["apt-get", "update", "-q"], env=env, check=True, capture_output=True, timeout=900)
-        subprocess.run(install, env=env, check=True, capture_output=True, timeout=900)
+        missing = sorted({pkg for tool, pkg in APT_PACKAGES.items() if not shutil.which(tool)})
+        if not missing:
+            return
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]
+        if subprocess.run(install, env=env, capture_output=True, timeout=900).returncode != 0:
+            subprocess.run(["apt-get", "update", "-q"], env=env, check=True, capture_output=True, timeout=900)
+            subprocess.run(install, env=env, check=True, capture_output=True, timeout=900)
 
 
 class Engine:
@@ -220,9 +213,8 @@ class Prebuild:
     children (build and stack containers) inherit it, so the builds take only CPU the running
     tests leave idle.  ``wait()`` returns the result or raises what went wrong."""
 
-    def __init__(self, root: Path, nice: int = 0) -> None:
+    def __init__(self, root: Path) -> None:
         self.root = root
-        self.nice = nice
         self.scratch = Path(tempfile.mkdtemp(prefix="stprj-", dir="/tmp"))
         # A short root: containerd's unix sockets live under the exec root (108-byte path limit).
         self.engine = Engine(Path(tempfile.mkdtemp(prefix="stdk-", dir="/tmp")), nice=19)
