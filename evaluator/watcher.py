@@ -1,9 +1,13 @@
 """Notice new checkpoints: watch the ``checkpoint`` state file of a model dir.
 
 TensorFlow publishes a checkpoint by *renaming* ``checkpoint.tmp<hex>`` onto ``checkpoint``
-after the data files are complete, so the watcher reacts to any event whose source or
-destination is that file — moved events by their destination.  The watcher only says
-"look again"; what to evaluate is decided from the state file's contents by the caller.
+after the data files are complete, so the watcher reacts to moved events by their
+destination, and to the state file being created or written (other writers, sync tools).
+Only events that can mean new content wake the caller: watchdog 7 also reports a file being
+opened and closed without a write, and the caller's own read of the state file produces
+exactly those — reacting to them made an idle evaluator re-read the file in a loop, a whole
+core for nothing.  The watcher only says "look again"; what to evaluate is decided from the
+state file's contents by the caller.
 
 Observers: inotify (watchdog's native observer, the default: ≈ms latency); watchdog's
 polling observer with ``--poll-secs`` (NFS and other network filesystems where inotify
@@ -19,31 +23,53 @@ import threading
 from collections.abc import Callable
 
 import tensorflow as tf
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    EVENT_TYPE_CLOSED,
+    EVENT_TYPE_CREATED,
+    EVENT_TYPE_MODIFIED,
+    EVENT_TYPE_MOVED,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
 log = logging.getLogger(__name__)
 STATE_FILE = "checkpoint"
+# Events that can carry new content.  Given to the observer as its filter too, so inotify
+# is not even asked for open/close-no-write/access events (the kernel never wakes us).
+CONTENT_EVENTS = (FileCreatedEvent, FileModifiedEvent, FileClosedEvent, FileMovedEvent)
+_CONTENT_TYPES = frozenset({EVENT_TYPE_CREATED, EVENT_TYPE_MODIFIED, EVENT_TYPE_CLOSED, EVENT_TYPE_MOVED})
 
 
 class _StateFileHandler(FileSystemEventHandler):
-    def __init__(self, on_change: Callable[[], None]) -> None:
+    def __init__(self, on_change: Callable[[], None], names: frozenset[str]) -> None:
         self.on_change = on_change
+        self.names = names
 
     def on_any_event(self, event: FileSystemEvent) -> None:
-        paths = [event.src_path, getattr(event, "dest_path", "")]
-        if any(os.path.basename(os.fsdecode(p)) == STATE_FILE for p in paths if p):
+        if event.event_type not in _CONTENT_TYPES or event.is_directory:
+            return
+        # A rename counts by its destination only: moving the state file away adds nothing.
+        path = event.dest_path if event.event_type == EVENT_TYPE_MOVED else event.src_path
+        if os.path.basename(os.fsdecode(path)) in self.names:
             self.on_change()
 
 
 class CheckpointWatcher:
-    """Calls ``on_change`` (from a background thread) whenever the state file may have changed."""
+    """Calls ``on_change`` (from a background thread) whenever a watched file (the state file,
+    and ``also`` — e.g. the trainer's finished marker) may have new content."""
 
-    def __init__(self, model_dir: str, on_change: Callable[[], None], poll_secs: float | None = None):
+    def __init__(self, model_dir: str, on_change: Callable[[], None], poll_secs: float | None = None,
+                 also: tuple[str, ...] = ()) -> None:
         self.model_dir = model_dir
         self.on_change = on_change
         self.poll_secs = poll_secs
+        self.names = frozenset((STATE_FILE, *also))
         self._stop = threading.Event()
         self._observer = None
         self._thread: threading.Thread | None = None
@@ -71,27 +97,31 @@ class CheckpointWatcher:
             if self._stop.wait(0.5):
                 return
         observer = PollingObserver(timeout=self.poll_secs) if self.poll_secs else Observer()
-        observer.schedule(_StateFileHandler(self.on_change), self.model_dir, recursive=False)
+        observer.schedule(_StateFileHandler(self.on_change, self.names), self.model_dir, recursive=False,
+                          event_filter=list(CONTENT_EVENTS))
         observer.start()
         self._observer = observer
         log.info("watching %s (%s)", self.model_dir, self.kind)
         self.on_change()  # checkpoints that were there before the watch started
 
     def _gfile_poll(self) -> None:
-        path = self.model_dir.rstrip("/") + "/" + STATE_FILE
-        last = None
+        paths = [self.model_dir.rstrip("/") + "/" + name for name in sorted(self.names)]
+        last: dict[str, tuple | None] = dict.fromkeys(paths)
         interval = self.poll_secs or 5.0
-        log.info("polling %s every %.1f s (tf.io.gfile)", path, interval)
+        log.info("polling %s every %.1f s (tf.io.gfile)", paths[0], interval)
         while not self._stop.is_set():
-            try:
-                stat = tf.io.gfile.stat(path)
-                current = (stat.mtime_nsec, stat.length)
-            except tf.errors.NotFoundError:
-                current = None
-            except tf.errors.OpError as exc:
-                log.warning("cannot stat %s: %s", path, exc.message)
-                current = last
-            if current != last and current is not None:
+            changed = False
+            for path in paths:
+                try:
+                    stat = tf.io.gfile.stat(path)
+                    current = (stat.mtime_nsec, stat.length)
+                except tf.errors.NotFoundError:
+                    current = None
+                except tf.errors.OpError as exc:
+                    log.warning("cannot stat %s: %s", path, exc.message)
+                    current = last[path]
+                changed |= current != last[path] and current is not None
+                last[path] = current
+            if changed:
                 self.on_change()
-            last = current
             self._stop.wait(interval)
