@@ -30,6 +30,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be ≥ 0 (got {text})")
+    return value
+
+
 def non_negative_float(text: str) -> float:
     value = float(text)
     if value < 0:
@@ -53,7 +60,8 @@ def boolean(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false (got {text})")
 
 
-for _fn, _name in ((positive_int, "positive integer"), (non_negative_float, "number ≥ 0"),
+for _fn, _name in ((positive_int, "positive integer"), (non_negative_int, "integer ≥ 0"),
+                   (non_negative_float, "number ≥ 0"),
                    (positive_float, "number > 0"), (boolean, "true|false")):
     _fn.__name__ = _name  # argparse names the type in "invalid <type> value" messages
 

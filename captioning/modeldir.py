@@ -17,6 +17,10 @@ from captioning.config import ModelConfig
 from captioning.errors import ModelDirError
 
 METADATA = "showtell-model.json"
+# Written by the trainer after its final checkpoint when the run ended on its own terms
+# (--steps reached, --max-seconds, early stop) — not on a signal or a crash; removed when a
+# new run starts in the directory.  ``showtell evaluate --exit-when-trained`` ends on it.
+FINISHED = "showtell-finished.json"
 _FIELD_FLAGS = {
     "vocab_size": "vocab (from --data)",
     "image_size": "--image-size",
@@ -53,6 +57,34 @@ def write_metadata(model_dir: Path, config: ModelConfig, data: dict, encoder_ini
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=2) + "\n")
     tmp.replace(path)
+
+
+def mark_finished(model_dir: Path, step: int, checkpoint: str, reason: str) -> None:
+    """Say that training is over and which checkpoint is its last (temp file, then rename)."""
+    record = {"step": step, "checkpoint": Path(checkpoint).name, "reason": reason}
+    tmp = model_dir / (FINISHED + ".tmp")
+    tmp.write_text(json.dumps(record) + "\n")
+    tmp.replace(model_dir / FINISHED)
+
+
+def clear_finished(model_dir: Path) -> bool:
+    """A run starts: the directory's training is no longer finished.  True if a marker went."""
+    try:
+        (model_dir / FINISHED).unlink()
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def read_finished(model_dir: str) -> dict | None:
+    """The finished marker of a model dir (any ``tf.io.gfile`` URL), or None: still training,
+    or a marker being replaced."""
+    path = model_dir.rstrip("/") + "/" + FINISHED
+    try:
+        record = json.loads(tf.io.gfile.GFile(path).read())
+        return record if isinstance(record.get("step"), int) else None
+    except (tf.errors.OpError, ValueError, AttributeError):
+        return None
 
 
 def recorded_encoder_init(model_dir: Path) -> dict | None:

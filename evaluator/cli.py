@@ -16,6 +16,7 @@ from pathlib import Path
 from captioning.cli_util import (
     Parser,
     boolean,
+    non_negative_int,
     positive_float,
     positive_int,
     quiet_tensorflow,
@@ -53,6 +54,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--export-best", metavar="METRIC[:max|min]",
                    help="keep a SavedModel of the best evaluation in <work-dir>/export/best "
                         "(e.g. cider:max, loss:min)")
+    p.add_argument("--max-streams", type=positive_int, default=10_000,
+                   help="concurrent Watch streams served; more get RESOURCE_EXHAUSTED (default 10000)")
+    end = p.add_argument_group("ending by itself (default: serve until SIGTERM)")
+    end.add_argument("--until-step", type=non_negative_int, metavar="N",
+                     help="exit 0 after evaluating a checkpoint at step N or later")
+    end.add_argument("--max-evaluations", type=positive_int, metavar="K",
+                     help="exit 0 after K evaluations by this process (skipped checkpoints do not count)")
+    end.add_argument("--exit-when-trained", action="store_true",
+                     help="exit 0 once the trainer has finished (--steps, --max-seconds or early stop; "
+                          "not a SIGTERM or crash) and its final checkpoint is evaluated")
     add_server_arguments(p)
     p.add_argument("--once", action="store_true", help="evaluate one checkpoint, print, exit")
     p.add_argument("--checkpoint", help="with --once: checkpoint prefix to evaluate (default: the newest)")
@@ -95,6 +106,9 @@ def run(args: argparse.Namespace) -> int:
     def body() -> int:
         _limit_threads(args.threads)
         if args.once:
+            if args.until_step is not None or args.max_evaluations or args.exit_when_trained:
+                raise SystemExit(f"{PROG}: error: --until-step, --max-evaluations and --exit-when-trained "
+                                 "end the service; --once already evaluates one checkpoint (see --help)")
             return run_once(args)
         if args.checkpoint or args.json:
             raise SystemExit(f"{PROG}: error: --checkpoint and --json go with --once (see --help)")

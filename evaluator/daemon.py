@@ -1,16 +1,24 @@
-"""Wire the evaluator service together and run it until SIGTERM/SIGINT."""
+"""Wire the evaluator service together and run it until SIGTERM/SIGINT — or until a
+``--until-step`` / ``--max-evaluations`` / ``--exit-when-trained`` condition says it is done.
+
+Two threads of control: the asyncio event loop (main thread) serves gRPC; the ``evaluation``
+thread watches, restores and validates.  Between checkpoints both sleep.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import signal
 import threading
 from pathlib import Path
 
+from captioning.errors import ShowtellError
+from captioning.modeldir import FINISHED
 from evaluator.best_export import BestExport
 from evaluator.evaluation import CheckpointEvaluator
-from evaluator.runner import EvalRunner
+from evaluator.runner import EvalRunner, Finish
 from evaluator.scorers import CaptionScorer
 from evaluator.server import MetricsServer
 from evaluator.service import MetricsService
@@ -23,51 +31,69 @@ log = logging.getLogger(__name__)
 
 
 def serve(args: argparse.Namespace, work_dir: Path, security: LoadedSecurity) -> int:
+    return asyncio.run(_serve(args, work_dir, security))
+
+
+async def _serve(args: argparse.Namespace, work_dir: Path, security: LoadedSecurity) -> int:
     model_dir = str(args.model_dir)
     evaluator = CheckpointEvaluator(model_dir, args.data, args.max_eval_examples, args.beam_size)
     work_dir.mkdir(parents=True, exist_ok=True)
     store = Store(work_dir / "evaluations.sqlite")
     summaries = EvalSummaries(str(work_dir / "eval"))
     exporter = BestExport.parse(args.export_best, work_dir) if args.export_best else None
-    runner = EvalRunner(model_dir, evaluator, store, work_dir, args.policy, summaries, exporter)
-    watcher = CheckpointWatcher(model_dir, runner.on_change, args.poll_secs)
-    service = MetricsService(store, runner, model_dir, watcher.kind)
-    server = MetricsServer(service, args.host, args.port, security=security)
+    finish = Finish(args.until_step, args.max_evaluations, args.exit_when_trained)
+    runner = EvalRunner(model_dir=model_dir, evaluator=evaluator, store=store, work_dir=work_dir,
+                        policy=args.policy, summaries=summaries, exporter=exporter, finish=finish)
+    watcher = CheckpointWatcher(model_dir, runner.on_change, args.poll_secs, also=(FINISHED,))
+    service = MetricsService(store=store, runner=runner, checkpoint_dir=model_dir, observer=watcher.kind,
+                             max_streams=args.max_streams)
+    loop = asyncio.get_running_loop()
+    service.attach(loop)
+    try:
+        server = MetricsServer(service, args.host, args.port, security=security)
+    except RuntimeError as exc:  # grpc: "Failed to bind to address …"
+        raise ShowtellError(f"--host {args.host} --port {args.port}: cannot listen there ({exc}); "
+                            "is another evaluator using it? pick another --port (0: any free one)") from exc
 
-    stop = threading.Event()
+    stop = asyncio.Event()
+    exit_code = 0
 
-    def on_signal(signum, frame) -> None:
-        log.info("%s received: stopping", signal.Signals(signum).name)
+    def on_signal(sig: signal.Signals) -> None:
+        log.info("%s received: stopping", sig.name)
         stop.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
+        loop.add_signal_handler(sig, on_signal, sig)
 
     def work() -> None:
-        # METEOR's JVM takes seconds to start: do it here, not before the server answers.
-        evaluator.scorer = CaptionScorer(meteor=args.meteor)
-        watcher.start()
+        nonlocal exit_code
         try:
+            # METEOR's JVM takes seconds to start: do it here, not before the server answers.
+            evaluator.scorer = CaptionScorer(meteor=args.meteor)
+            watcher.start()
             runner.run()
         except Exception:
             log.exception("evaluation loop failed")
-            stop.set()
+            exit_code = 1
+        finally:
+            loop.call_soon_threadsafe(stop.set)
 
-    server.start()
-    log.info("work dir %s; policy %s; observer %s", work_dir, args.policy, watcher.kind)
+    await server.start()
+    log.info("work dir %s; policy %s; observer %s%s", work_dir, args.policy, watcher.kind,
+             f"; ends when {finish.describe()}" if finish.describe() else "")
     thread = threading.Thread(target=work, name="evaluation", daemon=True)
     thread.start()
     try:
-        stop.wait()
+        await stop.wait()
     finally:
         runner.stopping.set()
         runner.wake.set()
-        server.stop()
+        await server.stop()
         watcher.stop()
         # An evaluation in progress is abandoned (no row): it runs again after a restart.
-        thread.join(timeout=2)
+        await asyncio.to_thread(thread.join, 2)
         if evaluator.scorer is not None:
             evaluator.scorer.close()
         summaries.close()
         store.close()
-    return 0
+    return exit_code

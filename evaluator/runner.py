@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import tensorflow as tf
 from google.protobuf import text_format
 
 from captioning.errors import ShowtellError
+from captioning.modeldir import read_finished
 from evaluator.best_export import BestExport
 from evaluator.evaluation import CheckpointEvaluator, checkpoint_step
 from evaluator.pinning import Vanished, pin, unpin
@@ -39,21 +41,54 @@ class Status:
 
 
 class Broadcast:
-    """Wakes every ``Watch`` stream when a record is added."""
+    """Tells listeners about each recorded evaluation (None: something changed but nothing new
+    was stored).  ``version`` counts notifications, so a cheap reader (GetLatest's cache) can
+    tell whether anything changed without a query.  Listeners run on the runner's thread and
+    must only hand the record over (the gRPC server queues it onto its event loop)."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._listeners: list[Callable[[Record | None], None]] = []
         self.version = 0
 
-    def notify(self) -> None:
-        with self._cond:
-            self.version += 1
-            self._cond.notify_all()
+    def subscribe(self, listener: Callable[[Record | None], None]) -> None:
+        with self._lock:
+            self._listeners.append(listener)
 
-    def wait(self, seen: int, timeout: float) -> int:
-        with self._cond:
-            self._cond.wait_for(lambda: self.version != seen, timeout=timeout)
-            return self.version
+    def notify(self, record: Record | None = None) -> None:
+        with self._lock:
+            self.version += 1
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(record)
+
+
+@dataclass(frozen=True)
+class Finish:
+    """When a finite evaluator is done: Keras' SidecarEvaluator ``max_evaluations``, Orbit's
+    timeout, and the trainer's own word that it has finished (a Kubernetes job completes)."""
+
+    until_step: int | None = None       # --until-step: after evaluating a checkpoint at/after N
+    max_evaluations: int | None = None  # --max-evaluations: after K evaluations by this process
+    when_trained: bool = False          # --exit-when-trained: after the trainer's final checkpoint
+
+    def describe(self) -> str:
+        parts = []
+        if self.until_step is not None:
+            parts.append(f"a checkpoint at step ≥ {self.until_step} is evaluated")
+        if self.max_evaluations is not None:
+            parts.append(f"{self.max_evaluations} evaluation(s) are done")
+        if self.when_trained:
+            parts.append("the trainer's final checkpoint is evaluated")
+        return " or ".join(parts)
+
+    def reason(self, record: Record, evaluations: int) -> str | None:
+        """Why we are done after recording ``record`` (the ``evaluations``-th of this process)."""
+        if self.until_step is not None and record.step >= self.until_step:
+            return f"step {record.step} reaches --until-step {self.until_step}"
+        if self.max_evaluations is not None and evaluations >= self.max_evaluations:
+            return f"{evaluations} evaluation(s) done (--max-evaluations {self.max_evaluations})"
+        return None
 
 
 def read_state(model_dir: str) -> list[str]:
@@ -79,19 +114,35 @@ def read_state(model_dir: str) -> list[str]:
 
 
 class EvalRunner:
-    def __init__(self, model_dir: str, evaluator: CheckpointEvaluator, store: Store, work_dir: Path,
+    """Evaluates what the state file names, one checkpoint at a time, until stopped or done.
+
+    Args (keyword-only):
+      model_dir: the trainer's model directory (local path or ``tf.io.gfile`` URL).
+      evaluator: restores and validates one checkpoint.
+      store: the durable history.
+      work_dir: this evaluator's own directory (pins live under it).
+      policy: ``latest`` or ``all``.
+      summaries: TensorBoard writer for successful evaluations (optional).
+      exporter: ``--export-best`` (optional).
+      finish: when to stop by itself (default: never).
+    """
+
+    def __init__(self, *, model_dir: str, evaluator: CheckpointEvaluator, store: Store, work_dir: Path,
                  policy: str, summaries: EvalSummaries | None = None, exporter: BestExport | None = None,
-                 ) -> None:
+                 finish: Finish | None = None) -> None:
         if policy not in POLICIES:
             raise ValueError(policy)
         self.model_dir, self.store, self.work_dir, self.policy = model_dir, store, work_dir, policy
         self.evaluator = evaluator
         self.summaries = summaries
         self.exporter = exporter
+        self.finish = finish or Finish()
         self.status = Status()
         self.broadcast = Broadcast()
         self.wake = threading.Event()
         self.stopping = threading.Event()
+        self.evaluations = 0  # by this process (ok or failed; a skipped checkpoint is not one)
+        self.done: str | None = None  # why the runner ended by itself
 
     def on_change(self) -> None:
         self.wake.set()
@@ -115,19 +166,46 @@ class EvalRunner:
         self.status.pending_steps = [s for s, _ in todo]
         return todo
 
-    def run(self, poll_fallback_secs: float = 30.0) -> None:
-        """Evaluate until ``stopping`` is set; wakes on watcher events (or every fallback secs)."""
+    def run(self, poll_fallback_secs: float = 30.0) -> str | None:
+        """Evaluate until ``stopping`` is set or a ``finish`` condition holds (its reason is
+        returned).  Sleeps between watcher wake-ups; the fallback timer only guards against a
+        lost event."""
         self.wake.set()
         while not self.stopping.is_set():
             self.wake.wait(timeout=poll_fallback_secs)
             self.wake.clear()
             for step, prefix in self.pending():
                 if self.stopping.is_set():
-                    return
-                self.evaluate_one(step, prefix)
+                    return None
+                record = self.evaluate_one(step, prefix)
+                if record.status != "skipped":
+                    self.evaluations += 1
+                    self.done = self.finish.reason(record, self.evaluations)
+                if self.done:
+                    break
                 if self.policy == "latest":
                     self.wake.set()  # the newest may have moved on while we were busy
                     break
+            self.done = self.done or self._trained()
+            if self.done:
+                log.info("done: %s", self.done)
+                return self.done
+        return None
+
+    def _trained(self) -> str | None:
+        """--exit-when-trained: the trainer marked its final checkpoint, and it is recorded."""
+        if not self.finish.when_trained:
+            return None
+        final = read_finished(self.model_dir)
+        if final is None:
+            return None
+        # Its evaluation may still be to come: the state file's rename (or, if it was evaluated
+        # before the marker landed, the marker's own arrival) wakes us again.
+        if not any(r.step == final["step"] and os.path.basename(r.checkpoint) == final["checkpoint"]
+                   for r in self.store.after(final["step"] - 1)):
+            return None
+        return f"the trainer finished ({final.get('reason', '?')}) and its final checkpoint, step " \
+               f"{final['step']}, is evaluated"
 
     def evaluate_one(self, step: int, prefix: str) -> Record:
         self.status.evaluating_step = step
@@ -159,14 +237,15 @@ class EvalRunner:
         return recorded
 
     def _record(self, record: Record) -> Record:
-        if self.store.add(record):
+        stored = self.store.add(record)
+        if stored is not None:
             log.info("step %d: %s %s", record.step, record.status,
                      " ".join(f"{k} {v:.4f}" for k, v in sorted(record.metrics.items())) or record.reason)
             if self.summaries is not None and record.status == "ok":
                 self.summaries.write(record)
         self.status.evaluating_step = -1
-        self.broadcast.notify()
-        return record
+        self.broadcast.notify(stored)
+        return stored or record
 
 
 def _mtime(path: str) -> float:

@@ -1,9 +1,14 @@
-"""The gRPC server: metrics service + ``grpc.health.v1`` + server reflection."""
+"""The gRPC server: metrics service + ``grpc.health.v1`` + server reflection, on ``grpc.aio``.
+
+One event loop serves every call; a ``Watch`` stream is a suspended coroutine, so open
+streams cost memory rather than a worker thread each (the thread-pool server it replaced
+stopped answering — health checks included — at its 33rd stream).  Keepalive pings find
+clients that vanished without closing their connection, so their streams are dropped.
+"""
 
 from __future__ import annotations
 
 import logging
-from concurrent import futures
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -16,19 +21,28 @@ from showtell.v1 import metrics_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Metrics"].full_name
+MAX_REQUEST_BYTES = 1 << 20  # every request is a few fields; a larger one is refused by gRPC
+SERVER_OPTIONS = [
+    ("grpc.keepalive_time_ms", 60_000),  # ping a connection after 60 s without traffic …
+    ("grpc.keepalive_timeout_ms", 20_000),  # … and drop it if the ping is not answered in 20 s
+    ("grpc.http2.max_pings_without_data", 0),  # an idle Watch sends no data: keep pinging it
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 20_000),  # clients may ping every 20 s
+    ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
+    ("grpc.so_reuseport", 0),  # a second evaluator on the same port fails instead of sharing it
+]
 
 
 class MetricsServer:
+    """Builds the server; ``start``/``stop`` are coroutines on the loop that serves it."""
+
     def __init__(self, service: MetricsService, host: str = "127.0.0.1", port: int = 0,
-                 max_workers: int = 32, security: LoadedSecurity | None = None) -> None:
+                 security: LoadedSecurity | None = None) -> None:
         self.service = service
         self.security = security or LoadedSecurity()
-        # Each Watch stream holds a worker thread for its lifetime; size the pool for them.
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
-                                                             thread_name_prefix="grpc"),
-                                  interceptors=self.security.interceptors)
+        self.server = grpc.aio.server(interceptors=self.security.interceptors, options=SERVER_OPTIONS)
         pb_grpc.add_MetricsServicer_to_server(service, self.server)
-        self.health = health.HealthServicer()
+        self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
@@ -42,17 +56,17 @@ class MetricsServer:
             self.port = self.server.add_secure_port(address, self.security.credentials)
         self.host = host
 
-    def start(self) -> None:
-        self.server.start()
+    async def start(self) -> None:
+        await self.server.start()
         for name in ("", SERVICE_NAME):
-            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("serving %s (+ health, reflection) on %s:%d; %s", SERVICE_NAME, self.host, self.port,
                  self.security.source.describe())
         if self.security.source.clear_text_token:
             log.warning("a bearer token without TLS crosses the network in clear text; "
                         "add --tls-cert/--tls-key")
 
-    def stop(self, grace: float = 2.0) -> None:
-        self.service.closing = True
-        self.health.enter_graceful_shutdown()
-        self.server.stop(grace).wait()
+    async def stop(self, grace: float = 2.0) -> None:
+        await self.health.enter_graceful_shutdown()
+        self.service.close()  # open Watch streams end UNAVAILABLE
+        await self.server.stop(grace)

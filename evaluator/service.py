@@ -7,6 +7,7 @@ into gRPC's generic ``UNKNOWN``.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import logging
@@ -15,6 +16,7 @@ import time
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from evaluator.feed import StreamFeed
 from evaluator.runner import EvalRunner
 from evaluator.store import LOWER_IS_BETTER, Record, Store
 from showtell.v1 import metrics_pb2 as pb
@@ -65,13 +67,38 @@ def decode_token(token: str) -> tuple[int, int]:
 
 
 class MetricsService(pb_grpc.MetricsServicer):
-    def __init__(self, store: Store, runner: EvalRunner, checkpoint_dir: str, observer: str) -> None:
+    """The metrics service, served from ``grpc.aio``: every method is a coroutine on the
+    server's event loop (store queries are short local SQLite reads), and a ``Watch`` stream
+    is a coroutine waiting on the ``StreamFeed`` — thousands cost memory, not threads.
+
+    Args (keyword-only):
+      store: the evaluation history.
+      runner: the evaluation loop (status, broadcast, exporter).
+      checkpoint_dir: the model dir, as reported by GetStatus.
+      observer: how the model dir is watched (inotify, polling, gfile-polling).
+      max_streams: concurrent ``Watch`` streams served; beyond it RESOURCE_EXHAUSTED.
+    """
+
+    def __init__(self, *, store: Store, runner: EvalRunner, checkpoint_dir: str, observer: str,
+                 max_streams: int = 10_000) -> None:
         self.store, self.runner = store, runner
         self.checkpoint_dir, self.observer = checkpoint_dir, observer
-        self.closing = False
+        self.max_streams = max_streams
+        self.streams = 0
+        self.feed: StreamFeed | None = None
         self._latest: tuple[int, pb.Evaluation | None] = (-1, None)
 
-    def GetLatest(self, request, context):
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start feeding ``Watch`` streams from the runner's recordings (on ``loop``)."""
+        self.feed = StreamFeed(self.store, loop, to_proto)
+        self.runner.broadcast.subscribe(self.feed.publish)
+
+    def close(self) -> None:
+        """Open streams end with UNAVAILABLE (clients reconnect to the next instance)."""
+        if self.feed is not None:
+            self.feed.close()
+
+    async def GetLatest(self, request, context):
         # The hot query (dashboards poll it): answer from a copy rebuilt only when the runner
         # records something.  The version is read *before* the store, so a racing write can
         # only make the cached copy newer than its version, never stale.
@@ -82,26 +109,26 @@ class MetricsService(pb_grpc.MetricsServicer):
             cached = to_proto(record) if record is not None else None
             self._latest = (version, cached)
         if cached is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, "no evaluation recorded yet")
+            await context.abort(grpc.StatusCode.NOT_FOUND, "no evaluation recorded yet")
         return cached
 
-    def ListEvaluations(self, request, context):
+    async def ListEvaluations(self, request, context):
         limit = request.limit or DEFAULT_PAGE
         if not 1 <= limit <= MAX_PAGE:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"limit must be 1..{MAX_PAGE} (got {request.limit})")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"limit must be 1..{MAX_PAGE} (got {request.limit})")
         if request.from_step < 0:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"from_step must be ≥ 0 (got {request.from_step})")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"from_step must be ≥ 0 (got {request.from_step})")
         from_step, offset = request.from_step, 0
         if request.page_token:
             try:
                 token_step, offset = decode_token(request.page_token)
             except ValueError as exc:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             if token_step != from_step:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                              "page_token belongs to a listing with another from_step")
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                    "page_token belongs to a listing with another from_step")
         records = self.store.page(from_step, offset, limit + 1)
         more = len(records) > limit
         return pb.ListEvaluationsResponse(
@@ -109,28 +136,29 @@ class MetricsService(pb_grpc.MetricsServicer):
             next_page_token=encode_token(from_step, offset + limit) if more else "",
         )
 
-    def GetBest(self, request, context):
+    async def GetBest(self, request, context):
         metric = request.metric
         if not metric:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "metric is required, e.g. 'cider' or 'loss'")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "metric is required, e.g. 'cider' or 'loss'")
         known = KNOWN_METRICS | self.store.metric_names()
         if metric not in known:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"unknown metric {metric!r}; known: {', '.join(sorted(known))}")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"unknown metric {metric!r}; known: {', '.join(sorted(known))}")
         if request.mode == pb.GetBestRequest.MODE_UNSPECIFIED:
             maximize = metric not in LOWER_IS_BETTER
         else:
             maximize = request.mode == pb.GetBestRequest.MAX
         record = self.store.best(metric, maximize)
         if record is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"no successful evaluation has {metric!r} yet")
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no successful evaluation has {metric!r} yet")
         answer = to_proto(record)
         exported = self.runner.exporter.current() if self.runner.exporter else None
         if exported and (exported["step"], exported["checkpoint"]) == (record.step, record.checkpoint):
             answer.export_path = str(self.runner.exporter.directory)
         return answer
 
-    def GetStatus(self, request, context):
+    async def GetStatus(self, request, context):
         status = self.runner.status
         total, bad = self.store.counts()
         return pb.EvaluatorStatus(
@@ -142,20 +170,35 @@ class MetricsService(pb_grpc.MetricsServicer):
             best_export=self.runner.exporter.describe() if self.runner.exporter else "",
         )
 
-    def Watch(self, request, context):
-        """Replay (step order), then live records (arrival order) until the client cancels."""
+    async def Watch(self, request, context):
+        """Replay (step order), then live records (arrival order) until the client cancels;
+        ends UNAVAILABLE when the evaluator stops, so clients know to reconnect."""
         after = request.after_step
         if after < -1:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"after_step must be ≥ -1 (got {after})")
-        version = self.runner.broadcast.version
-        cursor = self.store.max_rowid()
-        for record in self.store.after(after, max_rowid=cursor):
-            yield to_proto(record)
-        while context.is_active() and not self.closing:
-            seen, version = version, self.runner.broadcast.wait(version, timeout=1.0)
-            if version == seen:
-                continue  # timed out: only re-check that the client is still there
-            for record in self.store.arrived_after(cursor):
-                cursor = record.rowid
-                if record.step > after:
-                    yield to_proto(record)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"after_step must be ≥ -1 (got {after})")
+        if self.streams >= self.max_streams:
+            log.warning("refused a Watch stream: %d open (--max-streams)", self.streams)
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"this evaluator already serves {self.streams} Watch streams "
+                                f"(--max-streams {self.max_streams}); retry later or raise the limit")
+        feed = self.feed
+        assert feed is not None, "attach() the service to the server's loop first"
+        self.streams += 1
+        try:
+            cursor = self.store.max_rowid()
+            for record in self.store.after(after, max_rowid=cursor):
+                yield to_proto(record)
+            while True:
+                arrivals = feed.since(cursor)
+                for arrival in arrivals:
+                    cursor = arrival.rowid
+                    if arrival.step > after:
+                        yield arrival.evaluation
+                if arrivals:
+                    continue
+                if feed.closed:
+                    await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                        "the evaluator is stopping; reconnect to its next instance")
+                await feed.wait()
+        finally:
+            self.streams -= 1

@@ -11,6 +11,7 @@ keeps reads cheap while a write is in progress from another process (e.g. a back
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import threading
@@ -67,8 +68,9 @@ class Store:
         with self._lock:
             self._db.close()
 
-    def add(self, record: Record) -> bool:
-        """Record an evaluation; False if this (step, checkpoint) was already recorded."""
+    def add(self, record: Record) -> Record | None:
+        """Record an evaluation; the stored record (with its ``rowid``), or None if this
+        (step, checkpoint) was already recorded."""
         if record.status not in STATUSES:
             raise ValueError(f"status {record.status!r}")
         with self._lock:
@@ -78,7 +80,7 @@ class Store:
                  record.eval_seconds, record.num_examples, json.dumps(record.metrics),
                  json.dumps(record.samples), record.status, record.reason),
             )
-            return cursor.rowcount == 1
+            return dataclasses.replace(record, rowid=cursor.lastrowid) if cursor.rowcount == 1 else None
 
     def has(self, step: int, checkpoint: str) -> bool:
         with self._lock:

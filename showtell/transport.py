@@ -100,8 +100,8 @@ class TokenFile:
 def _refusal(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
     """A handler of the same shape as ``handler`` that ends the call UNAUTHENTICATED."""
 
-    def refuse(request: Any, context: grpc.ServicerContext) -> Any:
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
     kwargs = {"request_deserializer": handler.request_deserializer,
               "response_serializer": handler.response_serializer}
@@ -114,21 +114,22 @@ def _refusal(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHand
     return grpc.unary_unary_rpc_method_handler(refuse, **kwargs)
 
 
-class BearerTokenInterceptor(grpc.ServerInterceptor):
-    """Lets a call through when it carries an accepted ``authorization: Bearer`` token."""
+class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
+    """Lets a call through when it carries an accepted ``authorization: Bearer`` token.
+    The token itself is never logged."""
 
     def __init__(self, tokens: TokenFile) -> None:
         self.tokens = tokens
 
-    def intercept_service(self, continuation: Callable, handler_call_details: grpc.HandlerCallDetails):
+    async def intercept_service(self, continuation: Callable, handler_call_details: grpc.HandlerCallDetails):
         method = handler_call_details.method
         if method.startswith(OPEN_METHOD_PREFIXES):
-            return continuation(handler_call_details)
+            return await continuation(handler_call_details)
         header = dict(handler_call_details.invocation_metadata or ()).get("authorization", "")
         scheme, _, token = str(header).partition(" ")
         if scheme.lower() == "bearer" and token and self.tokens.accepts(token.strip()):
-            return continuation(handler_call_details)
-        handler = continuation(handler_call_details)
+            return await continuation(handler_call_details)
+        handler = await continuation(handler_call_details)
         if handler is None:  # unknown method: let gRPC answer UNIMPLEMENTED
             return None
         reason = "no bearer token" if not header else "the bearer token is not accepted"
@@ -159,7 +160,7 @@ class ServerSecurity:
         key = _read_pem(self.tls_key, "--tls-key", "private key", b"PRIVATE KEY")
         return grpc.ssl_server_credentials([(key, cert)])
 
-    def interceptors(self) -> list[grpc.ServerInterceptor]:
+    def interceptors(self) -> list[grpc.aio.ServerInterceptor]:
         if not self.auth_token_file:
             return []
         return [BearerTokenInterceptor(TokenFile(self.auth_token_file))]
@@ -182,7 +183,7 @@ class LoadedSecurity:
 
     source: ServerSecurity = ServerSecurity()
     credentials: grpc.ServerCredentials | None = None
-    interceptors: list[grpc.ServerInterceptor] = field(default_factory=list)
+    interceptors: list[grpc.aio.ServerInterceptor] = field(default_factory=list)
 
 
 def add_server_arguments(p: argparse.ArgumentParser) -> None:

@@ -120,5 +120,5 @@ class EarlyStop:
         reason = (f"early stop: {self.condition.metric} {value:.6g} meets {self.condition} at the evaluation "
                   f"of step {evaluation.global_step} ({self.streak} consecutive)")
         log.info("%s", reason)
-        self.stop.request(reason)
+        self.stop.request(reason, final=True)
         return True

@@ -26,7 +26,13 @@ from captioning.errors import DataError
 from captioning.feature_cache import BuildStats, cache_key, ensure_cache
 from captioning.manifest import VOCAB, Manifest, load_dataset
 from captioning.model import ShowAndTell, build_model, masked_loss_sum
-from captioning.modeldir import check_model_dir, recorded_encoder_init, write_metadata
+from captioning.modeldir import (
+    check_model_dir,
+    clear_finished,
+    mark_finished,
+    recorded_encoder_init,
+    write_metadata,
+)
 from captioning.records import shard_files
 from trainer.checkpoints import Checkpoints, SaveSchedule
 from trainer.cluster import ClusterError
@@ -47,6 +53,7 @@ class TrainResult:
     final_step: int
     checkpoint: str
     stopped_by: str | None  # None: reached --steps; otherwise the signal or time limit
+    finished: bool = False  # ended on its own terms (steps, time limit, early stop): marked in the model dir
 
 
 def resolve_model_config(config: ModelConfig, manifest: Manifest, data_dir: Path,
@@ -227,6 +234,9 @@ class Trainer:
         start_step = int(self.step.numpy())
         if self.is_chief:
             self.model_dir.mkdir(parents=True, exist_ok=True)
+            if clear_finished(self.model_dir):
+                log.info("training again in %s: its finished marker is removed until this run ends",
+                         self.model_dir)
         if encoder_init is not None and self.is_chief:
             write_metadata(self.model_dir, self.model_config, self._data_metadata(), encoder_init.metadata())
             if encoder_init.pretrained:
@@ -265,15 +275,17 @@ class Trainer:
         log.info("final checkpoint %s (step %d)%s%s", path, final,
                  f" after {stopped_by}" if stopped_by else "",
                  "" if self.is_chief else " — a non-chief scratch copy, deleted; the chief's is the real one")
-        return TrainResult(start_step, final, path, stopped_by)
+        # Over on its own terms (not a signal, not another worker's stop): tell evaluators.
+        finished = stopped_by is None or (stop.final and stopped_by == stop.reason)
+        if finished and self.is_chief:
+            mark_finished(self.model_dir, final, path, stopped_by or f"step {cfg.steps} reached")
+        return TrainResult(start_step, final, path, stopped_by, finished)
 
     def _stop_reason(self, stop: StopRequest, started: float) -> str | None:
         cfg = self.train_config
-        if stop:
-            return stop.reason
-        if cfg.max_seconds is not None and time.monotonic() - started >= cfg.max_seconds:
-            return f"the {cfg.max_seconds:g} s time limit"
-        return None
+        if not stop and cfg.max_seconds is not None and time.monotonic() - started >= cfg.max_seconds:
+            stop.request(f"the {cfg.max_seconds:g} s time limit", final=True)
+        return stop.reason if stop else None
 
     def _agree(self, *flags: bool) -> list[bool]:
         """Multi-worker: every worker must stop and save at the same step (they run collectives

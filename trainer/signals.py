@@ -17,6 +17,7 @@ class StopRequest:
         self.action = "finishing the current step and saving a checkpoint"  # what the log says
         self._event = threading.Event()
         self.reason: str | None = None
+        self.final = False  # True: the run ends on its own terms (time limit, early stop), not a signal
         self._previous: dict[int, object] = {}
 
     def install(self) -> StopRequest:
@@ -36,8 +37,10 @@ class StopRequest:
         self.request(name)
         signal.signal(signum, signal.SIG_DFL)
 
-    def request(self, reason: str) -> None:
-        self.reason = reason
+    def request(self, reason: str, final: bool = False) -> None:
+        if self._event.is_set():
+            return  # the first reason stands
+        self.reason, self.final = reason, final
         self._event.set()
 
     def __bool__(self) -> bool:
