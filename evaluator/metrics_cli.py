@@ -1,5 +1,8 @@
 """``showtell metrics {latest,list,best,watch,status,health} --server HOST:PORT [--json]``.
 
+``watch`` follows the evaluator across its restarts (reconnects with backoff, resumes after
+the last step it printed); ``status`` prints a short summary for a person.
+
 A thin gRPC client of ``showtell.v1.Metrics``.  Unreachable servers, ``NOT_FOUND`` and
 deadlines become one-line messages and a non-zero exit; ``--json`` prints protobuf's JSON
 mapping with the proto field names (``global_step``, ``metrics``, …), one object per line.
@@ -20,6 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from captioning.cli_util import Parser, positive_float, positive_int, run_command, setup_logging
 from captioning.errors import ShowtellError
+from showtell.client import WatchFollower
 from showtell.transport import ClientSecurity, add_client_arguments
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
@@ -88,7 +92,11 @@ def query(args: argparse.Namespace) -> int:
             if args.query == "latest":
                 _emit(stub.GetLatest(pb.GetLatestRequest(), timeout=t), args.json)
             elif args.query == "status":
-                _emit(stub.GetStatus(pb.GetStatusRequest(), timeout=t), args.json)
+                reply = stub.GetStatus(pb.GetStatusRequest(), timeout=t)
+                if args.json:
+                    _emit(reply, True)
+                else:
+                    sys.stdout.write(format_status(reply) + "\n")
             elif args.query == "best":
                 mode = {"max": pb.GetBestRequest.MAX, "min": pb.GetBestRequest.MIN}.get(
                     args.mode, pb.GetBestRequest.MODE_UNSPECIFIED)
@@ -104,11 +112,44 @@ def query(args: argparse.Namespace) -> int:
                     if not token:
                         break
             else:
-                for evaluation in stub.Watch(pb.WatchRequest(after_step=args.after_step)):
-                    _emit(evaluation, args.json)
+                watch(args, security)
         except grpc.RpcError as error:
             raise _explain(error, args.server, security) from error
     return 0
+
+
+def watch(args: argparse.Namespace, security: ClientSecurity) -> None:
+    """Print each evaluation once, across evaluator restarts (reconnects with backoff)."""
+
+    def on_retry(error: grpc.RpcError, wait: float) -> None:
+        sys.stderr.write(f"{PROG}: {args.server} went away ({error.code().name.lower()}); "
+                         f"reconnecting in {wait:.0f} s\n")
+
+    follower = WatchFollower(target=args.server, security=security, after_step=args.after_step,
+                             on_retry=on_retry)
+    for evaluation in follower:
+        _emit(evaluation, args.json)
+
+
+def format_status(s: pb.EvaluatorStatus) -> str:
+    """A few lines for a person; ``--json`` has every field."""
+    up = int(s.uptime_seconds)
+    uptime = f"{up // 3600}h{up // 60 % 60:02d}m"
+    doing = f"evaluating step {s.evaluating_step}" if s.evaluating_step >= 0 else "idle"
+    lines = [
+        f"evaluator of {s.checkpoint_dir}  (policy {s.policy}, {s.observer}, up {uptime})",
+        f"  {doing}; newest checkpoint seen: "
+        + (f"step {s.last_seen_step}" if s.last_seen_step >= 0 else "none yet"),
+        f"  {s.evaluations} evaluation(s) recorded, {s.failures} failed or skipped",
+    ]
+    if s.pending_steps:
+        shown = ", ".join(str(step) for step in s.pending_steps[:10])
+        lines.append(f"  pending: {shown}{' …' if len(s.pending_steps) > 10 else ''}")
+    if s.best_export:
+        lines.append(f"  best export: {s.best_export}")
+    if s.last_error:
+        lines.append(f"  last error: {s.last_error}")
+    return "\n".join(lines)
 
 
 def health(channel: grpc.Channel, timeout: float) -> int:

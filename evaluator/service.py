@@ -27,6 +27,7 @@ MAX_PAGE = 1000
 DEFAULT_PAGE = 100
 KNOWN_METRICS = {"loss", "perplexity", "exact_match", "bleu1", "bleu2", "bleu3", "bleu4", "rouge_l",
                  "cider", "meteor"}
+STOPPING = "the evaluator is stopping; reconnect to its next instance"
 _STATUS = {"ok": pb.Evaluation.OK, "failed": pb.Evaluation.FAILED, "skipped": pb.Evaluation.SKIPPED}
 
 
@@ -183,6 +184,9 @@ class MetricsService(pb_grpc.MetricsServicer):
                                 f"(--max-streams {self.max_streams}); retry later or raise the limit")
         feed = self.feed
         assert feed is not None, "attach() the service to the server's loop first"
+        if feed.closed:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, STOPPING)
+        await context.send_initial_metadata(())  # headers now: the client knows it is connected
         self.streams += 1
         try:
             cursor = self.store.max_rowid()
@@ -197,8 +201,7 @@ class MetricsService(pb_grpc.MetricsServicer):
                 if arrivals:
                     continue
                 if feed.closed:
-                    await context.abort(grpc.StatusCode.UNAVAILABLE,
-                                        "the evaluator is stopping; reconnect to its next instance")
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, STOPPING)
                 await feed.wait()
         finally:
             self.streams -= 1

@@ -22,8 +22,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from captioning.cli_util import Parser, positive_float, positive_int, setup_logging
+from showtell.client import WatchFollower
 from showtell.v1 import metrics_pb2 as pb
-from showtell.v1 import metrics_pb2_grpc as pb_grpc
 
 log = logging.getLogger("showtell.demo")
 # Synthetic default: Adam 3e-4, constant; low dropout; the encoder trains from scratch here
@@ -72,21 +72,14 @@ def _wait_serving(target: str, deadline: float) -> None:
     raise RuntimeError(f"evaluator at {target} did not become healthy")
 
 
-def _follow(target: str, seen: list[pb.Evaluation], stop: threading.Event) -> None:
+def _follow(follower: WatchFollower, seen: list[pb.Evaluation]) -> None:
     from evaluator.metrics_cli import format_evaluation  # the client's own formatting
 
-    with grpc.insecure_channel(target) as channel:
-        stream = pb_grpc.MetricsStub(channel).Watch(pb.WatchRequest(after_step=-1))
-        threading.Thread(target=lambda: (stop.wait(), stream.cancel()), daemon=True).start()
-        try:
-            for evaluation in stream:
-                seen.append(evaluation)
-                print(f"[evaluation] {format_evaluation(evaluation)}", flush=True)
-                for sample in evaluation.samples[:2]:
-                    print(f"    {sample.caption!r}  (ref: {sample.references[0]!r})", flush=True)
-        except grpc.RpcError as error:
-            if error.code() != grpc.StatusCode.CANCELLED:
-                log.warning("watch ended: %s", error.details())
+    for evaluation in follower:
+        seen.append(evaluation)
+        print(f"[evaluation] {format_evaluation(evaluation)}", flush=True)
+        for sample in evaluation.samples[:2]:
+            print(f"    {sample.caption!r}  (ref: {sample.references[0]!r})", flush=True)
 
 
 def _interrupt(signum, frame) -> None:
@@ -111,43 +104,35 @@ def run(args: argparse.Namespace) -> int:
     evaluator = _start(["evaluate", "--model-dir", str(model), "--data", str(data), "--work-dir", str(work),
                         "--port", str(args.port), "--policy", "latest", "--meteor", "false",
                         "--max-eval-examples", str(args.eval_examples), "--beam-size", "1",
-                        "--threads", str(args.eval_threads)], base / "evaluator.log")
+                        "--threads", str(args.eval_threads), "--exit-when-trained"], base / "evaluator.log")
     log.info("trainer pid %d → %s (log %s)", trainer.pid, model, base / "trainer.log")
     log.info("evaluator pid %d → %s, gRPC %s (log %s)", evaluator.pid, work, target, base / "evaluator.log")
     log.info("TensorBoard: .venv/bin/tensorboard --logdir %s ; Ctrl-C stops both", base)
-    stop = threading.Event()
     seen: list[pb.Evaluation] = []
+    follower = WatchFollower(target=target, persistent=True,
+                             on_retry=lambda error, wait: log.warning("evaluator stream: %s; retrying",
+                                                                      error.code().name))
     interrupted = False
     try:
         _wait_serving(target, time.monotonic() + 120)
-        follower = threading.Thread(target=_follow, args=(target, seen, stop), daemon=True)
-        follower.start()
+        threading.Thread(target=_follow, args=(follower, seen), daemon=True).start()
         trainer.wait()
         log.info("trainer finished (exit %d); waiting for the evaluation of its last checkpoint",
                  trainer.returncode)
-        final = _final_step(model)
-        deadline = time.monotonic() + 300
-        while final >= 0 and time.monotonic() < deadline and not any(e.global_step == final for e in seen):
-            time.sleep(1)
+        # --exit-when-trained: the evaluator ends by itself once the final checkpoint is evaluated.
+        try:
+            evaluator.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            log.warning("the evaluator did not finish in 300 s; stopping it")
     except KeyboardInterrupt:
         interrupted = True
         log.info("interrupted")
     finally:
-        stop.set()
+        follower.close()
         _stop(trainer, "trainer")
         _stop(evaluator, "evaluator")
     log.info("%d evaluations; history in %s", len(seen), work / "evaluations.sqlite")
-    return 130 if interrupted else trainer.returncode or 0
-
-
-def _final_step(model: Path) -> int:
-    state = model / "checkpoint"
-    if not state.is_file():
-        return -1
-    for line in state.read_text().splitlines():
-        if line.startswith("model_checkpoint_path:"):
-            return int(line.split('"')[1].rsplit("-", 1)[1])
-    return -1
+    return 130 if interrupted else trainer.returncode or evaluator.returncode or 0
 
 
 def main(argv: list[str] | None = None) -> int:

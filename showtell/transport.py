@@ -241,14 +241,16 @@ class ClientSecurity:
     def tls(self) -> bool:
         return self.ca is not None
 
-    def channel(self, target: str) -> grpc.Channel:
+    def channel(self, target: str, options: list[tuple[str, object]] | None = None) -> grpc.Channel:
         """A channel to ``target``; reads the files now so a bad one fails before any call."""
+        options = list(options or [])
         if self.ca is not None:
             roots = _read_pem(self.ca, "--ca", "CA certificate", b"CERTIFICATE")
-            options = [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
+            if self.server_name:
+                options.append(("grpc.ssl_target_name_override", self.server_name))
             channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(roots), options)
         else:
-            channel = grpc.insecure_channel(target)
+            channel = grpc.insecure_channel(target, options)
         if self.auth_token_file is not None:
             token = read_tokens(self.auth_token_file, "--auth-token-file")[0].decode()
             channel = grpc.intercept_channel(channel, _BearerToken(token))

@@ -109,12 +109,12 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
 
 
 def start_evaluator(procs: Procs, model_dir: Path | str, data: Path, work_dir: Path, log: Path,
-                    *extra: str) -> tuple[subprocess.Popen, int]:
-    """A real evaluator service on 127.0.0.1 with a free port; returns (process, port)."""
+                    *extra: str, port: int = 0) -> tuple[subprocess.Popen, int]:
+    """A real evaluator service on 127.0.0.1 (``port`` 0: a free one); returns (process, port)."""
     import re
 
     proc = procs.start("evaluate", "--model-dir", str(model_dir), "--data", str(data),
-                       "--work-dir", str(work_dir), "--host", "127.0.0.1", "--port", "0",
+                       "--work-dir", str(work_dir), "--host", "127.0.0.1", "--port", str(port),
                        "--meteor", "false", *extra, log=log)
 
     def port():
@@ -124,6 +124,42 @@ def start_evaluator(procs: Procs, model_dir: Path | str, data: Path, work_dir: P
         return int(found.group(1)) if found else None
 
     return proc, wait_for(port, 120, "the evaluator to serve")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_data: Path, tmp_path_factory) -> Path:
+    """A tiny trained model dir with ckpt-2 and ckpt-4; copy it (``copy_model``) before writing."""
+    model_dir = tmp_path_factory.mktemp("tiny-model") / "model"
+    result = run_showtell("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
+                          "--steps", "4", "--save-every-steps", "2", "--save-every-secs", "0", "--keep", "10")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return model_dir
+
+
+def copy_model(model_dir: Path, to: Path) -> Path:
+    import shutil
+
+    shutil.copytree(model_dir, to)
+    return to
+
+
+def train_more(data: Path, model_dir: Path, steps: int, *extra: str) -> None:
+    """Resume (or start) training ``model_dir`` up to ``steps`` with the tiny settings."""
+    result = run_showtell("train", "--data", str(data), "--model-dir", str(model_dir), *TINY_MODEL,
+                          "--steps", str(steps), "--save-every-secs", "0", *extra)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def threads_and_fds(pid: int) -> tuple[int, int]:
+    status = Path(f"/proc/{pid}/status").read_text()
+    threads = int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:")))
+    return threads, len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def metrics_stub(port: int):

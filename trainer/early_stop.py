@@ -18,8 +18,9 @@ from dataclasses import dataclass
 import grpc
 
 from captioning.errors import ShowtellError
+from showtell.client import WatchFollower
 from showtell.transport import ClientSecurity
-from showtell.v1 import metrics_pb2, metrics_pb2_grpc
+from showtell.v1 import metrics_pb2
 from trainer.signals import StopRequest
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,11 @@ class StopWhen:
 
 
 class EarlyStop:
-    """Follows ``Watch`` on ``address``; requests ``stop`` after ``patience`` qualifying evaluations."""
+    """Follows ``Watch`` on ``address``; requests ``stop`` after ``patience`` qualifying evaluations.
+
+    The stream resumes after the last step it saw when the evaluator restarts, so no
+    evaluation is counted twice toward the streak.
+    """
 
     def __init__(self, condition: StopWhen, address: str, stop: StopRequest,
                  security: ClientSecurity | None = None) -> None:
@@ -60,8 +65,8 @@ class EarlyStop:
         self.security.channel(address).close()  # a bad --evaluator-ca/token file fails now, in one line
         self.streak = 0
         self.triggered_by: int | None = None
-        self._closing = threading.Event()
-        self._channel: grpc.Channel | None = None
+        self._follower = WatchFollower(target=address, security=self.security, persistent=True,
+                                       on_retry=self._on_retry, max_backoff=MAX_BACKOFF_SECS)
         self._thread = threading.Thread(target=self._follow, name="early-stop", daemon=True)
 
     def start(self) -> EarlyStop:
@@ -71,39 +76,22 @@ class EarlyStop:
         return self
 
     def close(self) -> None:
-        self._closing.set()
-        if self._channel is not None:
-            self._channel.close()  # ends a blocking Watch
+        self._follower.close()  # ends a blocking Watch
         self._thread.join(timeout=5)
 
+    def _on_retry(self, error: grpc.RpcError, wait: float) -> None:
+        if error.code() == grpc.StatusCode.UNAUTHENTICATED:
+            log.error("early stop: evaluator %s refused the call (%s); check --evaluator-auth-token-file; "
+                      "retrying in %.0f s, training goes on", self.address, error.details(), wait)
+        else:
+            log.warning("early stop: evaluator %s unreachable (%s); retrying in %.0f s, training goes on",
+                        self.address, error.code().name, wait)
+
     def _follow(self) -> None:
-        backoff = 1.0
-        seen = -1
-        while not self._closing.is_set() and not self.stop:
-            self._channel = self.security.channel(self.address)
-            try:
-                stream = metrics_pb2_grpc.MetricsStub(self._channel).Watch(
-                    metrics_pb2.WatchRequest(after_step=seen))
-                for evaluation in stream:
-                    backoff = 1.0
-                    seen = max(seen, evaluation.global_step)
-                    if self._consider(evaluation):
-                        return
-            except grpc.RpcError as exc:
-                if self._closing.is_set():
-                    return
-                if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
-                    log.error("early stop: evaluator %s refused the call (%s); check "
-                              "--evaluator-auth-token-file; retrying in %.0f s, training goes on",
-                              self.address, exc.details(), backoff)
-                else:
-                    log.warning("early stop: evaluator %s unreachable (%s); retrying in %.0f s, "
-                                "training goes on", self.address, exc.code().name, backoff)
-            finally:
-                self._channel.close()
-            if self._closing.wait(backoff):
+        for evaluation in self._follower:
+            if self._consider(evaluation) or self.stop:
+                self._follower.close()
                 return
-            backoff = min(backoff * 2, MAX_BACKOFF_SECS)
 
     def _consider(self, evaluation) -> bool:
         """Count a successful evaluation toward (or reset) the streak; True once stopped."""

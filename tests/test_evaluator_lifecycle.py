@@ -1,0 +1,150 @@
+"""The evaluator as a long-running neighbour: idle costs nothing (every observer), it ends with
+the job when told to, and ``showtell metrics watch`` follows it across a restart."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from showtell.v1 import metrics_pb2 as pb
+from tests.conftest import (
+    TINY_MODEL,
+    copy_model,
+    cpu_seconds,
+    free_ports,
+    metrics_stub,
+    showtell_cmd,
+    start_evaluator,
+    subprocess_env,
+    train_more,
+    wait_for,
+)
+
+pytestmark = pytest.mark.e2e
+IDLE_SECONDS = 20.0
+IDLE_CORE_FRACTION = 0.02
+
+
+def _steps(port: int) -> list[int]:
+    channel, stub = metrics_stub(port)
+    with channel:
+        page = stub.ListEvaluations(pb.ListEvaluationsRequest(limit=1000), timeout=10)
+    return [e.global_step for e in page.evaluations]
+
+
+def test_an_idle_evaluator_sleeps_under_every_observer_and_still_notices(
+        tiny_data: Path, tiny_model: Path, tmp_path: Path, procs):
+    model_dir = copy_model(tiny_model, tmp_path / "model")
+    evaluators = {}
+    for name, location in (("inotify", str(model_dir)), ("polling", str(model_dir)),
+                           ("gfile-polling", f"file://{model_dir}")):
+        extra = [] if name == "inotify" else ["--poll-secs", "1"]
+        evaluators[name] = start_evaluator(procs, location, tiny_data, tmp_path / name,
+                                           tmp_path / f"{name}.log", "--policy", "all",
+                                           "--max-eval-examples", "4", *extra)
+    for name, (_, port) in evaluators.items():
+        wait_for(lambda port=port: _steps(port) == [2, 4], 240, f"{name}: both checkpoints evaluated")
+    time.sleep(2)  # let the last recording's work (summaries, logging) finish
+
+    before = {name: cpu_seconds(proc.pid) for name, (proc, _) in evaluators.items()}
+    started = time.monotonic()
+    time.sleep(IDLE_SECONDS)
+    elapsed = time.monotonic() - started
+    used = {name: (cpu_seconds(proc.pid) - before[name]) / elapsed for name, (proc, _) in evaluators.items()}
+    print("idle CPU, fraction of one core:", {k: round(v, 4) for k, v in used.items()})
+    assert all(fraction <= IDLE_CORE_FRACTION for fraction in used.values()), used
+
+    train_more(tiny_data, model_dir, 6, "--save-every-steps", "2", "--keep", "10")
+    for name, (_, port) in evaluators.items():
+        wait_for(lambda port=port: _steps(port) == [2, 4, 6], 120, f"{name}: the new checkpoint evaluated")
+
+
+def test_the_evaluator_ends_with_the_job(tiny_data: Path, tiny_model: Path, tmp_path: Path, procs):
+    # --exit-when-trained, started before the model dir exists; the trainer finishes by --steps.
+    model_dir = tmp_path / "model"
+    trained, _ = start_evaluator(procs, model_dir, tiny_data, tmp_path / "w-trained",
+                                 tmp_path / "trained.log", "--policy", "all",
+                                 "--max-eval-examples", "4", "--exit-when-trained")
+    # --until-step and --max-evaluations on a copy holding ckpt-2 and ckpt-4
+    copied = copy_model(tiny_model, tmp_path / "copy")
+    until, _ = start_evaluator(procs, copied, tiny_data, tmp_path / "w-until", tmp_path / "until.log",
+                               "--policy", "all", "--max-eval-examples", "4", "--until-step", "3")
+    most, _ = start_evaluator(procs, copied, tiny_data, tmp_path / "w-most", tmp_path / "most.log",
+                              "--policy", "all", "--max-eval-examples", "4", "--max-evaluations", "1")
+    train_more(tiny_data, model_dir, 6, "--save-every-steps", "2", "--keep", "10")
+    marker = json.loads((model_dir / "showtell-finished.json").read_text())
+    assert marker["step"] == 6 and marker["checkpoint"] == "ckpt-6" and "step 6 reached" in marker["reason"]
+
+    assert trained.wait(timeout=240) == 0, (tmp_path / "trained.log").read_text()[-3000:]
+    log = (tmp_path / "trained.log").read_text()
+    assert "done: the trainer finished (step 6 reached) and its final checkpoint, step 6, is evaluated" in log
+    assert log.count(": ok ") == 3  # steps 2, 4, 6 — the final one included
+    assert until.wait(timeout=240) == 0
+    assert "done: step 4 reaches --until-step 3" in (tmp_path / "until.log").read_text()
+    assert (tmp_path / "until.log").read_text().count(": ok ") == 2
+    assert most.wait(timeout=240) == 0
+    assert (tmp_path / "most.log").read_text().count(": ok ") == 1
+
+    # A run that restarts clears the marker; one stopped by SIGTERM does not write it.
+    trainer_log = tmp_path / "again.log"
+    trainer = procs.start("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
+                          "--steps", "100000", "--save-every-secs", "0", "--save-every-steps", "50",
+                          log=trainer_log)
+    wait_for(lambda: "training again" in trainer_log.read_text(), 120, "the trainer to clear the marker")
+    assert not (model_dir / "showtell-finished.json").exists()
+    waiting, port = start_evaluator(procs, model_dir, tiny_data, tmp_path / "w-trained",
+                                    tmp_path / "waiting.log", "--policy", "latest",
+                                    "--max-eval-examples", "4", "--exit-when-trained")
+    wait_for(lambda: "ckpt-" in trainer_log.read_text().split("training again", 1)[1], 240,
+             "a checkpoint of the new run")
+    trainer.send_signal(signal.SIGTERM)
+    assert trainer.wait(timeout=120) == 0
+    assert "after SIGTERM" in trainer_log.read_text()
+    assert not (model_dir / "showtell-finished.json").exists()
+    final = _newest_step(model_dir)
+    wait_for(lambda: final in _steps(port), 240, "the SIGTERM checkpoint evaluated")
+    time.sleep(3)
+    assert waiting.poll() is None  # not finished: the trainer was stopped, not done
+
+
+def _newest_step(model_dir: Path) -> int:
+    for line in (model_dir / "checkpoint").read_text().splitlines():
+        if line.startswith("model_checkpoint_path:"):
+            return int(line.split('"')[1].rsplit("-", 1)[1])
+    raise AssertionError("no checkpoint")
+
+
+def test_metrics_watch_prints_every_evaluation_once_across_a_restart(
+        tiny_data: Path, tiny_model: Path, tmp_path: Path, procs):
+    model_dir = copy_model(tiny_model, tmp_path / "model")
+    port = free_ports()[0]
+    work = tmp_path / "work"
+    first, _ = start_evaluator(procs, model_dir, tiny_data, work, tmp_path / "eval1.log", "--policy", "all",
+                               "--max-eval-examples", "4", port=port)
+    out, err = tmp_path / "watch.out", tmp_path / "watch.err"
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        watch = subprocess.Popen(showtell_cmd("metrics", "watch", "--json", "--server", f"127.0.0.1:{port}"),
+                                 stdout=stdout, stderr=stderr, env=subprocess_env(), text=True)
+    try:
+        printed = lambda: [json.loads(line)["global_step"] for line in out.read_text().splitlines()]  # noqa: E731
+        wait_for(lambda: len(printed()) == 2, 240, "the watch to print steps 2 and 4")
+
+        first.send_signal(signal.SIGTERM)  # a restart, as docker/kubernetes do it
+        assert first.wait(timeout=60) == 0
+        wait_for(lambda: "went away" in err.read_text(), 30, "the watch to notice")
+        train_more(tiny_data, model_dir, 8, "--save-every-steps", "2", "--keep", "10")  # 6, 8 while down
+        start_evaluator(procs, model_dir, tiny_data, work, tmp_path / "eval2.log", "--policy", "all",
+                        "--max-eval-examples", "4", port=port)
+        wait_for(lambda: len(printed()) >= 4, 240, "the watch to print steps 6 and 8")
+        time.sleep(2)
+        assert [int(s) for s in printed()] == [2, 4, 6, 8]  # each once, none missing
+        assert watch.poll() is None  # still following
+        assert "reconnecting" in err.read_text()
+    finally:
+        watch.send_signal(signal.SIGINT)
+        watch.wait(timeout=30)
