@@ -23,7 +23,7 @@ from captioning.cli_util import (
     run_command,
     setup_logging,
 )
-from showtell.transport import ServerSecurity, add_server_arguments
+from showtell.transport import ServerSecurity, add_server_arguments, check_listen_address
 
 PROG = "showtell evaluate"
 
@@ -113,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         if args.checkpoint or args.json:
             raise SystemExit(f"{PROG}: error: --checkpoint and --json go with --once (see --help)")
         security = ServerSecurity.from_args(args).load()  # bad flags/files: one line, before TensorFlow
+        check_listen_address(args.host, args.port)
         from evaluator.daemon import serve
 
         return serve(args, args.work_dir or default_work_dir(args.model_dir), security)

@@ -51,9 +51,9 @@ async def _serve(args: argparse.Namespace, work_dir: Path, security: LoadedSecur
     service.attach(loop)
     try:
         server = MetricsServer(service, args.host, args.port, security=security)
-    except RuntimeError as exc:  # grpc: "Failed to bind to address …"
-        raise ShowtellError(f"--host {args.host} --port {args.port}: cannot listen there ({exc}); "
-                            "is another evaluator using it? pick another --port (0: any free one)") from exc
+    except RuntimeError as exc:  # taken since the CLI's check: grpc's "Failed to bind to address …"
+        raise ShowtellError(f"--host {args.host} --port {args.port}: cannot listen there; is another "
+                            "evaluator using it? pick another --port (0: any free one)") from exc
 
     stop = asyncio.Event()
     exit_code = 0

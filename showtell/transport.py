@@ -19,6 +19,7 @@ import argparse
 import hmac
 import logging
 import os
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -184,6 +185,25 @@ class LoadedSecurity:
     source: ServerSecurity = ServerSecurity()
     credentials: grpc.ServerCredentials | None = None
     interceptors: list[grpc.aio.ServerInterceptor] = field(default_factory=list)
+
+
+def check_listen_address(host: str, port: int) -> None:
+    """Fail in one line, before TensorFlow loads, when ``host:port`` cannot be listened on
+    (the server itself refuses to share a port: it binds without SO_REUSEPORT)."""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise TransportError(f"--host {host}: cannot resolve it ({exc.strerror})") from exc
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise TransportError(f"--host {host} --port {port}: cannot listen there ({exc.strerror}); is "
+                                 "another evaluator using it? pick another --port (0: any free one)") from exc
 
 
 def add_server_arguments(p: argparse.ArgumentParser) -> None:

@@ -16,8 +16,10 @@ from tests.conftest import (
     TINY_MODEL,
     copy_model,
     cpu_seconds,
+    error_lines,
     free_ports,
     metrics_stub,
+    run_showtell,
     showtell_cmd,
     start_evaluator,
     subprocess_env,
@@ -133,6 +135,13 @@ def test_metrics_watch_prints_every_evaluation_once_across_a_restart(
     try:
         printed = lambda: [json.loads(line)["global_step"] for line in out.read_text().splitlines()]  # noqa: E731
         wait_for(lambda: len(printed()) == 2, 240, "the watch to print steps 2 and 4")
+
+        # a second evaluator on a port the first holds: one line, not a shared port
+        second = run_showtell("evaluate", "--model-dir", str(model_dir), "--data", str(tiny_data),
+                              "--work-dir", str(tmp_path / "other"), "--port", str(port), timeout=60)
+        assert second.returncode == 1 and error_lines(second.stderr) == [
+            f"showtell evaluate: error: --host 127.0.0.1 --port {port}: cannot listen there (Address already "
+            "in use); is another evaluator using it? pick another --port (0: any free one)"]
 
         first.send_signal(signal.SIGTERM)  # a restart, as docker/kubernetes do it
         assert first.wait(timeout=60) == 0
