@@ -74,6 +74,8 @@ def test_commands_are_flags_the_clis_accept(tfjob):
     assert evaluator["command"] == ["showtell", "evaluate"]
     args = _parse("evaluator.cli", evaluator["args"])
     assert str(args.model_dir) == "/checkpoints/model" and args.poll_secs > 0
+    assert args.exit_when_trained  # the evaluator ends with the job …
+    assert tfjob["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"  # … and nothing is left running
 
 
 def test_evaluator_reads_the_checkpoints_read_only_and_trainers_write_them(tfjob):
