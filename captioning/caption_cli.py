@@ -28,8 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     source.add_argument("--saved-model", type=Path, help="an exported SavedModel dir")
     p.add_argument("--checkpoint", help="with --model-dir: checkpoint prefix (default: the newest)")
     p.add_argument("--data", type=Path,
-                   help="with --model-dir: dataset dir for the vocabulary (default: the model dir's "
-                        "vocab.txt, else the data dir it records)")
+                   help="with --model-dir and no vocab.txt in it (older model dirs): a dataset whose "
+                        "vocabulary is the training data's, word for word")
     p.add_argument("--beam-size", type=positive_int,
                    help="print the top K captions with probabilities (default: the top one, beam 3)")
     p.add_argument("--json", action="store_true", help="one JSON object per image, one per line")
@@ -92,8 +92,9 @@ def _captioner(args: argparse.Namespace):
 def _restore(args: argparse.Namespace):
     import tensorflow as tf
 
+    from captioning.manifest import VOCAB
     from captioning.model import build_model
-    from captioning.modeldir import METADATA, read_model_config, restore
+    from captioning.modeldir import model_vocabulary, read_model_config, restore
     from captioning.vocab import Vocabulary
 
     model_dir = Path(args.model_dir)
@@ -102,14 +103,13 @@ def _restore(args: argparse.Namespace):
         raise ModelDirError(f"{model_dir}: no checkpoint yet; train first or pass --checkpoint")
     model = build_model(read_model_config(model_dir))
     restore(tf.train.Checkpoint(model=model), checkpoint, "pass another --checkpoint", partial=True)
-    vocab_path = args.data / "vocab.txt" if args.data else model_dir / "vocab.txt"
-    if not vocab_path.is_file():
-        recorded = json.loads((model_dir / METADATA).read_text()).get("data", {}).get("dir")
-        vocab_path = Path(recorded or "") / "vocab.txt"
-    vocab = Vocabulary.load(vocab_path)
+    dataset = None
+    if args.data:
+        dataset = (str(args.data / VOCAB), Vocabulary.load(args.data / VOCAB))
+    vocab = model_vocabulary(str(model_dir), dataset)  # the model's own: ids mean its words
     if len(vocab) != model.config.vocab_size:
-        raise ModelDirError(f"{vocab_path}: {len(vocab)} words, the model has {model.config.vocab_size}; "
-                            "pass the --data the model was trained on")
+        raise ModelDirError(f"{model_dir}/{VOCAB}: {len(vocab)} words, the model has "
+                            f"{model.config.vocab_size}; it is not this model's vocabulary")
     log.info("captioning with %s", checkpoint)
     return model, vocab
 

@@ -20,5 +20,9 @@ class ModelDirError(ShowtellError):
     """A model directory whose contents do not match the requested model."""
 
 
+class ModelDirIncomplete(ModelDirError):
+    """A file the model dir should hold is not there (yet: a synced copy may still be arriving)."""
+
+
 class WeightsError(ShowtellError):
     """Pretrained weights that cannot be found, read, or mapped onto the encoder."""

@@ -24,6 +24,7 @@ class LossResult:
     perplexity: float
     examples: int
     words: int
+    unknown_words: int = 0  # reference words the model's vocabulary lacks (scored as <UNK>)
 
 
 class Validator:
@@ -34,9 +35,12 @@ class Validator:
     """
 
     def __init__(self, model: ShowAndTell, files: Sequence[str], vocab: Vocabulary, batch_size: int = 64,
-                 beam_size: int = 3, max_length: int = 20, max_examples: int | None = None) -> None:
+                 beam_size: int = 3, max_length: int = 20, max_examples: int | None = None,
+                 id_map: Sequence[int] | None = None) -> None:
+        """``vocab`` is the model's own; ``id_map`` re-encodes the records' captions into it when
+        the dataset was built with another vocabulary (``Vocabulary.id_map``)."""
         self.model, self.files, self.vocab = model, list(files), vocab
-        self.batch_size, self.max_examples = batch_size, max_examples
+        self.batch_size, self.max_examples, self.id_map = batch_size, max_examples, id_map
 
         @tf.function(reduce_retracing=True)
         def batch_loss(batch):
@@ -52,16 +56,18 @@ class Validator:
     def loss(self) -> LossResult:
         """Mean per-word cross-entropy (and its exp) over the validation records."""
         ds = inputs.eval_dataset(self.files, self.model.config.image_size, self.batch_size,
-                                 max_examples=self.max_examples)
-        total, words, examples = 0.0, 0.0, 0
+                                 max_examples=self.max_examples, id_map=self.id_map)
+        total, words, examples, unknown = 0.0, 0.0, 0, 0
         for batch in inputs.checked(ds, self.files):
             loss_sum, count = self._batch_loss(batch)
             total += float(loss_sum)
             words += float(count)
             examples += int(batch["image"].shape[0])
+            if "unknown" in batch:
+                unknown += int(tf.reduce_sum(batch["unknown"]))
         loss = total / max(words, 1.0)
         return LossResult(loss=loss, perplexity=math.exp(min(loss, 50.0)), examples=examples,
-                          words=int(words))
+                          words=int(words), unknown_words=unknown)
 
     def captions(self) -> dict[int, str]:
         """The best beam-search caption for every validation image, by image id."""

@@ -18,7 +18,7 @@ import tensorflow as tf
 from captioning.config import InputConfig
 from captioning.errors import DataError
 from captioning.records import find_bad_record, parse_example
-from captioning.vocab import Vocabulary
+from captioning.vocab import UNKNOWN_ID, Vocabulary
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -72,11 +72,20 @@ def split_caption(caption: tf.Tensor) -> dict[str, tf.Tensor]:
     return {"input_ids": caption[:-1], "target_ids": target, "mask": tf.ones_like(target, tf.float32)}
 
 
-def _example_fn(image_size: int, training: bool, config: InputConfig):
+def _example_fn(image_size: int, training: bool, config: InputConfig, id_map: Sequence[int] | None = None):
+    table = None if id_map is None else tf.constant(list(id_map), tf.int64)
+
     def fn(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
         record = parse_example(serialized)
         image = preprocess_image(decode_image(record["image_data"]), image_size, training, config)
-        return {"image": image, "image_id": record["image_id"], **split_caption(record["caption"])}
+        caption = record["caption"]
+        extra = {}
+        if table is not None:
+            mapped = tf.gather(table, caption)
+            became_unknown = tf.logical_and(tf.equal(mapped, UNKNOWN_ID), tf.not_equal(caption, UNKNOWN_ID))
+            extra["unknown"] = tf.reduce_sum(tf.cast(became_unknown, tf.int32))
+            caption = mapped
+        return {"image": image, "image_id": record["image_id"], **split_caption(caption), **extra}
 
     return fn
 
@@ -116,15 +125,20 @@ def train_pipeline(
 
 def eval_dataset(
     files: Sequence[str], image_size: int, batch_size: int, config: InputConfig | None = None,
-    one_per_image: bool = False, max_examples: int | None = None,
+    one_per_image: bool = False, max_examples: int | None = None, id_map: Sequence[int] | None = None,
 ) -> tf.data.Dataset:
-    """Every validation record once (or each image's first), in file order, as padded batches."""
+    """Every validation record once (or each image's first), in file order, as padded batches.
+
+    ``id_map`` re-encodes captions into a model's own vocabulary (``Vocabulary.id_map``); each
+    batch then counts, in ``unknown``, the reference words that became ``<UNK>`` on the way.
+    """
     ds = tf.data.TFRecordDataset(list(files))
     if one_per_image:
         ds = first_per_image(ds.map(parse_example)).map(lambda r: r["serialized"])
     if max_examples:
         ds = ds.take(max_examples)
-    ds = ds.map(_example_fn(image_size, False, config or InputConfig()), num_parallel_calls=AUTOTUNE)
+    example_fn = _example_fn(image_size, False, config or InputConfig(), id_map)
+    ds = ds.map(example_fn, num_parallel_calls=AUTOTUNE)
     return ds.padded_batch(batch_size).prefetch(AUTOTUNE)
 
 

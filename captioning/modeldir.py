@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import secrets
+import time
 from pathlib import Path
 
 import tensorflow as tf
 
 from captioning.config import ModelConfig
-from captioning.errors import ModelDirError
+from captioning.errors import ModelDirError, ModelDirIncomplete
+from captioning.manifest import VOCAB
+from captioning.vocab import Vocabulary, first_difference
 
 METADATA = "showtell-model.json"
 # Written by the trainer after its final checkpoint when the run ended on its own terms
@@ -47,16 +51,18 @@ def check_model_dir(model_dir: Path, config: ModelConfig) -> None:
             )
 
 
-def write_metadata(model_dir: Path, config: ModelConfig, data: dict, encoder_init: dict) -> None:
-    """Record the model's shape, where its data came from and where its encoder's starting
-    weights came from (source and sha256 fingerprint) on first start."""
+def write_metadata(model_dir: Path, config: ModelConfig, data: dict, encoder_init: dict) -> str:
+    """Record, when a run starts in a model dir without a checkpoint, the model's shape, where
+    its data came from, where its encoder's starting weights came from (source and sha256) —
+    and a new run id, so evaluators tell this run's ``ckpt-2`` from an earlier run's.
+    Returns the run id."""
+    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+    record = {"run_id": run_id, "model": config.shape_fields(), "data": data, "encoder_init": encoder_init}
     path = model_dir / METADATA
-    if path.is_file():
-        return
-    record = {"model": config.shape_fields(), "data": data, "encoder_init": encoder_init}
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=2) + "\n")
     tmp.replace(path)
+    return run_id
 
 
 def mark_finished(model_dir: Path, step: int, checkpoint: str, reason: str) -> None:
@@ -105,15 +111,61 @@ def _recorded_shape(model_dir: str, hint: str) -> dict:
     try:
         return json.loads(tf.io.gfile.GFile(path).read())["model"]
     except tf.errors.NotFoundError as exc:
-        raise ModelDirError(f"{path}: missing; is {model_dir} a showtell model directory?") from exc
+        raise ModelDirIncomplete(f"{path}: missing; is {model_dir} a showtell model directory?") from exc
     except (ValueError, KeyError, tf.errors.OpError) as exc:
         raise ModelDirError(f"{path}: unreadable ({exc}); {hint}") from exc
+
+
+def read_run_id(model_dir: str) -> str | None:
+    """The run id a model dir records ('' before run ids; None while its record is missing or
+    being replaced — keep the run you knew)."""
+    path = model_dir.rstrip("/") + "/" + METADATA
+    try:
+        return str(json.loads(tf.io.gfile.GFile(path).read()).get("run_id", ""))
+    except (tf.errors.OpError, ValueError, AttributeError):
+        return None
 
 
 def read_model_config(model_dir: str | Path, base: ModelConfig | None = None) -> ModelConfig:
     """The model shape recorded in a model dir (for the evaluator and ``caption``)."""
     recorded = _recorded_shape(str(model_dir), "is the trainer still writing it?")
     return dataclasses.replace(base or ModelConfig(), **recorded)
+
+
+def model_vocabulary(model_dir: str, dataset: tuple[str, Vocabulary] | None = None) -> Vocabulary:
+    """The vocabulary the model was trained with: the model dir's own ``vocab.txt`` (the
+    trainer copies it there).  A model dir from before that has none: then the training
+    dataset's, as ``showtell-model.json`` records it, and a ``dataset`` vocabulary (name,
+    words) only if it is that one word for word — ids from another vocabulary would give
+    fluent nonsense, not an error."""
+    base = model_dir.rstrip("/") + "/"
+    own = _read_text(base + VOCAB)
+    if own is not None:
+        return Vocabulary.parse(own, base + VOCAB)
+    try:
+        recorded_dir = json.loads(tf.io.gfile.GFile(base + METADATA).read())["data"]["dir"]
+    except (tf.errors.OpError, ValueError, KeyError, TypeError):
+        recorded_dir = None
+    recorded = _read_text(f"{recorded_dir}/{VOCAB}") if recorded_dir else None
+    if recorded is None:
+        raise ModelDirIncomplete(f"{base}{VOCAB}: missing, and the training data's vocabulary "
+                                 f"({recorded_dir or 'not recorded'}) cannot be read; copy the training "
+                                 f"dataset's {VOCAB} into the model dir")
+    trained = Vocabulary.parse(recorded, f"{recorded_dir}/{VOCAB}")
+    if dataset is not None:
+        name, vocab = dataset
+        difference = first_difference(trained, vocab)
+        if difference:
+            raise ModelDirError(f"{base}{VOCAB}: missing, and {name} differs from the training data's "
+                                f"vocabulary ({difference}); copy {recorded_dir}/{VOCAB} into the model dir")
+    return trained
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        return tf.io.gfile.GFile(path).read()
+    except tf.errors.NotFoundError:
+        return None
 
 
 RESTORE_ERRORS = (tf.errors.OpError, ValueError, AssertionError, IndexError, KeyError, OSError)

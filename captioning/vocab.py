@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import collections
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +17,7 @@ from captioning.errors import DataError
 
 START, END, UNKNOWN = "<S>", "</S>", "<UNK>"
 SPECIALS = (START, END, UNKNOWN)
+START_ID, END_ID, UNKNOWN_ID = range(len(SPECIALS))  # the same in every vocabulary
 _TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?|[^\sa-z0-9]")
 
 
@@ -32,15 +33,15 @@ class Vocabulary:
 
     @property
     def start_id(self) -> int:
-        return 0
+        return START_ID
 
     @property
     def end_id(self) -> int:
-        return 1
+        return END_ID
 
     @property
     def unknown_id(self) -> int:
-        return 2
+        return UNKNOWN_ID
 
     def __len__(self) -> int:
         return len(self.words)
@@ -93,17 +94,38 @@ class Vocabulary:
     def load(cls, path: Path) -> Vocabulary:
         if not path.is_file():
             raise DataError(f"{path}: vocabulary file missing; rebuild the dataset with `showtell data`")
+        return cls.parse(path.read_text(), str(path))
+
+    @classmethod
+    def parse(cls, text: str, source: str) -> Vocabulary:
+        """``vocab.txt`` contents → vocabulary; ``source`` names the file in errors."""
         words: list[str] = []
         counts: list[int] = []
-        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        for lineno, line in enumerate(text.splitlines(), 1):
             parts = line.split()
             if len(parts) != 2 or not parts[1].isdigit():
-                raise DataError(f"{path}:{lineno}: expected 'word count', got {line!r}; rebuild the dataset")
+                raise DataError(f"{source}:{lineno}: expected 'word count', got {line!r}; "
+                                "rebuild the dataset")
             words.append(parts[0])
             counts.append(int(parts[1]))
         if tuple(words[:3]) != SPECIALS:
-            raise DataError(f"{path}: must start with {' '.join(SPECIALS)}; rebuild the dataset")
+            raise DataError(f"{source}: must start with {' '.join(SPECIALS)}; rebuild the dataset")
         return cls(tuple(words), tuple(counts))
 
-    def decode_batch(self, rows: Sequence[Iterable[int]]) -> list[str]:
-        return [self.decode(r) for r in rows]
+    def id_map(self, target: Vocabulary) -> tuple[list[int], list[str]]:
+        """For each of our ids, the id of the same word in ``target`` (``<UNK>`` where it has none),
+        and the words ``target`` lacks — to re-encode captions for a model trained on ``target``."""
+        mapping = [target.word_to_id(word) for word in self.words]
+        missing = [word for word, i in zip(self.words, mapping, strict=True)
+                   if i == target.unknown_id and word != UNKNOWN]
+        return mapping, missing
+
+
+def first_difference(a: Vocabulary, b: Vocabulary) -> str:
+    """Where two vocabularies part, for a one-line error ('' when identical)."""
+    for i, (x, y) in enumerate(zip(a.words, b.words, strict=False)):
+        if x != y:
+            return f"id {i} is {x!r} in one and {y!r} in the other"
+    if len(a) != len(b):
+        return f"one has {len(a)} words, the other {len(b)}"
+    return ""

@@ -47,6 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="latest: skip to the newest when behind; all: every checkpoint in order")
     p.add_argument("--poll-secs", type=positive_float,
                    help="poll the state file every S seconds instead of inotify (network filesystems)")
+    p.add_argument("--arrival-timeout", type=positive_float, default=300.0, metavar="S",
+                   help="how long a checkpoint the state file names may stay incomplete (a synced copy "
+                        "still arriving) before it is recorded skipped (default 300)")
     p.add_argument("--max-eval-examples", type=positive_int, help="cap on validation records/images")
     p.add_argument("--beam-size", type=positive_int, default=3)
     p.add_argument("--threads", type=positive_int, help="TensorFlow threads (share a host politely)")

@@ -43,7 +43,8 @@ async def _serve(args: argparse.Namespace, work_dir: Path, security: LoadedSecur
     exporter = BestExport.parse(args.export_best, work_dir) if args.export_best else None
     finish = Finish(args.until_step, args.max_evaluations, args.exit_when_trained)
     runner = EvalRunner(model_dir=model_dir, evaluator=evaluator, store=store, work_dir=work_dir,
-                        policy=args.policy, summaries=summaries, exporter=exporter, finish=finish)
+                        policy=args.policy, summaries=summaries, exporter=exporter, finish=finish,
+                        arrival_timeout=args.arrival_timeout)
     watcher = CheckpointWatcher(model_dir, runner.on_change, args.poll_secs, also=(FINISHED,))
     service = MetricsService(store=store, runner=runner, checkpoint_dir=model_dir, observer=watcher.kind,
                              max_streams=args.max_streams)

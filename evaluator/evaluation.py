@@ -17,10 +17,11 @@ import tensorflow as tf
 from captioning import inputs
 from captioning.errors import ModelDirError
 from captioning.evaluation import Validator, exact_match
-from captioning.manifest import load_dataset
+from captioning.manifest import VOCAB, load_dataset
 from captioning.model import build_model
-from captioning.modeldir import read_model_config, restore
+from captioning.modeldir import model_vocabulary, read_model_config, restore
 from captioning.records import shard_files
+from captioning.vocab import Vocabulary
 from evaluator.scorers import CaptionScorer
 
 log = logging.getLogger(__name__)
@@ -48,14 +49,18 @@ class CheckpointEvaluator:
     def __init__(self, model_dir: str, data_dir: Path, max_examples: int | None = None,
                  beam_size: int = 3, samples: int = 5, scorer: CaptionScorer | None = None) -> None:
         self.model_dir, self.data_dir = model_dir, data_dir
-        self.manifest, self.vocab = load_dataset(data_dir)
+        self.manifest, self.data_vocab = load_dataset(data_dir)
         self.files = shard_files(data_dir, "val")
-        self.references = inputs.load_references(self.files, self.vocab)
+        # References as text: scored against the model's captions word for word, whatever ids
+        # either vocabulary gives the words.
+        self.references = inputs.load_references(self.files, self.data_vocab)
         self.max_examples, self.beam_size, self.samples = max_examples, beam_size, samples
         self.scorer = scorer
-        self._config = None
+        self._key: tuple | None = None
         self._model = None
         self._validator: Validator | None = None
+        self.vocab: Vocabulary | None = None  # the model's own, as of the last evaluation
+        self.unknown_words: list[str] = []
 
     @property
     def model(self):
@@ -64,17 +69,24 @@ class CheckpointEvaluator:
 
     def _prepare(self) -> Validator:
         config = read_model_config(self.model_dir)
-        if config.vocab_size != self.manifest.vocab_size:
-            raise ModelDirError(
-                f"{self.model_dir} was trained with vocab {config.vocab_size}, {self.data_dir} has "
-                f"{self.manifest.vocab_size}; evaluate with the dataset it was trained on"
-            )
-        if config != self._config:
+        vocab = model_vocabulary(self.model_dir, (f"{self.data_dir}/{VOCAB}", self.data_vocab))
+        if len(vocab) != config.vocab_size:
+            raise ModelDirError(f"{self.model_dir}/{VOCAB} has {len(vocab)} words, the model "
+                                f"{config.vocab_size}; it is not this model's vocabulary")
+        if (config, vocab) != self._key:
+            if vocab.words == self.data_vocab.words:
+                id_map, self.unknown_words = None, []
+            else:
+                id_map, self.unknown_words = self.data_vocab.id_map(vocab)
+                log.warning("%s was built with another vocabulary than %s: references are re-encoded "
+                            "into the model's (%d of the dataset's words are not in it: %s)", self.data_dir,
+                            self.model_dir, len(self.unknown_words), " ".join(self.unknown_words[:10]) or "-")
             log.info("building the model of %s (%s)", self.model_dir, config.shape_fields())
-            self._model = build_model(config)
-            self._validator = Validator(self._model, self.files, self.vocab, beam_size=self.beam_size,
-                                        max_examples=self.max_examples)
-            self._config = config
+            if self._key is None or config != self._key[0]:
+                self._model = build_model(config)
+            self._validator = Validator(self._model, self.files, vocab, beam_size=self.beam_size,
+                                        max_examples=self.max_examples, id_map=id_map)
+            self._key, self.vocab = (config, vocab), vocab
         assert self._validator is not None
         return self._validator
 
@@ -88,6 +100,8 @@ class CheckpointEvaluator:
         captions = validator.captions()
         metrics = {"loss": loss.loss, "perplexity": loss.perplexity,
                    "exact_match": exact_match(captions, self.references)}
+        if validator.id_map is not None:  # another vocabulary: say how much of it the model lacks
+            metrics["unknown_reference_words"] = float(loss.unknown_words)
         if self.scorer is not None:
             metrics.update(self.scorer.score(captions, self.references))
         shown = [{"image_id": i, "caption": c, "references": self.references.get(i, [])}

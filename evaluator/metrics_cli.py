@@ -23,7 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from captioning.cli_util import Parser, positive_float, positive_int, run_command, setup_logging
 from captioning.errors import ShowtellError
-from showtell.client import WatchFollower
+from showtell.client import ALL_RUNS, WatchFollower
 from showtell.transport import ClientSecurity, add_client_arguments
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
@@ -42,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from-step", type=int, default=0, help="list: first step")
     p.add_argument("--limit", type=positive_int, default=100, help="list: page size")
     p.add_argument("--after-step", type=int, default=-1, help="watch: replay evaluations after this step")
+    p.add_argument("--run", default="", metavar="ID|all",
+                   help="latest/list/best/watch: a training run's evaluations (default: the model dir's "
+                        "current run; 'all': every run; ids in `status` and `list --run all --json`)")
     add_client_arguments(p)
 
 
@@ -89,8 +92,9 @@ def query(args: argparse.Namespace) -> int:
         try:
             if args.query == "health":
                 return health(channel, t)
+            run = ALL_RUNS if args.run == "all" else args.run
             if args.query == "latest":
-                _emit(stub.GetLatest(pb.GetLatestRequest(), timeout=t), args.json)
+                _emit(stub.GetLatest(pb.GetLatestRequest(run_id=run), timeout=t), args.json)
             elif args.query == "status":
                 reply = stub.GetStatus(pb.GetStatusRequest(), timeout=t)
                 if args.json:
@@ -100,12 +104,13 @@ def query(args: argparse.Namespace) -> int:
             elif args.query == "best":
                 mode = {"max": pb.GetBestRequest.MAX, "min": pb.GetBestRequest.MIN}.get(
                     args.mode, pb.GetBestRequest.MODE_UNSPECIFIED)
-                _emit(stub.GetBest(pb.GetBestRequest(metric=args.metric, mode=mode), timeout=t), args.json)
+                _emit(stub.GetBest(pb.GetBestRequest(metric=args.metric, mode=mode, run_id=run), timeout=t),
+                      args.json)
             elif args.query == "list":
                 token = ""
                 while True:
                     page = stub.ListEvaluations(pb.ListEvaluationsRequest(
-                        from_step=args.from_step, limit=args.limit, page_token=token), timeout=t)
+                        from_step=args.from_step, limit=args.limit, page_token=token, run_id=run), timeout=t)
                     for evaluation in page.evaluations:
                         _emit(evaluation, args.json)
                     token = page.next_page_token
@@ -127,6 +132,8 @@ def watch(args: argparse.Namespace, security: ClientSecurity) -> None:
 
     follower = WatchFollower(target=args.server, security=security, after_step=args.after_step,
                              on_retry=on_retry)
+    if args.run and args.run != "all":
+        follower.last_run = args.run
     for evaluation in follower:
         _emit(evaluation, args.json)
 
@@ -140,7 +147,8 @@ def format_status(s: pb.EvaluatorStatus) -> str:
         f"evaluator of {s.checkpoint_dir}  (policy {s.policy}, {s.observer}, up {uptime})",
         f"  {doing}; newest checkpoint seen: "
         + (f"step {s.last_seen_step}" if s.last_seen_step >= 0 else "none yet"),
-        f"  {s.evaluations} evaluation(s) recorded, {s.failures} failed or skipped",
+        f"  {s.evaluations} evaluation(s) recorded, {s.failures} failed or skipped; "
+        f"current run {s.run_id or '(from before run ids)'} ({s.runs} run(s) in the history)",
     ]
     if s.pending_steps:
         shown = ", ".join(str(step) for step in s.pending_steps[:10])

@@ -3,8 +3,9 @@
 A pin is a hard link of every file of the checkpoint (``.index`` and ``.data-*``) into the
 evaluator's own work dir: the trainer may delete its names, the inodes live on until we
 unpin.  Across filesystems (or on object stores) the files are copied instead.  A
-checkpoint that vanished before all its files were pinned raises ``Vanished``; the
-caller records it as skipped.
+checkpoint whose files are not all there raises ``Missing``: the caller tells "not arrived
+yet" (a synced copy delivers the state file before the data) from "deleted by the trainer"
+by whether the state file still names it.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ log = logging.getLogger(__name__)
 _DATA = re.compile(r"\.data-(\d+)-of-(\d+)$")
 
 
-class Vanished(Exception):
-    """The checkpoint's files disappeared before they could all be pinned."""
+class Missing(Exception):
+    """Some of the checkpoint's files are not there: not yet, or not any more."""
 
 
 def _is_local(path: str) -> bool:
@@ -56,19 +57,31 @@ def pin(prefix: str, pin_root: Path) -> str:
         data_files = tf.io.gfile.glob(prefix + ".data-*")
         index = prefix + ".index"
         if not data_files or not tf.io.gfile.exists(index):
-            raise Vanished(f"{prefix}: files no longer there")
+            raise Missing(f"{prefix}: its .index or .data files are not there")
         expected = {int(m.group(2)) for m in map(_DATA.search, data_files) if m}
         if len(expected) != 1 or len(data_files) != expected.pop():
-            raise Vanished(f"{prefix}: incomplete set of data shards {sorted(data_files)}")
+            raise Missing(f"{prefix}: incomplete set of data shards {sorted(data_files)}")
         for src in [index, *data_files]:
             try:
                 _link_or_copy(src, target / os.path.basename(src))
             except (FileNotFoundError, tf.errors.NotFoundError) as exc:
-                raise Vanished(f"{src}: deleted before it could be pinned") from exc
+                raise Missing(f"{src}: gone before it could be pinned") from exc
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         raise
     return str(target / name)
+
+
+def files_state(prefix: str) -> tuple:
+    """(name, size, mtime) of each file of checkpoint ``prefix`` — to tell whether they changed."""
+    state = []
+    for path in sorted(tf.io.gfile.glob(prefix + ".*")):
+        try:
+            stat = tf.io.gfile.stat(path)
+        except tf.errors.NotFoundError:
+            continue
+        state.append((os.path.basename(path), stat.length, stat.mtime_nsec))
+    return tuple(state)
 
 
 def unpin(pinned_prefix: str) -> None:

@@ -9,6 +9,7 @@ could be pinned) — becomes a row, so nothing is retried forever and nothing is
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -19,16 +20,17 @@ from pathlib import Path
 import tensorflow as tf
 from google.protobuf import text_format
 
-from captioning.errors import ShowtellError
-from captioning.modeldir import read_finished
+from captioning.errors import ModelDirIncomplete, ShowtellError
+from captioning.modeldir import read_finished, read_run_id
 from evaluator.best_export import BestExport
 from evaluator.evaluation import CheckpointEvaluator, checkpoint_step
-from evaluator.pinning import Vanished, pin, unpin
+from evaluator.pinning import Missing, files_state, pin, unpin
 from evaluator.store import Record, Store
 from evaluator.summaries import EvalSummaries
 
 log = logging.getLogger(__name__)
 POLICIES = ("latest", "all")
+MAX_RETRY_SECS = 10.0  # longest wait between looks at a checkpoint whose files are still arriving
 
 
 @dataclass
@@ -38,6 +40,7 @@ class Status:
     evaluating_step: int = -1
     pending_steps: list[int] = field(default_factory=list)
     state_error: str = ""
+    run_id: str = ""  # the model dir's current run
 
 
 class Broadcast:
@@ -125,11 +128,13 @@ class EvalRunner:
       summaries: TensorBoard writer for successful evaluations (optional).
       exporter: ``--export-best`` (optional).
       finish: when to stop by itself (default: never).
+      arrival_timeout: seconds a checkpoint named by the state file may stay incomplete (a
+        synced copy still arriving) before it is recorded skipped.
     """
 
     def __init__(self, *, model_dir: str, evaluator: CheckpointEvaluator, store: Store, work_dir: Path,
                  policy: str, summaries: EvalSummaries | None = None, exporter: BestExport | None = None,
-                 finish: Finish | None = None) -> None:
+                 finish: Finish | None = None, arrival_timeout: float = 300.0) -> None:
         if policy not in POLICIES:
             raise ValueError(policy)
         self.model_dir, self.store, self.work_dir, self.policy = model_dir, store, work_dir, policy
@@ -143,6 +148,10 @@ class EvalRunner:
         self.stopping = threading.Event()
         self.evaluations = 0  # by this process (ok or failed; a skipped checkpoint is not one)
         self.done: str | None = None  # why the runner ended by itself
+        self.arrival_timeout = arrival_timeout
+        self._arrivals: dict[str, tuple[float, int]] = {}  # prefix → (first seen incomplete, attempts)
+        self._retry_at: float | None = None  # monotonic time of the next look at an incomplete one
+        self._run_known = False
 
     def on_change(self) -> None:
         self.wake.set()
@@ -157,14 +166,30 @@ class EvalRunner:
                 log.error("%s", exc)
             self.status.state_error = str(exc)
             return []
-        todo = sorted((checkpoint_step(p), p) for p in named if not self.store.has(checkpoint_step(p), p))
+        run = self._current_run()
+        todo = sorted((checkpoint_step(p), p) for p in named
+                      if not self.store.has(run, checkpoint_step(p), p))
         if named:
             self.status.last_seen_step = max(checkpoint_step(p) for p in named)
         if self.policy == "latest" and todo:
-            latest = self.store.latest()
+            latest = self.store.latest(run)
             todo = [t for t in todo[-1:] if latest is None or t[0] > latest.step]
         self.status.pending_steps = [s for s, _ in todo]
         return todo
+
+    def _current_run(self) -> str:
+        """The model dir's run (its ``showtell-model.json``); logs when a new one begins."""
+        run = read_run_id(self.model_dir)
+        if run is None or (self._run_known and run == self.status.run_id):
+            return self.status.run_id
+        newest = self.store.latest()
+        previous = self.status.run_id if self._run_known else (newest.run if newest else run)
+        if previous != run:
+            log.info("a new run began in %s: run %s (was %s); its checkpoints are evaluated afresh",
+                     self.model_dir, run or "''", previous or "''")
+        self.status.run_id, self._run_known = run, True
+        self._arrivals.clear()
+        return run
 
     def run(self, poll_fallback_secs: float = 30.0) -> str | None:
         """Evaluate until ``stopping`` is set or a ``finish`` condition holds (its reason is
@@ -172,12 +197,18 @@ class EvalRunner:
         lost event."""
         self.wake.set()
         while not self.stopping.is_set():
-            self.wake.wait(timeout=poll_fallback_secs)
+            timeout = poll_fallback_secs
+            if self._retry_at is not None:
+                timeout = max(0.0, min(timeout, self._retry_at - time.monotonic()))
+            self.wake.wait(timeout=timeout)
             self.wake.clear()
+            self._retry_at = None
             for step, prefix in self.pending():
                 if self.stopping.is_set():
                     return None
                 record = self.evaluate_one(step, prefix)
+                if record is None:
+                    break  # files still arriving: look again after the backoff, in step order
                 if record.status != "skipped":
                     self.evaluations += 1
                     self.done = self.finish.reason(record, self.evaluations)
@@ -202,31 +233,38 @@ class EvalRunner:
         # Its evaluation may still be to come: the state file's rename (or, if it was evaluated
         # before the marker landed, the marker's own arrival) wakes us again.
         if not any(r.step == final["step"] and os.path.basename(r.checkpoint) == final["checkpoint"]
-                   for r in self.store.after(final["step"] - 1)):
+                   for r in self.store.after(final["step"] - 1, run=self.status.run_id)):
             return None
         return f"the trainer finished ({final.get('reason', '?')}) and its final checkpoint, step " \
                f"{final['step']}, is evaluated"
 
-    def evaluate_one(self, step: int, prefix: str) -> Record:
+    def evaluate_one(self, step: int, prefix: str) -> Record | None:
+        """Pin, evaluate, record, unpin.  None: the checkpoint's files are not all there yet
+        (or were changing while read) and it is still named — a retry is scheduled."""
         self.status.evaluating_step = step
         started = time.time()
         mtime = _mtime(prefix + ".index")
+        before = files_state(prefix)
         try:
             pinned = pin(prefix, self.work_dir / "pinned")
-        except Vanished as exc:
-            return self._record(Record(step, prefix, mtime, time.time(), 0.0, 0, status="skipped",
-                                       reason=str(exc)))
+        except Missing as exc:
+            return self._not_there(step, prefix, mtime, str(exc))
         try:
             log.info("evaluating %s (step %d)", prefix, step)
             result = self.evaluator.evaluate(pinned, step=step)
             record = Record(step, prefix, mtime, time.time(), result.seconds, result.examples,
-                            metrics=result.metrics, samples=result.samples)
+                            metrics=result.metrics, samples=result.samples, run=self.status.run_id)
+        except ModelDirIncomplete as exc:  # e.g. showtell-model.json not synced yet
+            return self._not_there(step, prefix, mtime, str(exc))
         except ShowtellError as exc:
+            if files_state(prefix) != before:  # still being written (a sync, a slow copy): not a failure
+                return self._not_there(step, prefix, mtime, f"{prefix}: its files changed while being read")
             log.error("%s", exc)
             record = Record(step, prefix, mtime, time.time(), time.time() - started, 0, status="failed",
-                            reason=str(exc).replace(pinned, prefix))
+                            reason=str(exc).replace(pinned, prefix), run=self.status.run_id)
         finally:
             unpin(pinned)
+        self._arrivals.pop(prefix, None)
         recorded = self._record(record)
         if self.exporter is not None and record.status == "ok":
             try:  # the evaluated model is still in memory
@@ -235,6 +273,33 @@ class EvalRunner:
                 log.error("--export-best: exporting step %d failed (%s); the previous export stays",
                           record.step, exc)
         return recorded
+
+    def _not_there(self, step: int, prefix: str, mtime: float, reason: str) -> Record | None:
+        """Not arrived yet, or gone?  The state file decides: a checkpoint it no longer names was
+        deleted by the trainer (recorded skipped); one it still names is retried with backoff
+        until ``arrival_timeout`` (then recorded skipped, saying so)."""
+        self.status.evaluating_step = -1
+        try:
+            named = prefix in read_state(self.model_dir)
+        except ShowtellError:
+            named = True  # a state file being replaced: look again
+        now = time.monotonic()
+        first, attempts = self._arrivals.get(prefix, (now, 0))
+        if named and now - first < self.arrival_timeout:
+            delay = min(0.5 * 2 ** attempts, MAX_RETRY_SECS)
+            self._arrivals[prefix] = (first, attempts + 1)
+            self._retry_at = min(self._retry_at or math.inf, now + delay)
+            (log.info if attempts == 0 else log.debug)(
+                "%s; named by the state file, so not arrived yet: retrying in %.1f s "
+                "(for up to --arrival-timeout %g s)", reason, delay, self.arrival_timeout)
+            return None
+        self._arrivals.pop(prefix, None)
+        why = (f"{reason}; still incomplete after {now - first:.0f} s (--arrival-timeout "
+               f"{self.arrival_timeout:g})" if named else
+               f"{prefix}: deleted by the trainer before it could be evaluated "
+               "(no longer named by the state file)")
+        return self._record(Record(step, prefix, mtime, time.time(), 0.0, 0, status="skipped", reason=why,
+                                   run=self.status.run_id))
 
     def _record(self, record: Record) -> Record:
         stored = self.store.add(record)

@@ -27,7 +27,9 @@ SERVER_OPTIONS = [
     ("grpc.keepalive_timeout_ms", 20_000),  # … and drop it if the ping is not answered in 20 s
     ("grpc.http2.max_pings_without_data", 0),  # an idle Watch sends no data: keep pinging it
     ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_recv_ping_interval_without_data_ms", 20_000),  # clients may ping every 20 s
+    # clients may ping every 10 s (GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS; its
+    # default, 5 min, answers a client pinging a quiet Watch every 30 s with GOAWAY too_many_pings)
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
     ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
     ("grpc.so_reuseport", 0),  # a second evaluator on the same port fails instead of sharing it
 ]

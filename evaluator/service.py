@@ -18,7 +18,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from evaluator.feed import StreamFeed
 from evaluator.runner import EvalRunner
-from evaluator.store import LOWER_IS_BETTER, Record, Store
+from evaluator.store import ALL_RUNS, LOWER_IS_BETTER, Record, Store
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 
@@ -50,6 +50,7 @@ def to_proto(record: Record) -> pb.Evaluation:
                                   references=s["references"]) for s in record.samples],
         status=_STATUS[record.status],
         reason=record.reason,
+        run_id=record.run,
     )
 
 
@@ -87,7 +88,7 @@ class MetricsService(pb_grpc.MetricsServicer):
         self.max_streams = max_streams
         self.streams = 0
         self.feed: StreamFeed | None = None
-        self._latest: tuple[int, pb.Evaluation | None] = (-1, None)
+        self._latest: tuple[tuple, pb.Evaluation | None] = ((), None)
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start feeding ``Watch`` streams from the runner's recordings (on ``loop``)."""
@@ -99,18 +100,24 @@ class MetricsService(pb_grpc.MetricsServicer):
         if self.feed is not None:
             self.feed.close()
 
+    def _run(self, requested: str) -> str:
+        """A request's ``run_id``: empty means the model dir's current run."""
+        return requested or self.runner.status.run_id
+
     async def GetLatest(self, request, context):
         # The hot query (dashboards poll it): answer from a copy rebuilt only when the runner
-        # records something.  The version is read *before* the store, so a racing write can
-        # only make the cached copy newer than its version, never stale.
-        version = self.runner.broadcast.version
-        cached_version, cached = self._latest
-        if cached_version != version or cached is None:
-            record = self.store.latest()
+        # records something (or the run changes).  The version is read *before* the store, so a
+        # racing write can only make the cached copy newer than its version, never stale.
+        run = self._run(request.run_id)
+        key = (self.runner.broadcast.version, run)
+        cached_key, cached = self._latest
+        if cached_key != key or cached is None:
+            record = self.store.latest(run)
             cached = to_proto(record) if record is not None else None
-            self._latest = (version, cached)
+            self._latest = (key, cached)
         if cached is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, "no evaluation recorded yet")
+            await context.abort(grpc.StatusCode.NOT_FOUND, "no evaluation recorded yet"
+                                + (f" for run {run}" if run not in ("", ALL_RUNS) else ""))
         return cached
 
     async def ListEvaluations(self, request, context):
@@ -130,7 +137,7 @@ class MetricsService(pb_grpc.MetricsServicer):
             if token_step != from_step:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                     "page_token belongs to a listing with another from_step")
-        records = self.store.page(from_step, offset, limit + 1)
+        records = self.store.page(from_step, offset, limit + 1, run=self._run(request.run_id))
         more = len(records) > limit
         return pb.ListEvaluationsResponse(
             evaluations=[to_proto(r) for r in records[:limit]],
@@ -150,7 +157,7 @@ class MetricsService(pb_grpc.MetricsServicer):
             maximize = metric not in LOWER_IS_BETTER
         else:
             maximize = request.mode == pb.GetBestRequest.MAX
-        record = self.store.best(metric, maximize)
+        record = self.store.best(metric, maximize, run=self._run(request.run_id))
         if record is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no successful evaluation has {metric!r} yet")
         answer = to_proto(record)
@@ -169,11 +176,15 @@ class MetricsService(pb_grpc.MetricsServicer):
             uptime_seconds=time.monotonic() - status.started, observer=self.observer,
             last_error=status.state_error,
             best_export=self.runner.exporter.describe() if self.runner.exporter else "",
+            run_id=status.run_id, runs=self.store.runs(),
         )
 
     async def Watch(self, request, context):
-        """Replay (step order), then live records (arrival order) until the client cancels;
-        ends UNAVAILABLE when the evaluator stops, so clients know to reconnect."""
+        """Replay (step order) the requested run after ``after_step`` — and, when that is not the
+        current run any more, the current run in full — then live records (arrival order)
+        until the client cancels; ends UNAVAILABLE when the evaluator stops, so clients know
+        to reconnect.  Live records are always the current run's: only its checkpoints are
+        evaluated."""
         after = request.after_step
         if after < -1:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"after_step must be ≥ -1 (got {after})")
@@ -190,13 +201,18 @@ class MetricsService(pb_grpc.MetricsServicer):
         self.streams += 1
         try:
             cursor = self.store.max_rowid()
-            for record in self.store.after(after, max_rowid=cursor):
+            current = self.runner.status.run_id
+            run = request.run_id or current
+            for record in self.store.after(after, max_rowid=cursor, run=run):
                 yield to_proto(record)
+            if run not in (current, ALL_RUNS):
+                for record in self.store.after(-1, max_rowid=cursor, run=current):
+                    yield to_proto(record)
             while True:
                 arrivals = feed.since(cursor)
                 for arrival in arrivals:
                     cursor = arrival.rowid
-                    if arrival.step > after:
+                    if arrival.step > after or arrival.evaluation.run_id != run:
                         yield arrival.evaluation
                 if arrivals:
                     continue

@@ -1,6 +1,8 @@
 """Durable evaluation history: SQLite (WAL) in the evaluator's work dir.
 
-One row per (global step, checkpoint path).  A row is written once, after the evaluation
+One row per (training run, global step, checkpoint path) — a model dir wiped and trained
+again reuses step numbers and file names, so the run tells its checkpoints apart (runs from
+before run ids have the run ''). A row is written once, after the evaluation
 finished (or was recorded as failed/skipped), in one transaction — so a restarted
 evaluator sees exactly what was recorded: nothing is lost, nothing is evaluated twice, and
 an evaluation cut short by a crash (no row) simply runs again.
@@ -18,8 +20,11 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from showtell.client import ALL_RUNS  # the gRPC contract's "every run"
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS evaluations (
+    run TEXT NOT NULL,
     step INTEGER NOT NULL,
     checkpoint TEXT NOT NULL,
     checkpoint_mtime REAL NOT NULL,
@@ -30,8 +35,17 @@ CREATE TABLE IF NOT EXISTS evaluations (
     samples TEXT NOT NULL,
     status TEXT NOT NULL,
     reason TEXT NOT NULL,
-    PRIMARY KEY (step, checkpoint)
+    PRIMARY KEY (run, step, checkpoint)
 );
+"""
+# A history written before run ids: same rows, run '', arrival order (rowid) kept.
+MIGRATE_V1 = """
+ALTER TABLE evaluations RENAME TO evaluations_v1;
+{schema}
+INSERT INTO evaluations (rowid, run, step, checkpoint, checkpoint_mtime, evaluated_at, eval_seconds,
+                         num_examples, metrics, samples, status, reason)
+    SELECT rowid, '', * FROM evaluations_v1 ORDER BY rowid;
+DROP TABLE evaluations_v1;
 """
 STATUSES = ("ok", "failed", "skipped")
 
@@ -52,6 +66,7 @@ class Record:
     status: str = "ok"
     reason: str = ""
     rowid: int = 0  # arrival order, assigned by the store
+    run: str = ""  # the training run (see the module docstring)
 
 
 class Store:
@@ -62,6 +77,9 @@ class Store:
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
+        columns = [row[1] for row in self._db.execute("PRAGMA table_info(evaluations)")]
+        if columns and "run" not in columns:
+            self._db.executescript("BEGIN;" + MIGRATE_V1.format(schema=SCHEMA) + "COMMIT;")
         self._db.executescript(SCHEMA)
 
     def close(self) -> None:
@@ -75,22 +93,25 @@ class Store:
             raise ValueError(f"status {record.status!r}")
         with self._lock:
             cursor = self._db.execute(
-                "INSERT OR IGNORE INTO evaluations VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (record.step, record.checkpoint, record.checkpoint_mtime, record.evaluated_at,
+                "INSERT OR IGNORE INTO evaluations VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (record.run, record.step, record.checkpoint, record.checkpoint_mtime, record.evaluated_at,
                  record.eval_seconds, record.num_examples, json.dumps(record.metrics),
                  json.dumps(record.samples), record.status, record.reason),
             )
             return dataclasses.replace(record, rowid=cursor.lastrowid) if cursor.rowcount == 1 else None
 
-    def has(self, step: int, checkpoint: str) -> bool:
+    def has(self, run: str, step: int, checkpoint: str) -> bool:
         with self._lock:
             row = self._db.execute(
-                "SELECT 1 FROM evaluations WHERE step=? AND checkpoint=?", (step, checkpoint)
+                "SELECT 1 FROM evaluations WHERE run=? AND step=? AND checkpoint=?", (run, step, checkpoint)
             ).fetchone()
         return row is not None
 
     def _select(self, where: str = "", args: tuple = (), order: str = "step, checkpoint",
-                limit: int | None = None, offset: int = 0) -> list[Record]:
+                limit: int | None = None, offset: int = 0, run: str = ALL_RUNS) -> list[Record]:
+        if run != ALL_RUNS:
+            where = f"{where} AND run = ?" if where else "WHERE run = ?"
+            args = (*args, run)
         sql = f"SELECT rowid, * FROM evaluations {where} ORDER BY {order}"
         if limit is not None:
             sql += f" LIMIT {int(limit)} OFFSET {int(offset)}"
@@ -106,29 +127,38 @@ class Store:
         """Records added after the one with ``rowid``, in arrival order."""
         return self._select("WHERE rowid > ?", (rowid,), order="rowid")
 
-    def latest(self) -> Record | None:
-        found = self._select(order="step DESC, evaluated_at DESC", limit=1)
+    def latest(self, run: str = ALL_RUNS) -> Record | None:
+        order = "step DESC, evaluated_at DESC" if run != ALL_RUNS else "rowid DESC"
+        found = self._select(order=order, limit=1, run=run)
         return found[0] if found else None
 
-    def after(self, step: int, max_rowid: int | None = None) -> list[Record]:
+    def after(self, step: int, max_rowid: int | None = None, run: str = ALL_RUNS) -> list[Record]:
         """Records with a step greater than ``step`` (and arrived by ``max_rowid``), in step order."""
         if max_rowid is None:
-            return self._select("WHERE step > ?", (step,))
-        return self._select("WHERE step > ? AND rowid <= ?", (step, max_rowid))
+            return self._select("WHERE step > ?", (step,), run=run)
+        return self._select("WHERE step > ? AND rowid <= ?", (step, max_rowid), run=run)
 
-    def page(self, from_step: int, offset: int, limit: int) -> list[Record]:
+    def page(self, from_step: int, offset: int, limit: int, run: str = ALL_RUNS) -> list[Record]:
         """``limit`` records from ``offset`` among those with step ≥ ``from_step``."""
-        return self._select("WHERE step >= ?", (from_step,), limit=limit, offset=offset)
+        order = "step, checkpoint" if run != ALL_RUNS else "rowid"
+        return self._select("WHERE step >= ?", (from_step,), order=order, limit=limit, offset=offset, run=run)
 
-    def best(self, metric: str, maximize: bool) -> Record | None:
+    def best(self, metric: str, maximize: bool, run: str = ALL_RUNS) -> Record | None:
         order = "DESC" if maximize else "ASC"
+        where, args = "", ()
+        if run != ALL_RUNS:
+            where, args = "AND run = ? ", (run,)
         with self._lock:
             row = self._db.execute(
                 "SELECT rowid, * FROM evaluations WHERE status='ok' AND json_extract(metrics, ?) IS NOT NULL "
-                f"ORDER BY json_extract(metrics, ?) {order}, step DESC LIMIT 1",
-                (f'$."{metric}"', f'$."{metric}"'),
+                f"{where}ORDER BY json_extract(metrics, ?) {order}, step DESC LIMIT 1",
+                (f'$."{metric}"', *args, f'$."{metric}"'),
             ).fetchone()
         return _record(row) if row else None
+
+    def runs(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(DISTINCT run) FROM evaluations").fetchone()[0])
 
     def metric_names(self) -> set[str]:
         names: set[str] = set()
@@ -146,7 +176,7 @@ class Store:
 
 
 def _record(row: tuple) -> Record:
-    rowid, *row = row
+    rowid, run, *row = row
     return Record(step=row[0], checkpoint=row[1], checkpoint_mtime=row[2], evaluated_at=row[3],
                   eval_seconds=row[4], num_examples=row[5], metrics=json.loads(row[6]),
-                  samples=json.loads(row[7]), status=row[8], reason=row[9], rowid=rowid)
+                  samples=json.loads(row[7]), status=row[8], reason=row[9], rowid=rowid, run=run)

@@ -17,6 +17,7 @@ sees nothing); and a ``tf.io.gfile`` stat poller for paths the OS cannot watch a
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -92,17 +93,36 @@ class CheckpointWatcher:
             self._thread.join(timeout=5)
 
     def _watch_local(self) -> None:
-        # inotify needs the directory to exist: wait for the trainer to create it.
-        while not os.path.isdir(self.model_dir):
-            if self._stop.wait(0.5):
-                return
+        """Watch the model dir — and keep watching it when it is removed and created again or
+        replaced by a rename (a run started over): an inotify watch follows the old inode, so
+        the directory's identity is checked every second (a ``stat``) and the watch renewed."""
         observer = PollingObserver(timeout=self.poll_secs) if self.poll_secs else Observer()
-        observer.schedule(_StateFileHandler(self.on_change, self.names), self.model_dir, recursive=False,
-                          event_filter=list(CONTENT_EVENTS))
         observer.start()
         self._observer = observer
-        log.info("watching %s (%s)", self.model_dir, self.kind)
-        self.on_change()  # checkpoints that were there before the watch started
+        handler = _StateFileHandler(self.on_change, self.names)
+        identity: tuple[int, int] | None = None
+        watch = None
+        while not self._stop.is_set():
+            current = _identity(self.model_dir)
+            if current != identity:
+                if watch is not None:
+                    with contextlib.suppress(KeyError, OSError):  # its emitter may be gone already
+                        observer.unschedule(watch)
+                    watch = None
+                if current is not None:
+                    try:
+                        watch = observer.schedule(handler, self.model_dir, recursive=False,
+                                                  event_filter=list(CONTENT_EVENTS))
+                    except OSError:
+                        current = None  # gone again between the stat and the watch: look again
+                    else:
+                        log.info("%s %s (%s)", "watching" if identity is None else "the directory was "
+                                 "replaced; watching the new", self.model_dir, self.kind)
+                        self.on_change()  # whatever is there now
+                elif identity is not None:
+                    log.info("%s is gone; waiting for it to come back", self.model_dir)
+                identity = current
+            self._stop.wait(min(self.poll_secs or 1.0, 1.0))
 
     def _gfile_poll(self) -> None:
         paths = [self.model_dir.rstrip("/") + "/" + name for name in sorted(self.names)]
@@ -125,3 +145,11 @@ class CheckpointWatcher:
             if changed:
                 self.on_change()
             self._stop.wait(interval)
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return (stat.st_dev, stat.st_ino)

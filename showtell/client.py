@@ -1,8 +1,10 @@
 """Following an evaluator's ``Watch`` stream across its restarts — the one client loop that
 ``showtell metrics watch``, ``showtell demo`` and the trainer's ``--stop-when`` share.
 
-The stream is resumed after the last global step it delivered, so a restart of the evaluator
-costs neither a duplicate nor a gap (evaluations arrive in step order under both policies).
+The stream is resumed after the last (run, global step) it delivered, so a restart of the
+evaluator costs neither a duplicate nor a gap (a run's evaluations arrive in step order under
+both policies; a new run in the model dir starts its steps afresh, and the evaluator replays
+it in full to a client that last saw an earlier run).
 Keepalive pings notice an evaluator that vanished without closing the connection.
 """
 
@@ -19,13 +21,18 @@ from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
-# Ping a quiet stream every 30 s (the server permits ≥ 20 s) and give up on it after 10 s more.
-WATCH_OPTIONS = [
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_timeout_ms", 10_000),
-    ("grpc.http2.max_pings_without_data", 0),
-    ("grpc.keepalive_permit_without_calls", 1),
-]
+ALL_RUNS = "*"  # a request's run_id for every run (empty: the model dir's current run)
+KEEPALIVE_SECS = 30.0  # ping a quiet stream this often (the evaluator permits ≥ 10 s) …
+KEEPALIVE_TIMEOUT_SECS = 10.0  # … and give it up when a ping is not answered this soon
+
+
+def watch_options(keepalive_secs: float = KEEPALIVE_SECS) -> list[tuple[str, int]]:
+    """Channel options that notice an evaluator gone without closing the connection."""
+    return [("grpc.keepalive_time_ms", int(keepalive_secs * 1000)),
+            ("grpc.keepalive_timeout_ms", int(KEEPALIVE_TIMEOUT_SECS * 1000)),
+            ("grpc.http2.max_pings_without_data", 0),  # a quiet Watch sends no data: keep pinging
+            ("grpc.keepalive_permit_without_calls", 1)]
+
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED,
                        grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED,
                        grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN})
@@ -43,17 +50,20 @@ class WatchFollower:
         retry cannot fix (bad token, bad request), is raised to the caller (a CLI).
       on_retry: called with (error, seconds until the next attempt) before each wait.
       max_backoff: the longest wait between attempts, in seconds.
+      keepalive_secs: how often to ping a quiet stream.
     """
 
     def __init__(self, *, target: str, security: ClientSecurity | None = None, after_step: int = -1,
                  persistent: bool = False, on_retry: Callable[[grpc.RpcError, float], None] | None = None,
-                 max_backoff: float = 10.0) -> None:
+                 max_backoff: float = 10.0, keepalive_secs: float = KEEPALIVE_SECS) -> None:
         self.target = target
         self.security = security or ClientSecurity()
         self.last_step = after_step
+        self.last_run: str | None = None  # None: whatever the evaluator's current run is
         self.persistent = persistent
         self.on_retry = on_retry or (lambda error, wait: None)
         self.max_backoff = max_backoff
+        self.options = watch_options(keepalive_secs)
         self.reconnects = 0
         self._closed = threading.Event()
         self._call: grpc.Call | None = None
@@ -69,8 +79,9 @@ class WatchFollower:
         backoff = 1.0
         connected = False
         while not self._closed.is_set():
-            with self.security.channel(self.target, WATCH_OPTIONS) as channel:
-                call = pb_grpc.MetricsStub(channel).Watch(pb.WatchRequest(after_step=self.last_step))
+            with self.security.channel(self.target, self.options) as channel:
+                call = pb_grpc.MetricsStub(channel).Watch(
+                    pb.WatchRequest(after_step=self.last_step, run_id=self.last_run or ""))
                 self._call = call
                 try:
                     call.initial_metadata()  # the server answers with headers at once: connected
@@ -82,9 +93,11 @@ class WatchFollower:
                                  self.last_step)
                     connected, backoff = True, 1.0
                     for evaluation in call:
-                        if evaluation.global_step <= self.last_step:
+                        if evaluation.run_id != self.last_run and self.last_run is not None:
+                            self.last_step = -1  # a new run: its steps start again
+                        elif evaluation.global_step <= self.last_step:
                             continue  # never twice
-                        self.last_step = evaluation.global_step
+                        self.last_run, self.last_step = evaluation.run_id, evaluation.global_step
                         yield evaluation
                     error = None  # the server ended the stream: follow its next instance
                 except grpc.RpcError as exc:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from showtell.client import WatchFollower
 from showtell.v1 import metrics_pb2 as pb
 from tests.conftest import (
     TINY_MODEL,
@@ -49,6 +51,13 @@ def test_an_idle_evaluator_sleeps_under_every_observer_and_still_notices(
         evaluators[name] = start_evaluator(procs, location, tiny_data, tmp_path / name,
                                            tmp_path / f"{name}.log", "--policy", "all",
                                            "--max-eval-examples", "4", *extra)
+    # A client following one of them the whole time, pinging its quiet stream as often as the
+    # server permits: it must never be sent away (GOAWAY too_many_pings) nor miss anything.
+    retries: list[str] = []
+    follower = WatchFollower(target=f"127.0.0.1:{evaluators['inotify'][1]}", keepalive_secs=10,
+                             persistent=True, on_retry=lambda error, wait: retries.append(error.details()))
+    followed: list[int] = []
+    threading.Thread(target=lambda: followed.extend(e.global_step for e in follower), daemon=True).start()
     for name, (_, port) in evaluators.items():
         wait_for(lambda port=port: _steps(port) == [2, 4], 240, f"{name}: both checkpoints evaluated")
     time.sleep(2)  # let the last recording's work (summaries, logging) finish
@@ -64,6 +73,9 @@ def test_an_idle_evaluator_sleeps_under_every_observer_and_still_notices(
     train_more(tiny_data, model_dir, 6, "--save-every-steps", "2", "--keep", "10")
     for name, (_, port) in evaluators.items():
         wait_for(lambda port=port: _steps(port) == [2, 4, 6], 120, f"{name}: the new checkpoint evaluated")
+    wait_for(lambda: followed == [2, 4, 6], 30, "the follower to see step 6")
+    follower.close()
+    assert retries == [] and follower.reconnects == 0, retries
 
 
 def test_the_evaluator_ends_with_the_job(tiny_data: Path, tiny_model: Path, tmp_path: Path, procs):

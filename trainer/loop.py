@@ -238,7 +238,9 @@ class Trainer:
                 log.info("training again in %s: its finished marker is removed until this run ends",
                          self.model_dir)
         if encoder_init is not None and self.is_chief:
-            write_metadata(self.model_dir, self.model_config, self._data_metadata(), encoder_init.metadata())
+            run_id = write_metadata(self.model_dir, self.model_config, self._data_metadata(),
+                                    encoder_init.metadata())
+            log.info("run %s starts in %s", run_id, self.model_dir)
             if encoder_init.pretrained:
                 (self.model_dir / ENCODER_INIT_REPORT).write_text(encoder_init.report())
             # The vocabulary travels with the checkpoints: `showtell caption` needs no --data.

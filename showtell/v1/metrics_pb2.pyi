@@ -21,7 +21,7 @@ class SampleCaption(_message.Message):
     def __init__(self, image_id: _Optional[int] = ..., caption: _Optional[str] = ..., references: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Evaluation(_message.Message):
-    __slots__ = ("global_step", "checkpoint_path", "checkpoint_mtime", "evaluated_at", "eval_seconds", "num_examples", "metrics", "samples", "status", "reason", "export_path")
+    __slots__ = ("global_step", "checkpoint_path", "checkpoint_mtime", "evaluated_at", "eval_seconds", "num_examples", "metrics", "samples", "status", "reason", "export_path", "run_id")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATUS_UNSPECIFIED: _ClassVar[Evaluation.Status]
@@ -50,6 +50,7 @@ class Evaluation(_message.Message):
     STATUS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     EXPORT_PATH_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
     global_step: int
     checkpoint_path: str
     checkpoint_mtime: _timestamp_pb2.Timestamp
@@ -61,21 +62,26 @@ class Evaluation(_message.Message):
     status: Evaluation.Status
     reason: str
     export_path: str
-    def __init__(self, global_step: _Optional[int] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_mtime: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., evaluated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., eval_seconds: _Optional[float] = ..., num_examples: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., samples: _Optional[_Iterable[_Union[SampleCaption, _Mapping]]] = ..., status: _Optional[_Union[Evaluation.Status, str]] = ..., reason: _Optional[str] = ..., export_path: _Optional[str] = ...) -> None: ...
+    run_id: str
+    def __init__(self, global_step: _Optional[int] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_mtime: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., evaluated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., eval_seconds: _Optional[float] = ..., num_examples: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., samples: _Optional[_Iterable[_Union[SampleCaption, _Mapping]]] = ..., status: _Optional[_Union[Evaluation.Status, str]] = ..., reason: _Optional[str] = ..., export_path: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class GetLatestRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
 class ListEvaluationsRequest(_message.Message):
-    __slots__ = ("from_step", "limit", "page_token")
+    __slots__ = ("from_step", "limit", "page_token", "run_id")
     FROM_STEP_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
     from_step: int
     limit: int
     page_token: str
-    def __init__(self, from_step: _Optional[int] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    run_id: str
+    def __init__(self, from_step: _Optional[int] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class ListEvaluationsResponse(_message.Message):
     __slots__ = ("evaluations", "next_page_token")
@@ -86,7 +92,7 @@ class ListEvaluationsResponse(_message.Message):
     def __init__(self, evaluations: _Optional[_Iterable[_Union[Evaluation, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class GetBestRequest(_message.Message):
-    __slots__ = ("metric", "mode")
+    __slots__ = ("metric", "mode", "run_id")
     class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         MODE_UNSPECIFIED: _ClassVar[GetBestRequest.Mode]
@@ -97,16 +103,18 @@ class GetBestRequest(_message.Message):
     MIN: GetBestRequest.Mode
     METRIC_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
     metric: str
     mode: GetBestRequest.Mode
-    def __init__(self, metric: _Optional[str] = ..., mode: _Optional[_Union[GetBestRequest.Mode, str]] = ...) -> None: ...
+    run_id: str
+    def __init__(self, metric: _Optional[str] = ..., mode: _Optional[_Union[GetBestRequest.Mode, str]] = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class GetStatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class EvaluatorStatus(_message.Message):
-    __slots__ = ("checkpoint_dir", "policy", "last_seen_step", "evaluating_step", "pending_steps", "evaluations", "failures", "uptime_seconds", "observer", "last_error", "best_export")
+    __slots__ = ("checkpoint_dir", "policy", "last_seen_step", "evaluating_step", "pending_steps", "evaluations", "failures", "uptime_seconds", "observer", "last_error", "best_export", "run_id", "runs")
     CHECKPOINT_DIR_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     LAST_SEEN_STEP_FIELD_NUMBER: _ClassVar[int]
@@ -118,6 +126,8 @@ class EvaluatorStatus(_message.Message):
     OBSERVER_FIELD_NUMBER: _ClassVar[int]
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     BEST_EXPORT_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
     checkpoint_dir: str
     policy: str
     last_seen_step: int
@@ -129,10 +139,14 @@ class EvaluatorStatus(_message.Message):
     observer: str
     last_error: str
     best_export: str
-    def __init__(self, checkpoint_dir: _Optional[str] = ..., policy: _Optional[str] = ..., last_seen_step: _Optional[int] = ..., evaluating_step: _Optional[int] = ..., pending_steps: _Optional[_Iterable[int]] = ..., evaluations: _Optional[int] = ..., failures: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., observer: _Optional[str] = ..., last_error: _Optional[str] = ..., best_export: _Optional[str] = ...) -> None: ...
+    run_id: str
+    runs: int
+    def __init__(self, checkpoint_dir: _Optional[str] = ..., policy: _Optional[str] = ..., last_seen_step: _Optional[int] = ..., evaluating_step: _Optional[int] = ..., pending_steps: _Optional[_Iterable[int]] = ..., evaluations: _Optional[int] = ..., failures: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., observer: _Optional[str] = ..., last_error: _Optional[str] = ..., best_export: _Optional[str] = ..., run_id: _Optional[str] = ..., runs: _Optional[int] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
-    __slots__ = ("after_step",)
+    __slots__ = ("after_step", "run_id")
     AFTER_STEP_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
     after_step: int
-    def __init__(self, after_step: _Optional[int] = ...) -> None: ...
+    run_id: str
+    def __init__(self, after_step: _Optional[int] = ..., run_id: _Optional[str] = ...) -> None: ...

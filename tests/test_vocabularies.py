@@ -1,0 +1,66 @@
+"""A model evaluated on a dataset with another vocabulary order: its own ``vocab.txt`` decodes
+its captions, references are re-encoded into it, so captions and metrics are those of the
+dataset it was trained on — not fluent nonsense.  Without its ``vocab.txt``: one line."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from captioning.vocab import Vocabulary
+from tests.conftest import TINY_DATA, copy_model, error_lines, run_showtell
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def reordered(tmp_path_factory) -> Path:
+    """The tiny validation split (same seed, same images and captions) built beside a smaller
+    training split: other word counts, so another vocabulary order."""
+    from captioning import synthetic
+
+    out = tmp_path_factory.mktemp("reordered") / "synthetic"
+    synthetic.build(out, dataclasses.replace(TINY_DATA, train_images=6))
+    return out
+
+
+def _once(model_dir: Path, data: Path) -> dict:
+    result = run_showtell("evaluate", "--once", "--json", "--model-dir", str(model_dir), "--data", str(data),
+                          "--beam-size", "1", "--meteor", "false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+def test_another_vocabulary_order_gives_the_same_captions_and_metrics(
+        tiny_data: Path, tiny_model: Path, reordered: Path, tmp_path: Path):
+    ours, theirs = Vocabulary.load(tiny_data / "vocab.txt"), Vocabulary.load(reordered / "vocab.txt")
+    assert set(ours.words) == set(theirs.words) and ours.words != theirs.words  # the premise
+    # … and the same validation images and captions, word for word
+    from captioning.inputs import load_references
+    from captioning.records import shard_files
+
+    assert load_references(shard_files(tiny_data, "val"), ours) == \
+        load_references(shard_files(reordered, "val"), theirs)
+
+    same = _once(tiny_model, tiny_data)
+    other = _once(tiny_model, reordered)
+    assert [s["caption"] for s in other["samples"]] == [s["caption"] for s in same["samples"]]
+    assert [s["references"] for s in other["samples"]] == [s["references"] for s in same["samples"]]
+    for name, value in same["metrics"].items():
+        assert math.isclose(other["metrics"][name], value, rel_tol=1e-5, abs_tol=1e-6), name
+    assert other["metrics"]["unknown_reference_words"] == 0.0  # same words, other ids
+    assert "unknown_reference_words" not in same["metrics"]
+
+    # A model dir without vocab.txt (older runs) and a dataset in another order: refused, one line.
+    bare = copy_model(tiny_model, tmp_path / "bare")
+    (bare / "vocab.txt").unlink()
+    result = run_showtell("evaluate", "--once", "--model-dir", str(bare), "--data", str(reordered))
+    [line] = error_lines(result.stderr)
+    assert result.returncode == 1 and "vocab.txt: missing" in line, line
+    assert "differs from the training data's vocabulary (id " in line and "copy " in line
+    # … and with the training dataset itself it falls back to it (identical word for word)
+    assert _once(bare, tiny_data)["metrics"]["loss"] == pytest.approx(same["metrics"]["loss"], rel=1e-6)
