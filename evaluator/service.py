@@ -19,6 +19,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from evaluator.feed import StreamFeed
 from evaluator.runner import EvalRunner
 from evaluator.store import ALL_RUNS, LOWER_IS_BETTER, Record, Store
+from showtell.client import STOPPING
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 
@@ -27,7 +28,6 @@ MAX_PAGE = 1000
 DEFAULT_PAGE = 100
 KNOWN_METRICS = {"loss", "perplexity", "exact_match", "bleu1", "bleu2", "bleu3", "bleu4", "rouge_l",
                  "cider", "meteor"}
-STOPPING = "the evaluator is stopping; reconnect to its next instance"
 _STATUS = {"ok": pb.Evaluation.OK, "failed": pb.Evaluation.FAILED, "skipped": pb.Evaluation.SKIPPED}
 
 

@@ -22,6 +22,7 @@ from showtell.v1 import metrics_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 ALL_RUNS = "*"  # a request's run_id for every run (empty: the model dir's current run)
+STOPPING = "the evaluator is stopping; reconnect to its next instance"  # how its streams end
 KEEPALIVE_SECS = 30.0  # ping a quiet stream this often (the evaluator permits ≥ 10 s) …
 KEEPALIVE_TIMEOUT_SECS = 10.0  # … and give it up when a ping is not answered this soon
 
@@ -84,7 +85,9 @@ class WatchFollower:
                     pb.WatchRequest(after_step=self.last_step, run_id=self.last_run or ""))
                 self._call = call
                 try:
-                    call.initial_metadata()  # the server answers with headers at once: connected
+                    call.initial_metadata()  # the server answers with headers at once: connected …
+                    if call.done() and call.code() is not grpc.StatusCode.OK:
+                        raise call  # … unless the call ended instead (its rendezvous is the RpcError)
                     if self._closed.is_set():
                         return
                     if connected:

@@ -22,7 +22,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from captioning.cli_util import Parser, positive_float, positive_int, setup_logging
-from showtell.client import WatchFollower
+from showtell.client import STOPPING, WatchFollower
 from showtell.v1 import metrics_pb2 as pb
 
 log = logging.getLogger("showtell.demo")
@@ -109,9 +109,12 @@ def run(args: argparse.Namespace) -> int:
     log.info("evaluator pid %d → %s, gRPC %s (log %s)", evaluator.pid, work, target, base / "evaluator.log")
     log.info("TensorBoard: .venv/bin/tensorboard --logdir %s ; Ctrl-C stops both", base)
     seen: list[pb.Evaluation] = []
-    follower = WatchFollower(target=target, persistent=True,
-                             on_retry=lambda error, wait: log.warning("evaluator stream: %s; retrying",
-                                                                      error.code().name))
+
+    def on_retry(error: grpc.RpcError, wait: float) -> None:
+        if evaluator.poll() is None and STOPPING not in (error.details() or ""):
+            log.warning("evaluator stream: %s; retrying in %.0f s", error.code().name, wait)
+
+    follower = WatchFollower(target=target, persistent=True, on_retry=on_retry)
     interrupted = False
     try:
         _wait_serving(target, time.monotonic() + 120)

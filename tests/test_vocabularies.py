@@ -24,7 +24,7 @@ def reordered(tmp_path_factory) -> Path:
     from captioning import synthetic
 
     out = tmp_path_factory.mktemp("reordered") / "synthetic"
-    synthetic.build(out, dataclasses.replace(TINY_DATA, train_images=6))
+    synthetic.build(out, dataclasses.replace(TINY_DATA, train_images=20))
     return out
 
 
@@ -64,3 +64,26 @@ def test_another_vocabulary_order_gives_the_same_captions_and_metrics(
     assert "differs from the training data's vocabulary (id " in line and "copy " in line
     # … and with the training dataset itself it falls back to it (identical word for word)
     assert _once(bare, tiny_data)["metrics"]["loss"] == pytest.approx(same["metrics"]["loss"], rel=1e-6)
+
+
+def test_words_the_model_lacks_become_unknown_and_are_counted(tiny_data: Path):
+    """References re-encoded into a smaller vocabulary: each word it lacks is ``<UNK>``, counted."""
+    from captioning import inputs
+    from captioning.records import shard_files
+    from captioning.vocab import UNKNOWN_ID
+
+    full = Vocabulary.load(tiny_data / "vocab.txt")
+    dropped = {"red", "below"}
+    smaller = Vocabulary(tuple(w for w in full.words if w not in dropped),
+                         tuple(c for w, c in zip(full.words, full.counts, strict=True) if w not in dropped))
+    id_map, missing = full.id_map(smaller)
+    assert sorted(missing) == sorted(dropped)
+    files = shard_files(tiny_data, "val")
+    expected = sum(ref.split().count(word) for refs in inputs.load_references(files, full).values()
+                   for ref in refs for word in dropped)
+    assert expected > 0
+    counted, unknown_targets = 0, 0
+    for batch in inputs.eval_dataset(files, 75, 16, id_map=id_map):
+        counted += int(batch["unknown"].numpy().sum())
+        unknown_targets += int(((batch["target_ids"].numpy() == UNKNOWN_ID) * batch["mask"].numpy()).sum())
+    assert counted == expected == unknown_targets
