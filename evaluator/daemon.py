@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 
 from captioning.errors import ShowtellError
-from captioning.modeldir import FINISHED
+from captioning.modeldir import FINISHED, METADATA
 from evaluator.best_export import BestExport
 from evaluator.evaluation import CheckpointEvaluator
 from evaluator.runner import EvalRunner, Finish
@@ -45,7 +45,9 @@ async def _serve(args: argparse.Namespace, work_dir: Path, security: LoadedSecur
     runner = EvalRunner(model_dir=model_dir, evaluator=evaluator, store=store, work_dir=work_dir,
                         policy=args.policy, summaries=summaries, exporter=exporter, finish=finish,
                         arrival_timeout=args.arrival_timeout)
-    watcher = CheckpointWatcher(model_dir, runner.on_change, args.poll_secs, also=(FINISHED,))
+    # The finished marker ends --exit-when-trained; a new run id (a synced copy's record may
+    # land after its checkpoints) changes which checkpoints are still to evaluate.
+    watcher = CheckpointWatcher(model_dir, runner.on_change, args.poll_secs, also=(FINISHED, METADATA))
     service = MetricsService(store=store, runner=runner, checkpoint_dir=model_dir, observer=watcher.kind,
                              max_streams=args.max_streams)
     loop = asyncio.get_running_loop()
