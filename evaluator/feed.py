@@ -9,6 +9,7 @@ the tail — or from the store if it fell further behind than the tail reaches.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from dataclasses import dataclass
 
@@ -36,9 +37,8 @@ class StreamFeed:
 
     def publish(self, record: Record | None) -> None:
         """Called on any thread after the runner recorded something (None: nothing new)."""
-        if self._loop.is_closed():
-            return
-        self._loop.call_soon_threadsafe(self._publish, record)
+        with contextlib.suppress(RuntimeError):  # the loop closed: the server is gone, nobody listens
+            self._loop.call_soon_threadsafe(self._publish, record)
 
     def _publish(self, record: Record | None) -> None:
         if record is not None:
