@@ -20,9 +20,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import tensorflow as tf
-
-from captioning import coco
-from captioning.config import CocoConfig
+from showtell.captioning.config import CocoConfig
+from showtell.captioning.data import coco
 
 WORDS = ["a", "man", "woman", "dog", "cat", "sits", "stands", "on", "near", "the", "red", "blue",
          "table", "street", "with", "grass", "ball"]

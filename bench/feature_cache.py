@@ -25,9 +25,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf
-
-from captioning import synthetic
-from captioning.config import (
+from showtell.captioning.config import (
     CacheConfig,
     InputConfig,
     ModelConfig,
@@ -35,9 +33,10 @@ from captioning.config import (
     SyntheticConfig,
     TrainConfig,
 )
-from captioning.encoder_weights import load_encoder_weights
-from captioning.model import build_encoder
-from trainer.loop import Trainer
+from showtell.captioning.data import synthetic
+from showtell.captioning.model.network import build_encoder
+from showtell.captioning.weights.encoder import load_encoder_weights
+from showtell.trainer.loop import Trainer
 
 
 def trainer(data: Path, model_dir: Path, weights: Path, batch_size: int, cache: bool) -> Trainer:

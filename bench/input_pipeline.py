@@ -22,9 +22,9 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from captioning import synthetic
-from captioning.config import InputConfig, ModelConfig, OptimizerConfig, SyntheticConfig, TrainConfig
-from trainer.loop import Trainer
+from showtell.captioning.config import InputConfig, ModelConfig, OptimizerConfig, SyntheticConfig, TrainConfig
+from showtell.captioning.data import synthetic
+from showtell.trainer.loop import Trainer
 
 
 def timed_steps(step_fn, iterator, steps: int) -> float:

@@ -22,8 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from captioning import synthetic
-from captioning.config import SyntheticConfig
+from showtell.captioning.config import SyntheticConfig
+from showtell.captioning.data import synthetic
 
 
 def free_ports(n: int) -> list[int]:

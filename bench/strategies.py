@@ -22,15 +22,14 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from trainer.strategy import configure_devices
+from showtell.trainer.strategy import configure_devices
 
 configure_devices(2)
 
 import tensorflow as tf  # noqa: E402
-
-from captioning import synthetic  # noqa: E402
-from captioning.config import InputConfig, ModelConfig, OptimizerConfig, SyntheticConfig, TrainConfig  # noqa: E402
-from trainer.loop import Trainer  # noqa: E402
+from showtell.captioning.config import InputConfig, ModelConfig, OptimizerConfig, SyntheticConfig, TrainConfig  # noqa: E402
+from showtell.captioning.data import synthetic  # noqa: E402
+from showtell.trainer.loop import Trainer  # noqa: E402
 
 
 def runner(data: Path, model_dir: Path, strategy: tf.distribute.Strategy, batch: int):

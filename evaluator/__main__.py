@@ -1,5 +1,5 @@
 """``python -m evaluator`` — the same as ``showtell evaluate``."""
 
-from evaluator.cli import main
+from showtell.evaluator.cli import main
 
 raise SystemExit(main())

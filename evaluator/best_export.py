@@ -13,9 +13,10 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from captioning import export
-from captioning.errors import ShowtellError
-from evaluator.store import LOWER_IS_BETTER, Record
+from showtell.captioning.model import export
+from showtell.evaluator.store import LOWER_IS_BETTER, Record
+
+from showtell.common.errors import ShowtellError
 
 log = logging.getLogger(__name__)
 

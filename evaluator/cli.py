@@ -13,7 +13,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from captioning.cli_util import (
+from showtell.api.transport import ServerSecurity, add_server_arguments, check_listen_address
+from showtell.common.flags import (
     Parser,
     boolean,
     non_negative_int,
@@ -23,7 +24,6 @@ from captioning.cli_util import (
     run_command,
     setup_logging,
 )
-from showtell.transport import ServerSecurity, add_server_arguments, check_listen_address
 
 PROG = "showtell evaluate"
 
@@ -82,8 +82,8 @@ def _limit_threads(threads: int | None) -> None:
 
 
 def run_once(args: argparse.Namespace) -> int:
-    from evaluator.evaluation import CheckpointEvaluator, latest_checkpoint
-    from evaluator.scorers import CaptionScorer
+    from showtell.evaluator.evaluation import CheckpointEvaluator, latest_checkpoint
+    from showtell.evaluator.scorers import CaptionScorer
 
     scorer = CaptionScorer(meteor=args.meteor)
     try:
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit(f"{PROG}: error: --checkpoint and --json go with --once (see --help)")
         security = ServerSecurity.from_args(args).load()  # bad flags/files: one line, before TensorFlow
         check_listen_address(args.host, args.port)
-        from evaluator.daemon import serve
+        from showtell.evaluator.daemon import serve
 
         return serve(args, args.work_dir or default_work_dir(args.model_dir), security)
 

@@ -14,18 +14,19 @@ import signal
 import threading
 from pathlib import Path
 
-from captioning.errors import ShowtellError
-from captioning.modeldir import FINISHED, METADATA
-from evaluator.best_export import BestExport
-from evaluator.evaluation import CheckpointEvaluator
-from evaluator.runner import EvalRunner, Finish
-from evaluator.scorers import CaptionScorer
-from evaluator.server import MetricsServer
-from evaluator.service import MetricsService
-from evaluator.store import Store
-from evaluator.summaries import EvalSummaries
-from evaluator.watcher import CheckpointWatcher
-from showtell.transport import LoadedSecurity
+from showtell.captioning.model.modeldir import FINISHED, METADATA
+from showtell.evaluator.best_export import BestExport
+from showtell.evaluator.evaluation import CheckpointEvaluator
+from showtell.evaluator.runner import EvalRunner, Finish
+from showtell.evaluator.scorers import CaptionScorer
+from showtell.evaluator.server import MetricsServer
+from showtell.evaluator.service import MetricsService
+from showtell.evaluator.store import Store
+from showtell.evaluator.summaries import EvalSummaries
+from showtell.evaluator.watcher import CheckpointWatcher
+
+from showtell.api.transport import LoadedSecurity
+from showtell.common.errors import ShowtellError
 
 log = logging.getLogger(__name__)
 

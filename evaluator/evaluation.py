@@ -13,16 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tensorflow as tf
+from showtell.captioning.data import inputs
+from showtell.captioning.data.manifest import VOCAB, load_dataset
+from showtell.captioning.data.records import shard_files
+from showtell.captioning.data.vocab import Vocabulary
+from showtell.captioning.model.modeldir import model_vocabulary, read_model_config, restore
+from showtell.captioning.model.network import build_model
+from showtell.captioning.model.validation import Validator, exact_match
+from showtell.evaluator.scorers import CaptionScorer
 
-from captioning import inputs
-from captioning.errors import ModelDirError
-from captioning.evaluation import Validator, exact_match
-from captioning.manifest import VOCAB, load_dataset
-from captioning.model import build_model
-from captioning.modeldir import model_vocabulary, read_model_config, restore
-from captioning.records import shard_files
-from captioning.vocab import Vocabulary
-from evaluator.scorers import CaptionScorer
+from showtell.common.errors import ModelDirError
 
 log = logging.getLogger(__name__)
 

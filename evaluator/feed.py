@@ -13,7 +13,8 @@ import contextlib
 from collections import deque
 from dataclasses import dataclass
 
-from evaluator.store import Record, Store
+from showtell.evaluator.store import Record, Store
+
 from showtell.v1 import metrics_pb2 as pb
 
 TAIL = 1024

@@ -19,14 +19,14 @@ from pathlib import Path
 
 import tensorflow as tf
 from google.protobuf import text_format
+from showtell.captioning.model.modeldir import read_finished, read_run_id
+from showtell.evaluator.best_export import BestExport
+from showtell.evaluator.evaluation import CheckpointEvaluator, checkpoint_step
+from showtell.evaluator.pinning import Missing, files_state, pin, unpin
+from showtell.evaluator.store import Record, Store
+from showtell.evaluator.summaries import EvalSummaries
 
-from captioning.errors import ModelDirIncomplete, ShowtellError
-from captioning.modeldir import read_finished, read_run_id
-from evaluator.best_export import BestExport
-from evaluator.evaluation import CheckpointEvaluator, checkpoint_step
-from evaluator.pinning import Missing, files_state, pin, unpin
-from evaluator.store import Record, Store
-from evaluator.summaries import EvalSummaries
+from showtell.common.errors import ModelDirIncomplete, ShowtellError
 
 log = logging.getLogger(__name__)
 POLICIES = ("latest", "all")

@@ -4,7 +4,7 @@ BLEU-1..4, ROUGE-L and CIDEr run in-process; METEOR runs in a Java subprocess wh
 takes ≈11 s to start, so one scorer is kept warm for the evaluator's lifetime (and
 skipped, with a log line, where no ``java`` is installed).  ``COCOEvalCap`` is not used: it
 also runs SPICE, which downloads Stanford CoreNLP and fails offline.  Captions are already
-tokenized by ``captioning.vocab.tokenize`` (lower-case, punctuation split), which stands in
+tokenized by ``showtell.captioning.data.vocab.tokenize`` (lower-case, punctuation split), which stands in
 for PTBTokenizer (also Java).
 """
 
@@ -18,8 +18,7 @@ from collections.abc import Mapping, Sequence
 from pycocoevalcap.bleu.bleu import Bleu
 from pycocoevalcap.cider.cider import Cider
 from pycocoevalcap.rouge.rouge import Rouge
-
-from captioning.vocab import tokenize
+from showtell.captioning.data.vocab import tokenize
 
 log = logging.getLogger(__name__)
 

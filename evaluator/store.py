@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from showtell.client import ALL_RUNS  # the gRPC contract's "every run"
+from showtell.api.client import ALL_RUNS  # the gRPC contract's "every run"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS evaluations (

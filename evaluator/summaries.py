@@ -8,8 +8,7 @@ curves side by side.
 from __future__ import annotations
 
 import tensorflow as tf
-
-from evaluator.store import Record
+from showtell.evaluator.store import Record
 
 
 class EvalSummaries:

@@ -14,14 +14,14 @@ import sys
 # INFO line from C++ beside our one-line error.  An explicit GRPC_VERBOSITY still wins.
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
-from captioning.cli_util import Parser
+from showtell.common.flags import Parser
 
 COMMANDS = {
-    "data": ("captioning.data_cli", "build a dataset (synthetic shapes)"),
-    "train": ("trainer.cli", "train the model; checkpoints on a schedule"),
-    "evaluate": ("evaluator.cli", "watch a model dir, evaluate each checkpoint, serve metrics"),
-    "metrics": ("evaluator.metrics_cli", "query an evaluator over gRPC"),
-    "caption": ("captioning.caption_cli", "caption image files with a trained model or an export"),
+    "data": ("showtell.commands.data", "build a dataset (synthetic shapes)"),
+    "train": ("showtell.trainer.cli", "train the model; checkpoints on a schedule"),
+    "evaluate": ("showtell.evaluator.cli", "watch a model dir, evaluate each checkpoint, serve metrics"),
+    "metrics": ("showtell.commands.metrics", "query an evaluator over gRPC"),
+    "caption": ("showtell.commands.caption", "caption image files with a trained model or an export"),
     "demo": ("showtell.demo", "trainer + evaluator locally on the synthetic default, metrics live"),
 }
 

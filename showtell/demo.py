@@ -21,8 +21,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from captioning.cli_util import Parser, positive_float, positive_int, setup_logging
-from showtell.client import STOPPING, WatchFollower
+from showtell.api.client import STOPPING, WatchFollower
+from showtell.common.flags import Parser, positive_float, positive_int, setup_logging
 from showtell.v1 import metrics_pb2 as pb
 
 log = logging.getLogger("showtell.demo")
@@ -73,7 +73,7 @@ def _wait_serving(target: str, deadline: float) -> None:
 
 
 def _follow(follower: WatchFollower, seen: list[pb.Evaluation]) -> None:
-    from evaluator.metrics_cli import format_evaluation  # the client's own formatting
+    from showtell.commands.metrics import format_evaluation  # the client's own formatting
 
     for evaluation in follower:
         seen.append(evaluation)

@@ -16,8 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from captioning.config import SyntheticConfig
+from showtell.captioning.config import SyntheticConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 # Small decoder and batch so a CPU step takes milliseconds; 75 px is Inception's minimum.
@@ -50,7 +49,7 @@ def error_lines(stderr: str) -> list[str]:
 
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory) -> Path:
-    from captioning import synthetic
+    from showtell.captioning.data import synthetic
 
     out = tmp_path_factory.mktemp("data") / "synthetic"
     synthetic.build(out, TINY_DATA)

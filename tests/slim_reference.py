@@ -1,9 +1,10 @@
 """An independent TF-slim Inception v3 (``inception_v3_base`` + average pool) over a dict of
 slim-named tensors, written from tensorflow/models' ``research/slim/nets/inception_v3.py``.
 
-It shares nothing with ``captioning.slim_names``: the test loads a slim checkpoint into the Keras
-encoder and checks that both networks compute the same features — proof that every tensor went to
-the right layer (two same-shaped 1×1 convolutions swapped would change the output).
+It shares nothing with ``showtell.captioning.weights.slim_names``: the test loads a slim
+checkpoint into the Keras encoder and checks that both networks compute the same features —
+proof that every tensor went to the right layer (two same-shaped 1×1 convolutions swapped
+would change the output).
 """
 
 from __future__ import annotations

@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from showtell.captioning.config import CocoConfig
+from showtell.captioning.data import coco
+from showtell.captioning.data.inputs import load_references
+from showtell.captioning.data.manifest import Manifest
+from showtell.captioning.data.records import parse_example
+from showtell.captioning.data.vocab import UNKNOWN, Vocabulary
+from showtell.captioning.model.validation import exact_match
+from showtell.evaluator.scorers import CaptionScorer
 
-from captioning import coco
-from captioning.config import CocoConfig
-from captioning.evaluation import exact_match
-from captioning.inputs import load_references
-from captioning.manifest import Manifest
-from captioning.records import parse_example
-from captioning.vocab import UNKNOWN, Vocabulary
-from evaluator.scorers import CaptionScorer
 from tests.conftest import error_lines, run_showtell
 
 WORDS = ["a", "dog", "cat", "runs", "on", "the", "grass", "sits", "near", "red", "ball", "in", "park"]

@@ -139,16 +139,16 @@ def test_overrides_change_only_the_strategy_and_resources(compose_tools):
 
 
 def test_services_run_commands_our_clis_accept(compose_tools):
-    from trainer.cluster import from_tf_config
+    from showtell.trainer.cluster import from_tf_config
 
     base = _config(COMPOSE_FILES["base"], {})
     services = base["services"]
     assert services["data"]["entrypoint"] == ["showtell", "data", "synthetic"]
-    data = _parse("captioning.data_cli", ["synthetic", *services["data"]["command"]])
+    data = _parse("showtell.commands.data", ["synthetic", *services["data"]["command"]])
     assert data.if_missing and str(data.out) == "/data/synthetic"
-    trainer = _parse("trainer.cli", services["trainer"]["command"])
+    trainer = _parse("showtell.trainer.cli", services["trainer"]["command"])
     assert str(trainer.model_dir) == "/checkpoints/model" and trainer.strategy == "auto"
-    evaluator = _parse("evaluator.cli", services["evaluator"]["command"])
+    evaluator = _parse("showtell.evaluator.cli", services["evaluator"]["command"])
     assert str(evaluator.model_dir) == "/checkpoints/model" and evaluator.host == "0.0.0.0"
     assert "checkpoints:/checkpoints:ro" in services["evaluator"]["volumes"]
     assert "checkpoints:/checkpoints:rw" in services["trainer"]["volumes"]
@@ -162,7 +162,7 @@ def test_services_run_commands_our_clis_accept(compose_tools):
         roles[name] = (spec.task_type, spec.task_index)
         hosts = {h.split(":")[0] for hs in spec.jobs.values() for h in hs}
         assert hosts == {"trainer", "ps-0", "worker-0", "worker-1"}  # service names on the network
-        assert _parse("trainer.cli", cluster[name]["command"]).strategy == "parameter_server"
+        assert _parse("showtell.trainer.cli", cluster[name]["command"]).strategy == "parameter_server"
     assert roles == {"trainer": ("chief", 0), "ps-0": ("ps", 0), "worker-0": ("worker", 0),
                      "worker-1": ("worker", 1)}
     # variables live on the ps, and TensorFlow saves each on its own device: the ps writes its
@@ -171,7 +171,7 @@ def test_services_run_commands_our_clis_accept(compose_tools):
     assert "checkpoints:/checkpoints:rw" in cluster["trainer"]["volumes"]
 
     standalone = _config(COMPOSE_FILES["evaluator"], STANDALONE_ENV)["services"]["evaluator"]
-    args = _parse("evaluator.cli", standalone["command"])
+    args = _parse("showtell.evaluator.cli", standalone["command"])
     assert args.poll_secs > 0  # network filesystems deliver no inotify events
     assert any(v.startswith("/mnt/nfs/showtell/model:/checkpoints") and v.endswith(":ro")
                for v in standalone["volumes"])

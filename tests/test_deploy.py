@@ -67,12 +67,12 @@ def test_commands_are_flags_the_clis_accept(tfjob):
     for role in ("Chief", "PS", "Worker"):
         [container] = specs[role]["template"]["spec"]["containers"]
         assert container["command"] == ["showtell", "train"]
-        args = _parse("trainer.cli", container["args"])
+        args = _parse("showtell.trainer.cli", container["args"])
         assert args.strategy == "parameter_server" and args.job_name is None  # cluster from TF_CONFIG
         assert args.model_dir == Path("/checkpoints/model")
     [evaluator] = specs["Evaluator"]["template"]["spec"]["containers"]
     assert evaluator["command"] == ["showtell", "evaluate"]
-    args = _parse("evaluator.cli", evaluator["args"])
+    args = _parse("showtell.evaluator.cli", evaluator["args"])
     assert str(args.model_dir) == "/checkpoints/model" and args.poll_secs > 0
     assert args.exit_when_trained  # the evaluator ends with the job …
     assert tfjob["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"  # … and nothing is left running

@@ -9,11 +9,11 @@ import h5py
 import numpy as np
 import pytest
 import tensorflow as tf
+from showtell.captioning.config import ModelConfig
+from showtell.captioning.model.network import build_model
+from showtell.captioning.weights.encoder import load_encoder_weights
 
-from captioning.config import ModelConfig
-from captioning.encoder_weights import load_encoder_weights
-from captioning.errors import WeightsError
-from captioning.model import build_model
+from showtell.common.errors import WeightsError
 from tests import slim_reference, weights_files
 
 SIZE = 75

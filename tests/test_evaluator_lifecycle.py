@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from showtell.client import WatchFollower
+from showtell.api.client import WatchFollower
 from showtell.v1 import metrics_pb2 as pb
 from tests.conftest import (
     TINY_MODEL,

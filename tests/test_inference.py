@@ -6,8 +6,7 @@ import itertools
 
 import numpy as np
 import tensorflow as tf
-
-from captioning.inference import beam_search
+from showtell.captioning.model.inference import beam_search
 
 START, END = 0, 1
 

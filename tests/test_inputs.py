@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from showtell.captioning.config import InputConfig
+from showtell.captioning.data import inputs
+from showtell.captioning.data.manifest import load_dataset
+from showtell.captioning.data.records import ShardedWriter, make_example, shard_files
 
-from captioning import inputs
-from captioning.config import InputConfig
-from captioning.errors import DataError
-from captioning.manifest import load_dataset
-from captioning.records import ShardedWriter, make_example, shard_files
+from showtell.common.errors import DataError
 
 
 def test_train_batches_are_padded_shifted_and_masked(tiny_data: Path):

@@ -11,14 +11,13 @@ import tensorflow as tf
 from pycocoevalcap.bleu.bleu import Bleu
 from pycocoevalcap.cider.cider import Cider
 from pycocoevalcap.rouge.rouge import Rouge
-
-from captioning import inputs
-from captioning.config import ModelConfig
-from captioning.evaluation import Validator, exact_match
-from captioning.manifest import load_dataset
-from captioning.model import build_model
-from captioning.records import parse_example, shard_files
-from evaluator.scorers import CaptionScorer
+from showtell.captioning.config import ModelConfig
+from showtell.captioning.data import inputs
+from showtell.captioning.data.manifest import load_dataset
+from showtell.captioning.data.records import parse_example, shard_files
+from showtell.captioning.model.network import build_model
+from showtell.captioning.model.validation import Validator, exact_match
+from showtell.evaluator.scorers import CaptionScorer
 
 PREDICTIONS = {
     1: "a red circle left of a blue square",

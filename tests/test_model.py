@@ -8,12 +8,11 @@ from pathlib import Path
 import keras
 import numpy as np
 import tensorflow as tf
-
-from captioning import inputs
-from captioning.config import InputConfig, ModelConfig
-from captioning.manifest import load_dataset
-from captioning.model import build_model, masked_loss_sum
-from captioning.records import shard_files
+from showtell.captioning.config import InputConfig, ModelConfig
+from showtell.captioning.data import inputs
+from showtell.captioning.data.manifest import load_dataset
+from showtell.captioning.data.records import shard_files
+from showtell.captioning.model.network import build_model, masked_loss_sum
 
 
 def _one_batch(data: Path, size: int = 4) -> dict[str, tf.Tensor]:

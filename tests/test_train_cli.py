@@ -81,8 +81,8 @@ def _snapshot(directory: Path) -> dict[str, bytes]:
 
 
 def test_mismatches_fail_in_one_line_and_touch_nothing(tiny_data: Path, tmp_path: Path):
-    from captioning import synthetic
-    from captioning.config import SyntheticConfig
+    from showtell.captioning.config import SyntheticConfig
+    from showtell.captioning.data import synthetic
 
     model_dir = tmp_path / "model"
     base = ["train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,

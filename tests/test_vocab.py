@@ -1,9 +1,9 @@
 from pathlib import Path
 
 import pytest
+from showtell.captioning.data.vocab import END, START, UNKNOWN, Vocabulary, tokenize
 
-from captioning.errors import DataError
-from captioning.vocab import END, START, UNKNOWN, Vocabulary, tokenize
+from showtell.common.errors import DataError
 
 
 def test_tokenize_lowercases_and_splits_punctuation():

@@ -10,8 +10,8 @@ import math
 from pathlib import Path
 
 import pytest
+from showtell.captioning.data.vocab import Vocabulary
 
-from captioning.vocab import Vocabulary
 from tests.conftest import TINY_DATA, copy_model, error_lines, run_showtell
 
 pytestmark = pytest.mark.e2e
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.e2e
 def reordered(tmp_path_factory) -> Path:
     """The tiny validation split (same seed, same images and captions) built beside a smaller
     training split: other word counts, so another vocabulary order."""
-    from captioning import synthetic
+    from showtell.captioning.data import synthetic
 
     out = tmp_path_factory.mktemp("reordered") / "synthetic"
     synthetic.build(out, dataclasses.replace(TINY_DATA, train_images=20))
@@ -40,8 +40,8 @@ def test_another_vocabulary_order_gives_the_same_captions_and_metrics(
     ours, theirs = Vocabulary.load(tiny_data / "vocab.txt"), Vocabulary.load(reordered / "vocab.txt")
     assert set(ours.words) == set(theirs.words) and ours.words != theirs.words  # the premise
     # … and the same validation images and captions, word for word
-    from captioning.inputs import load_references
-    from captioning.records import shard_files
+    from showtell.captioning.data.inputs import load_references
+    from showtell.captioning.data.records import shard_files
 
     assert load_references(shard_files(tiny_data, "val"), ours) == \
         load_references(shard_files(reordered, "val"), theirs)
@@ -68,9 +68,9 @@ def test_another_vocabulary_order_gives_the_same_captions_and_metrics(
 
 def test_words_the_model_lacks_become_unknown_and_are_counted(tiny_data: Path):
     """References re-encoded into a smaller vocabulary: each word it lacks is ``<UNK>``, counted."""
-    from captioning import inputs
-    from captioning.records import shard_files
-    from captioning.vocab import UNKNOWN_ID
+    from showtell.captioning.data import inputs
+    from showtell.captioning.data.records import shard_files
+    from showtell.captioning.data.vocab import UNKNOWN_ID
 
     full = Vocabulary.load(tiny_data / "vocab.txt")
     dropped = {"red", "below"}

@@ -7,9 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from evaluator.runner import read_state
-from evaluator.watcher import CheckpointWatcher
+from showtell.evaluator.runner import read_state
+from showtell.evaluator.watcher import CheckpointWatcher
 
 STATE = 'model_checkpoint_path: "ckpt-2"\nall_model_checkpoint_paths: "ckpt-2"\n'
 

@@ -13,8 +13,7 @@ from pathlib import Path
 import h5py
 import keras
 import numpy as np
-
-from captioning.model import build_encoder
+from showtell.captioning.model.network import build_encoder
 
 
 def random_encoder(image_size: int = 75, seed: int = 0) -> keras.Model:

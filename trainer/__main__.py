@@ -1,5 +1,5 @@
 """``python -m trainer`` — the same as ``showtell train``."""
 
-from trainer.cli import main
+from showtell.trainer.cli import main
 
 raise SystemExit(main())

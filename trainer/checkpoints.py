@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tensorflow as tf
+from showtell.captioning.model.modeldir import RESTORE_ERRORS, restore
 
-from captioning.errors import ModelDirError
-from captioning.modeldir import RESTORE_ERRORS, restore
+from showtell.common.errors import ModelDirError
 
 log = logging.getLogger(__name__)
 

@@ -8,17 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from captioning.cli_util import (
-    Parser,
-    boolean,
-    non_negative_float,
-    positive_float,
-    positive_int,
-    quiet_tensorflow,
-    run_command,
-    setup_logging,
-)
-from captioning.config import (
+from showtell.captioning.config import (
     IM2TXT_INCEPTION_LEARNING_RATE,
     MIN_IMAGE_SIZE,
     OPTIMIZERS,
@@ -31,9 +21,20 @@ from captioning.config import (
     TrainConfig,
     replace_some,
 )
-from captioning.errors import ShowtellError
-from showtell.transport import ClientSecurity, add_client_arguments
-from trainer.cluster import STRATEGIES  # no TensorFlow import: --help stays instant
+from showtell.trainer.cluster import STRATEGIES  # no TensorFlow import: --help stays instant
+
+from showtell.api.transport import ClientSecurity, add_client_arguments
+from showtell.common.errors import ShowtellError
+from showtell.common.flags import (
+    Parser,
+    boolean,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    quiet_tensorflow,
+    run_command,
+    setup_logging,
+)
 
 PROG = "showtell train"
 log = logging.getLogger(__name__)
@@ -171,10 +172,10 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.verbose)
 
     def body() -> int:
-        from trainer import strategy as strategies
-        from trainer.cluster import check_for_strategy, from_flags, from_tf_config
-        from trainer.loop import Trainer
-        from trainer.signals import StopRequest
+        from showtell.trainer import strategy as strategies
+        from showtell.trainer.cluster import check_for_strategy, from_flags, from_tf_config
+        from showtell.trainer.loop import Trainer
+        from showtell.trainer.signals import StopRequest
 
         stop = StopRequest().install()  # early: a SIGTERM during start-up still saves cleanly
         cluster = from_flags(args.ps_hosts, args.worker_hosts, args.chief_host, args.job_name,
@@ -197,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
                           strategy_note=f"strategy {chosen.name} ({chosen.why})")
         listener = None
         if args.stop_when and (cluster is None or cluster.is_chief):  # only the chief listens
-            from trainer.early_stop import EarlyStop, StopWhen
+            from showtell.trainer.early_stop import EarlyStop, StopWhen
 
             listener = EarlyStop(StopWhen.parse(args.stop_when, args.patience), args.evaluator, stop,
                                  ClientSecurity.from_args(args, prefix="evaluator_")).start()
@@ -216,7 +217,7 @@ def _serve(cluster, stop) -> int:
     """A ps or worker task of a parameter-server cluster: serve until SIGTERM/SIGINT."""
     import time
 
-    from trainer.strategy import serve
+    from showtell.trainer.strategy import serve
 
     stop.action = "stopping the server"
     server = serve(cluster)
@@ -250,7 +251,7 @@ def argument_problem(args: argparse.Namespace) -> str | None:
     if bool(args.stop_when) != bool(args.evaluator):
         return "--stop-when and --evaluator HOST:PORT go together"
     if args.stop_when:
-        from trainer.early_stop import StopWhen
+        from showtell.trainer.early_stop import StopWhen
 
         try:
             StopWhen.parse(args.stop_when, args.patience)

@@ -13,7 +13,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from captioning.errors import ShowtellError
+from showtell.common.errors import ShowtellError
 
 JOBS = ("chief", "worker", "ps")
 STRATEGIES = ("auto", "one_device", "mirrored", "parameter_server", "multi_worker")

@@ -16,12 +16,12 @@ import threading
 from dataclasses import dataclass
 
 import grpc
+from showtell.trainer.signals import StopRequest
 
-from captioning.errors import ShowtellError
-from showtell.client import WatchFollower
-from showtell.transport import ClientSecurity
+from showtell.api.client import WatchFollower
+from showtell.api.transport import ClientSecurity
+from showtell.common.errors import ShowtellError
 from showtell.v1 import metrics_pb2
-from trainer.signals import StopRequest
 
 log = logging.getLogger(__name__)
 

@@ -18,29 +18,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tensorflow as tf
-
-from captioning import inputs
-from captioning.config import CacheConfig, InputConfig, ModelConfig, OptimizerConfig, TrainConfig
-from captioning.encoder_weights import NONE, load_encoder_weights, weights_digest
-from captioning.errors import DataError
-from captioning.feature_cache import BuildStats, cache_key, ensure_cache
-from captioning.manifest import VOCAB, Manifest, load_dataset
-from captioning.model import ShowAndTell, build_model, masked_loss_sum
-from captioning.modeldir import (
+from showtell.captioning.config import CacheConfig, InputConfig, ModelConfig, OptimizerConfig, TrainConfig
+from showtell.captioning.data import inputs
+from showtell.captioning.data.feature_cache import BuildStats, cache_key, ensure_cache
+from showtell.captioning.data.manifest import VOCAB, Manifest, load_dataset
+from showtell.captioning.data.records import shard_files
+from showtell.captioning.model.modeldir import (
     check_model_dir,
     clear_finished,
     mark_finished,
     recorded_encoder_init,
     write_metadata,
 )
-from captioning.records import shard_files
-from trainer.checkpoints import Checkpoints, SaveSchedule
-from trainer.cluster import ClusterError
-from trainer.optimizer import build_optimizer, current_learning_rate, describe_rate
-from trainer.signals import StopRequest
-from trainer.strategy import placement
-from trainer.summaries import NoSummaries, TrainSummaries
-from trainer.transfer import encoder_optimizer_config, pretrained_encoder, resolve_train_inception
+from showtell.captioning.model.network import ShowAndTell, build_model, masked_loss_sum
+from showtell.captioning.weights.encoder import NONE, load_encoder_weights, weights_digest
+from showtell.trainer.checkpoints import Checkpoints, SaveSchedule
+from showtell.trainer.cluster import ClusterError
+from showtell.trainer.optimizer import build_optimizer, current_learning_rate, describe_rate
+from showtell.trainer.signals import StopRequest
+from showtell.trainer.strategy import placement
+from showtell.trainer.summaries import NoSummaries, TrainSummaries
+from showtell.trainer.transfer import encoder_optimizer_config, pretrained_encoder, resolve_train_inception
+
+from showtell.common.errors import DataError
 
 log = logging.getLogger(__name__)
 

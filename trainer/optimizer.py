@@ -8,8 +8,7 @@ visible in one place.
 from __future__ import annotations
 
 import keras
-
-from captioning.config import OPTIMIZERS, OptimizerConfig
+from showtell.captioning.config import OPTIMIZERS, OptimizerConfig
 
 
 def decays(config: OptimizerConfig) -> bool:

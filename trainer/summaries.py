@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import tensorflow as tf
-
-from captioning.model import ShowAndTell
+from showtell.captioning.model.network import ShowAndTell
 
 
 class TrainSummaries:

@@ -6,9 +6,9 @@ import argparse
 import logging
 from pathlib import Path
 
-from captioning.cli_util import Parser, positive_int, quiet_tensorflow, run_command, setup_logging
-from captioning.config import MIN_IMAGE_SIZE, CocoConfig, SyntheticConfig
-from captioning.manifest import MANIFEST
+from showtell.captioning.config import MIN_IMAGE_SIZE, CocoConfig, SyntheticConfig
+from showtell.captioning.data.manifest import MANIFEST
+from showtell.common.flags import Parser, positive_int, quiet_tensorflow, run_command, setup_logging
 
 PROG = "showtell data"
 
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     def body() -> int:
         if args.builder == "coco":
             return _coco(args)
-        from captioning import synthetic
+        from showtell.captioning.data import synthetic
 
         if args.if_missing and (args.out / MANIFEST).is_file():
             logging.getLogger(PROG).info("%s already holds a dataset; kept (--if-missing)", args.out)
@@ -70,8 +70,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _coco(args: argparse.Namespace) -> int:
-    from captioning import coco
-    from captioning.errors import DataError
+    from showtell.captioning.data import coco
+    from showtell.common.errors import DataError
 
     if (args.split == "karpathy") != (args.karpathy_json is not None):
         raise DataError("--split karpathy and --karpathy-json FILE go together")

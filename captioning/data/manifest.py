@@ -10,8 +10,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from captioning.errors import DataError
-from captioning.vocab import Vocabulary
+from showtell.captioning.data.vocab import Vocabulary
+
+from showtell.common.errors import DataError
 
 MANIFEST = "dataset.json"
 VOCAB = "vocab.txt"

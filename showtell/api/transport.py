@@ -28,7 +28,7 @@ from typing import Any
 
 import grpc
 
-from captioning.errors import ShowtellError
+from showtell.common.errors import ShowtellError
 
 log = logging.getLogger(__name__)
 

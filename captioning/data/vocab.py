@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from captioning.errors import DataError
+from showtell.common.errors import DataError
 
 START, END, UNKNOWN = "<S>", "</S>", "<UNK>"
 SPECIALS = (START, END, UNKNOWN)

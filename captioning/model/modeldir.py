@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 
 import tensorflow as tf
+from showtell.captioning.config import ModelConfig
+from showtell.captioning.data.manifest import VOCAB
+from showtell.captioning.data.vocab import Vocabulary, first_difference
 
-from captioning.config import ModelConfig
-from captioning.errors import ModelDirError, ModelDirIncomplete
-from captioning.manifest import VOCAB
-from captioning.vocab import Vocabulary, first_difference
+from showtell.common.errors import ModelDirError, ModelDirIncomplete
 
 METADATA = "showtell-model.json"
 # Written by the trainer after its final checkpoint when the run ended on its own terms

@@ -7,7 +7,7 @@ A thin gRPC client of ``showtell.v1.Metrics``.  Unreachable servers, ``NOT_FOUND
 deadlines become one-line messages and a non-zero exit; ``--json`` prints protobuf's JSON
 mapping with the proto field names (``global_step``, ``metrics``, …), one object per line.
 ``health`` asks ``grpc.health.v1`` (open without a token) and exits 0 only when SERVING —
-the evaluator image's ``HEALTHCHECK``.  TLS and the bearer token: ``showtell.transport``.
+the evaluator image's ``HEALTHCHECK``.  TLS and the bearer token: ``showtell.api.transport``.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import grpc
 from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from captioning.cli_util import Parser, positive_float, positive_int, run_command, setup_logging
-from captioning.errors import ShowtellError
-from showtell.client import ALL_RUNS, WatchFollower
-from showtell.transport import ClientSecurity, add_client_arguments
+from showtell.api.client import ALL_RUNS, WatchFollower
+from showtell.api.transport import ClientSecurity, add_client_arguments
+from showtell.common.errors import ShowtellError
+from showtell.common.flags import Parser, positive_float, positive_int, run_command, setup_logging
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 

@@ -31,13 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tensorflow as tf
+from showtell.captioning.config import InputConfig
+from showtell.captioning.data import inputs
+from showtell.captioning.data.manifest import MANIFEST
+from showtell.captioning.data.records import parse_example
 from tqdm import tqdm
 
-from captioning import inputs
-from captioning.config import InputConfig
-from captioning.errors import DataError
-from captioning.manifest import MANIFEST
-from captioning.records import parse_example
+from showtell.common.errors import DataError
 
 log = logging.getLogger(__name__)
 

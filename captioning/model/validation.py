@@ -11,11 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import tensorflow as tf
-
-from captioning import inputs
-from captioning.inference import caption_images
-from captioning.model import ShowAndTell, masked_loss_sum
-from captioning.vocab import Vocabulary
+from showtell.captioning.data import inputs
+from showtell.captioning.data.vocab import Vocabulary
+from showtell.captioning.model.inference import caption_images
+from showtell.captioning.model.network import ShowAndTell, masked_loss_sum
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from captioning.errors import DataError
+from showtell.common.errors import DataError
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 import grpc
 
-from showtell.transport import ClientSecurity
+from showtell.api.transport import ClientSecurity
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 

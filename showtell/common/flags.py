@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from captioning.errors import ShowtellError
+from showtell.common.errors import ShowtellError
 
 
 class Parser(argparse.ArgumentParser):

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import tensorflow as tf
+from showtell.captioning.config import InputConfig
+from showtell.captioning.data.records import find_bad_record, parse_example
+from showtell.captioning.data.vocab import UNKNOWN_ID, Vocabulary
 
-from captioning.config import InputConfig
-from captioning.errors import DataError
-from captioning.records import find_bad_record, parse_example
-from captioning.vocab import UNKNOWN_ID, Vocabulary
+from showtell.common.errors import DataError
 
 AUTOTUNE = tf.data.AUTOTUNE
 

@@ -2,7 +2,7 @@
 
 From a model dir (its newest checkpoint, or ``--checkpoint``) or from an exported SavedModel
 (``--saved-model``, e.g. the evaluator's ``export/best``).  Both run the same serving code
-(``captioning.export.Captioner``), so a checkpoint and its export caption identically.  A file
+(``showtell.captioning.model.export.Captioner``), so a checkpoint and its export caption identically.  A file
 that is not an image gets one error line and the others are still captioned (exit 1 then).
 """
 
@@ -15,8 +15,8 @@ import math
 import sys
 from pathlib import Path
 
-from captioning.cli_util import Parser, positive_int, quiet_tensorflow, run_command, setup_logging
-from captioning.errors import ModelDirError, ShowtellError
+from showtell.common.errors import ModelDirError, ShowtellError
+from showtell.common.flags import Parser, positive_int, quiet_tensorflow, run_command, setup_logging
 
 PROG = "showtell caption"
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ def _fail(path: Path, reason: str) -> int:
 
 def _captioner(args: argparse.Namespace):
     """(serve function, beam size) from a SavedModel or a model dir's checkpoint."""
-    from captioning import export
+    from showtell.captioning.model import export
 
     if args.saved_model:
         if not (args.saved_model / export.INFO).is_file():
@@ -92,10 +92,10 @@ def _captioner(args: argparse.Namespace):
 def _restore(args: argparse.Namespace):
     import tensorflow as tf
 
-    from captioning.manifest import VOCAB
-    from captioning.model import build_model
-    from captioning.modeldir import model_vocabulary, read_model_config, restore
-    from captioning.vocab import Vocabulary
+    from showtell.captioning.data.manifest import VOCAB
+    from showtell.captioning.data.vocab import Vocabulary
+    from showtell.captioning.model.modeldir import model_vocabulary, read_model_config, restore
+    from showtell.captioning.model.network import build_model
 
     model_dir = Path(args.model_dir)
     checkpoint = args.checkpoint or tf.train.latest_checkpoint(str(model_dir))

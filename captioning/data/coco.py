@@ -29,13 +29,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import tensorflow as tf
+from showtell.captioning.config import CocoConfig
+from showtell.captioning.data.manifest import MANIFEST, VOCAB, Manifest, SplitInfo
+from showtell.captioning.data.records import make_example, shard_name
+from showtell.captioning.data.vocab import Vocabulary
 from tqdm import tqdm
 
-from captioning.config import CocoConfig
-from captioning.errors import DataError
-from captioning.manifest import MANIFEST, VOCAB, Manifest, SplitInfo
-from captioning.records import make_example, shard_name
-from captioning.vocab import Vocabulary
+from showtell.common.errors import DataError
 
 log = logging.getLogger(__name__)
 

@@ -23,10 +23,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 from keras.src.utils.naming import to_snake_case  # the rule Keras' .weights.h5 writer names layers by
+from showtell.captioning.config import WEIGHTS_IMAGENET, WEIGHTS_NONE
+from showtell.captioning.weights import slim_names
 
-from captioning import slim_names
-from captioning.config import WEIGHTS_IMAGENET, WEIGHTS_NONE
-from captioning.errors import WeightsError
+from showtell.common.errors import WeightsError
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +216,8 @@ def conv_bn_pairs(encoder: keras.Model) -> list[tuple[keras.layers.Layer, keras.
                  key=_creation_index)
     pairs = list(zip(convs, bns, strict=True))
     if len(pairs) != len(slim_names.CONV_SCOPES) or any(bn.input is not conv.output for conv, bn in pairs):
-        raise RuntimeError("keras.applications.InceptionV3 is not laid out as captioning.slim_names expects")
+        raise RuntimeError("keras.applications.InceptionV3 is not laid out as "
+                           "showtell.captioning.weights.slim_names expects")
     return pairs
 
 

@@ -19,12 +19,11 @@ import shutil
 from pathlib import Path
 
 import tensorflow as tf
-
-from captioning import inputs
-from captioning.config import InputConfig
-from captioning.inference import caption_images
-from captioning.model import ShowAndTell
-from captioning.vocab import Vocabulary
+from showtell.captioning.config import InputConfig
+from showtell.captioning.data import inputs
+from showtell.captioning.data.vocab import Vocabulary
+from showtell.captioning.model.inference import caption_images
+from showtell.captioning.model.network import ShowAndTell
 
 INFO = "showtell-export.json"
 SIGNATURE = "serving_default"

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import keras
 import tensorflow as tf
-
-from captioning.config import MIN_IMAGE_SIZE, ModelConfig
+from showtell.captioning.config import MIN_IMAGE_SIZE, ModelConfig
 
 
 def build_encoder(image_size: int, bn_momentum: float | None = None) -> keras.Model:

@@ -1,0 +1,1 @@
+"""Pretrained encoder weights: Keras ``.h5`` files, TF-slim checkpoints, ``imagenet``."""
