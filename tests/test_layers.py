@@ -1,0 +1,108 @@
+"""The package's shape, kept by a test: one namespace, layers that import one way only.
+
+Bottom to top — a module may import its own package and any layer below it, never above:
+
+0. ``showtell.common`` (errors, flags, files) and ``showtell.v1`` (generated from the proto)
+1. ``showtell.api``: the gRPC contract's Python side (transport security, the metrics client)
+2. ``showtell.captioning``: data, model, weights — what both services share
+3. ``showtell.trainer`` and ``showtell.evaluator``: the two services, which never import each other
+4. ``showtell.cli``, ``showtell.commands``, ``showtell.demo``: what a user runs (may share code)
+"""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = [
+    ("showtell.common", "showtell.v1"),
+    ("showtell.api",),
+    ("showtell.captioning",),
+    ("showtell.trainer", "showtell.evaluator"),
+    ("showtell.cli", "showtell.commands", "showtell.demo", "showtell.__main__"),
+]
+SERVICES = 3  # the one layer whose members must not import each other
+GENERIC = ("trainer", "evaluator", "captioning", "protos")  # folder names, not import names
+
+
+def _package_dirs() -> dict[str, Path]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    mapping = config["package-dir"]
+    dirs = {}
+    for package in config["packages"]:
+        root = max((name for name in mapping if package == name or package.startswith(name + ".")), key=len)
+        dirs[package] = ROOT / mapping[root] / package.removeprefix(root).lstrip(".").replace(".", "/")
+    return dirs
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for package, folder in _package_dirs().items():
+        for path in folder.glob("*.py"):
+            name = package if path.stem == "__init__" else f"{package}.{path.stem}"
+            modules[name] = path
+    return modules
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """Every absolute import in the file, function bodies included."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def _layer(module: str) -> tuple[int, str] | None:
+    for level, owners in enumerate(LAYERS):
+        for owner in owners:
+            if module == owner or module.startswith(owner + "."):
+                return level, owner
+    return None
+
+
+def test_every_package_folder_is_listed_in_pyproject():
+    """A subpackage folder missing from ``packages`` would be left out of the wheel."""
+    listed = {folder.resolve() for folder in _package_dirs().values()}
+    on_disk = {init.parent.resolve() for top in ("showtell", "trainer", "evaluator", "captioning")
+               for init in (ROOT / top).rglob("__init__.py")}
+    assert on_disk == listed, f"on disk, not listed: {on_disk - listed}; listed, missing: {listed - on_disk}"
+
+
+def test_every_module_belongs_to_a_layer():
+    modules = _modules()
+    assert len(modules) > 60
+    orphans = [name for name in modules if name != "showtell" and _layer(name) is None]
+    assert not orphans, f"add these to a layer in {__file__}: {orphans}"
+
+
+def test_layers_import_one_way():
+    wrong = []
+    for name, path in _modules().items():
+        if name == "showtell":
+            continue
+        level, owner = _layer(name)
+        for line, target in _imports(path):
+            if not target.startswith("showtell."):
+                continue
+            target_level, target_owner = _layer(target) or (0, "showtell")
+            upward = target_level > level
+            across = target_level == level and target_owner != owner and level == SERVICES
+            if upward or across:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} ({owner}, layer {level}) imports {target} "
+                             f"(layer {target_level})")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("folder", ["showtell", "trainer", "evaluator", "captioning", "tests", "bench"])
+def test_code_imports_the_namespace_not_the_folders(folder):
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {target}"
+             for path in (ROOT / folder).rglob("*.py")
+             for line, target in _imports(path) if target.split(".")[0] in GENERIC]
+    assert not wrong, "import showtell.<name> instead:\n" + "\n".join(wrong)
