@@ -20,6 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import tensorflow as tf
+
 from showtell.captioning.config import CocoConfig
 from showtell.captioning.data import coco
 

@@ -25,6 +25,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf
+
 from showtell.captioning.config import (
     CacheConfig,
     InputConfig,
@@ -36,18 +37,19 @@ from showtell.captioning.config import (
 from showtell.captioning.data import synthetic
 from showtell.captioning.model.network import build_encoder
 from showtell.captioning.weights.encoder import load_encoder_weights
-from showtell.trainer.loop import Trainer
+from showtell.trainer.task import CaptionTask
 
 
-def trainer(data: Path, model_dir: Path, weights: Path, batch_size: int, cache: bool) -> Trainer:
-    t = Trainer(data, model_dir, ModelConfig(), InputConfig(batch_size=batch_size),
-                OptimizerConfig(name="adam", learning_rate=3e-4, epochs_per_decay=0), TrainConfig(),
-                inception_weights=str(weights), cache=CacheConfig(enabled=cache))
+def trainer(data: Path, model_dir: Path, weights: Path, batch_size: int, cache: bool) -> CaptionTask:
+    t = CaptionTask(data_dir=data, model_dir=model_dir, model=ModelConfig(),
+                    input_config=InputConfig(batch_size=batch_size),
+                    optimizer=OptimizerConfig(name="adam", learning_rate=3e-4, epochs_per_decay=0),
+                    train=TrainConfig(), inception_weights=str(weights), cache=CacheConfig(enabled=cache))
     load_encoder_weights(t.model.encoder, str(weights))  # as Trainer.run does in a new model dir
     return t
 
 
-def examples_per_sec(t: Trainer, steps: int) -> float:
+def examples_per_sec(t: CaptionTask, steps: int) -> float:
     dataset = t.dataset()
     step_fn = t.make_train_step(dataset.element_spec)
     batches = iter(dataset)
@@ -58,7 +60,7 @@ def examples_per_sec(t: Trainer, steps: int) -> float:
     return steps * t.batch_size / (time.perf_counter() - start)
 
 
-def plain_forward_rate(t: Trainer, image_size: int, batch_size: int, batches: int) -> float:
+def plain_forward_rate(t: CaptionTask, image_size: int, batch_size: int, batches: int) -> float:
     images = tf.random.uniform([batch_size, image_size, image_size, 3], -1.0, 1.0)
     forward = tf.function(lambda x: t.model.features(x, training=False))
     forward(images).numpy()  # trace

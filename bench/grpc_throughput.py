@@ -30,7 +30,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from showtell.evaluator.store import Record, Store  # noqa: E402
-
 from showtell.v1 import metrics_pb2 as pb  # noqa: E402
 from showtell.v1 import metrics_pb2_grpc as pb_grpc  # noqa: E402
 

@@ -24,7 +24,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from showtell.captioning.config import InputConfig, ModelConfig, OptimizerConfig, SyntheticConfig, TrainConfig
 from showtell.captioning.data import synthetic
-from showtell.trainer.loop import Trainer
+from showtell.trainer.task import CaptionTask
 
 
 def timed_steps(step_fn, iterator, steps: int) -> float:
@@ -49,9 +49,11 @@ def main() -> int:
         data = args.data or Path(tmp) / "data"
         if args.data is None:
             synthetic.build(data, SyntheticConfig())
-        trainer = Trainer(
-            data, Path(tmp) / "model", ModelConfig(), InputConfig(batch_size=args.batch_size),
-            OptimizerConfig(name="adam", learning_rate=1e-3, epochs_per_decay=0), TrainConfig(),
+        trainer = CaptionTask(
+            data_dir=data, model_dir=Path(tmp) / "model", model=ModelConfig(),
+            input_config=InputConfig(batch_size=args.batch_size),
+            optimizer=OptimizerConfig(name="adam", learning_rate=1e-3, epochs_per_decay=0),
+            train=TrainConfig(),
         )
         strategy = trainer.strategy
         pipeline = trainer.dataset()

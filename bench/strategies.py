@@ -27,15 +27,17 @@ from showtell.trainer.strategy import configure_devices
 configure_devices(2)
 
 import tensorflow as tf  # noqa: E402
+
 from showtell.captioning.config import InputConfig, ModelConfig, OptimizerConfig, SyntheticConfig, TrainConfig  # noqa: E402
 from showtell.captioning.data import synthetic  # noqa: E402
-from showtell.trainer.loop import Trainer  # noqa: E402
+from showtell.trainer.task import CaptionTask  # noqa: E402
 
 
 def runner(data: Path, model_dir: Path, strategy: tf.distribute.Strategy, batch: int):
-    trainer = Trainer(data, model_dir, ModelConfig(), InputConfig(batch_size=batch),
-                      OptimizerConfig(name="adam", learning_rate=3e-4, epochs_per_decay=0), TrainConfig(),
-                      strategy=strategy)
+    trainer = CaptionTask(data_dir=data, model_dir=model_dir, model=ModelConfig(),
+                          input_config=InputConfig(batch_size=batch),
+                          optimizer=OptimizerConfig(name="adam", learning_rate=3e-4, epochs_per_decay=0),
+                          train=TrainConfig(), strategy=strategy)
     dist = strategy.experimental_distribute_dataset(trainer.dataset())
     step = trainer.make_train_step(dist.element_spec)
     batches = iter(dist)

@@ -1,15 +1,26 @@
 """Configuration dataclasses: the one home for every default.
 
 Defaults follow im2txt (Show and Tell, Vinyals et al. 2016) so that a run on MSCOCO behaves
-like the paper's; command-line flags override single fields with ``dataclasses.replace``.
+like the paper's.  A field written with ``option(default, help, …)`` is also a command-line
+flag: ``showtell train`` derives its flags (name, type, default, help) from these classes and
+builds the configs back from them, so a new option is written once, here.
 Sizes that change a checkpoint's variables live in ``ModelConfig`` and are recorded in the
 model directory, so a restart with a different shape is refused instead of half-restored.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
+
+from showtell.common.flags import (
+    boolean,
+    fraction,
+    non_negative_float,
+    option,
+    positive_float,
+    positive_int,
+    seconds_or_never,
+)
 
 MIN_IMAGE_SIZE = 75  # Inception v3's smallest valid input (74 fails in keras.applications).
 WEIGHTS_NONE, WEIGHTS_IMAGENET = "none", "imagenet"  # the two non-file --inception-weights sources
@@ -21,11 +32,12 @@ class ModelConfig:
 
     vocab_size: int = 12000
     image_size: int = 299
-    embedding_size: int = 512
-    lstm_units: int = 512
+    embedding_size: int = option(512, "word and image embedding size", type=positive_int)
+    lstm_units: int = option(512, "LSTM state size", type=positive_int)
     init_scale: float = 0.08  # uniform(-s, s) for every non-Inception variable, as im2txt.
-    image_dropout: float = 0.2  # Inception's own dropout (im2txt keep_prob 0.8).
-    lstm_dropout: float = 0.3  # on LSTM input and output (im2txt keep_prob 0.7).
+    image_dropout: float = option(0.2, "dropout on Inception's pooled output (im2txt keep 0.8)",
+                                  type=fraction)
+    lstm_dropout: float = option(0.3, "dropout on LSTM input and output (im2txt keep 0.7)", type=fraction)
     # Phase 2 (fine-tuning) when true.  The trainer defaults it from the encoder's origin:
     # frozen (phase 1) when it starts from pretrained weights, trained from scratch otherwise.
     train_inception: bool = True
@@ -33,7 +45,7 @@ class ModelConfig:
     # pretrained encoder; trained from scratch its weights move so fast that 0.99-averaged
     # statistics lag far behind and inference-mode features collapse (measured: chance-level
     # probe accuracy at 0.99 where 0.9 tracks training mode).  Ignored while frozen.
-    bn_momentum: float = 0.9
+    bn_momentum: float = option(0.9, "Inception batch-norm moving-average momentum", type=positive_float)
 
     def shape_fields(self) -> dict[str, int]:
         """The fields that decide variable shapes; a checkpoint must agree on all of them."""
@@ -54,18 +66,19 @@ class InputConfig:
     changes keep every word of a caption valid.
     """
 
-    batch_size: int = 32
-    shuffle_buffer: int = 2048
+    batch_size: int = option(32, "examples per step and replica", type=positive_int)
+    shuffle_buffer: int = option(2048, "examples shuffled together", type=positive_int)
     interleave_cycle: int = 4
     crop_scale: float = 1.125  # resize to up to this × image_size, then crop back randomly.
     brightness_delta: float = 0.1
     contrast_range: tuple[float, float] = (0.9, 1.1)
-    flip: bool = False
-    augment: bool = True  # false: training images are resized like evaluation images
+    augment: bool = option(True, "scale-jitter crops and photometric noise on training images",
+                           type=boolean)
     # Reproducible element order (tf.data ``deterministic``) at some throughput cost; lets two
     # runs — e.g. with and without the feature cache — be compared step by step.
-    deterministic: bool = False
-    seed: int | None = None
+    deterministic: bool = option(False, "reproducible example order (slower input); to compare runs step by "
+                                 "step", flag="--deterministic-input", action="store_true")
+    seed: int | None = None  # the trainer passes TrainConfig.seed
 
 
 OPTIMIZERS = ("sgd", "momentum", "adam")
@@ -75,14 +88,17 @@ OPTIMIZERS = ("sgd", "momentum", "adam")
 class OptimizerConfig:
     """im2txt's training schedule: SGD 2.0, halved every 8 epochs, global-norm clip 5.0."""
 
-    name: str = "sgd"  # sgd | momentum | adam
-    learning_rate: float = 2.0
-    decay_factor: float = 0.5
-    epochs_per_decay: float = 8.0
-    clip_gradients: float = 5.0
-    # The encoder's own (constant) rate while it trains.  None: IM2TXT_INCEPTION_LEARNING_RATE
-    # for a pretrained encoder; an encoder trained from scratch follows the decoder's schedule.
-    inception_learning_rate: float | None = None
+    name: str = option("sgd", "sgd (im2txt), momentum or adam", flag="--optimizer", choices=OPTIMIZERS)
+    learning_rate: float = option(2.0, "initial rate (im2txt's SGD rate)", type=positive_float)
+    decay_factor: float = option(0.5, "multiply the rate by this every --epochs-per-decay",
+                                 type=positive_float)
+    epochs_per_decay: float = option(8.0, "0 keeps the rate constant", type=non_negative_float)
+    clip_gradients: float = option(5.0, "global-norm clip, 0 disables", type=non_negative_float)
+    # None: IM2TXT_INCEPTION_LEARNING_RATE for a pretrained encoder; from scratch the encoder
+    # follows the decoder's schedule.
+    inception_learning_rate: float | None = option(
+        None, "the encoder's constant rate while it trains (default 0.0005, im2txt's, when pretrained; "
+              "from scratch it follows --learning-rate)", type=positive_float)
 
 
 IM2TXT_INCEPTION_LEARNING_RATE = 0.0005
@@ -97,9 +113,12 @@ class CacheConfig:
     Training picks one variant per image per visit.
     """
 
-    enabled: bool = True  # used whenever the encoder is frozen; never while it trains
-    variants: int = 1
-    root: str | None = None  # default: <data dir>/feature-cache
+    enabled: bool = option(True, "while the encoder is frozen, compute its features once per image and "
+                                 "train from them", flag="--feature-cache", type=boolean)
+    variants: int = option(1, "cached views per image: the plain one + K-1 augmented crops",
+                           flag="--cache-variants", type=positive_int)
+    root: str | None = option(None, "where feature caches live (default <data>/feature-cache)",
+                              flag="--cache-dir")
     batch_size: int = 32  # encoder forward batch (images × variants) while building
 
 
@@ -107,14 +126,15 @@ class CacheConfig:
 class TrainConfig:
     """How long to train and when to checkpoint and log."""
 
-    steps: int = 1_000_000  # a total: training stops when the global step reaches it.
-    max_seconds: float | None = None  # wall-clock bound for this run (demo, smoke tests).
-    save_every_secs: float | None = 600.0
-    save_every_steps: int | None = None
-    keep: int = 5
-    log_every_steps: int = 100
-    histogram_every_steps: int = 1000
-    seed: int = 0
+    steps: int = option(1_000_000, "train until the global step reaches this total", type=positive_int)
+    max_seconds: float | None = option(None, "stop (and save) after this many seconds", type=positive_float)
+    save_every_secs: float | None = option(600.0, "checkpoint every S seconds, 0 disables",
+                                           type=seconds_or_never)
+    save_every_steps: int | None = option(None, "checkpoint every K steps", type=positive_int)
+    keep: int = option(5, "checkpoints kept on disk", type=positive_int)
+    log_every_steps: int = option(100, "log and write scalar summaries every K steps", type=positive_int)
+    histogram_every_steps: int = option(1000, "weight histograms every K steps", type=positive_int)
+    seed: int = option(0, "initialisation and input-order seed", type=int)
 
 
 @dataclass(frozen=True)
@@ -142,8 +162,3 @@ class CocoConfig:
     workers: int = 4  # image reading / validation threads
     split: str = "im2txt"  # im2txt | karpathy
     karpathy_json: str | None = None
-
-
-def replace_some(config, **overrides):
-    """``dataclasses.replace`` that ignores ``None`` overrides (flags the user left unset)."""
-    return dataclasses.replace(config, **{k: v for k, v in overrides.items() if v is not None})

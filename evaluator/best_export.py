@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from showtell.captioning.model import export
-from showtell.evaluator.store import LOWER_IS_BETTER, Record
-
 from showtell.common.errors import ShowtellError
+from showtell.evaluator.store import LOWER_IS_BETTER, Record
 
 log = logging.getLogger(__name__)
 

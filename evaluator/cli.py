@@ -14,6 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from showtell.api.transport import ServerSecurity, add_server_arguments, check_listen_address
+from showtell.common.files import is_url
 from showtell.common.flags import (
     Parser,
     boolean,
@@ -30,7 +31,7 @@ PROG = "showtell evaluate"
 
 def default_work_dir(model_dir: str) -> Path:
     """Beside the model dir, never inside it: ``runs/m`` → ``runs/m-eval``."""
-    if "://" in model_dir:
+    if is_url(model_dir):
         return Path.cwd() / "showtell-eval"
     return Path(f"{Path(model_dir)}-eval")
 
@@ -82,7 +83,8 @@ def _limit_threads(threads: int | None) -> None:
 
 
 def run_once(args: argparse.Namespace) -> int:
-    from showtell.evaluator.evaluation import CheckpointEvaluator, latest_checkpoint
+    from showtell.captioning.model.modeldir import latest_checkpoint
+    from showtell.evaluator.evaluation import CheckpointEvaluator
     from showtell.evaluator.scorers import CaptionScorer
 
     scorer = CaptionScorer(meteor=args.meteor)

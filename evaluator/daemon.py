@@ -14,7 +14,9 @@ import signal
 import threading
 from pathlib import Path
 
+from showtell.api.transport import LoadedSecurity
 from showtell.captioning.model.modeldir import FINISHED, METADATA
+from showtell.common.errors import ShowtellError
 from showtell.evaluator.best_export import BestExport
 from showtell.evaluator.evaluation import CheckpointEvaluator
 from showtell.evaluator.runner import EvalRunner, Finish
@@ -24,9 +26,6 @@ from showtell.evaluator.service import MetricsService
 from showtell.evaluator.store import Store
 from showtell.evaluator.summaries import EvalSummaries
 from showtell.evaluator.watcher import CheckpointWatcher
-
-from showtell.api.transport import LoadedSecurity
-from showtell.common.errors import ShowtellError
 
 log = logging.getLogger(__name__)
 

@@ -13,16 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tensorflow as tf
+
 from showtell.captioning.data import inputs
 from showtell.captioning.data.manifest import VOCAB, load_dataset
 from showtell.captioning.data.records import shard_files
 from showtell.captioning.data.vocab import Vocabulary
-from showtell.captioning.model.modeldir import model_vocabulary, read_model_config, restore
+from showtell.captioning.model.modeldir import checkpoint_step, model_vocabulary, read_model_config, restore
 from showtell.captioning.model.network import build_model
 from showtell.captioning.model.validation import Validator, exact_match
-from showtell.evaluator.scorers import CaptionScorer
-
 from showtell.common.errors import ModelDirError
+from showtell.evaluator.scorers import CaptionScorer
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +35,6 @@ class EvalResult:
     examples: int
     seconds: float
     samples: list[dict] = field(default_factory=list)
-
-
-def checkpoint_step(path: str) -> int:
-    """``…/ckpt-1200`` → 1200 (CheckpointManager names checkpoints by global step)."""
-    try:
-        return int(path.rsplit("-", 1)[1])
-    except (IndexError, ValueError):
-        return -1
 
 
 class CheckpointEvaluator:
@@ -109,10 +101,3 @@ class CheckpointEvaluator:
         return EvalResult(step=checkpoint_step(path) if step is None else step, checkpoint=path,
                           metrics=metrics, examples=loss.examples, seconds=time.monotonic() - started,
                           samples=shown)
-
-
-def latest_checkpoint(model_dir: str) -> str:
-    path = tf.train.latest_checkpoint(model_dir)
-    if not path:
-        raise ModelDirError(f"{model_dir}: no checkpoint yet (no 'checkpoint' state file naming one)")
-    return path

@@ -14,7 +14,6 @@ from collections import deque
 from dataclasses import dataclass
 
 from showtell.evaluator.store import Record, Store
-
 from showtell.v1 import metrics_pb2 as pb
 
 TAIL = 1024

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from showtell.common.files import is_url
+
 log = logging.getLogger(__name__)
 _DATA = re.compile(r"\.data-(\d+)-of-(\d+)$")
 
@@ -27,12 +29,8 @@ class Missing(Exception):
     """Some of the checkpoint's files are not there: not yet, or not any more."""
 
 
-def _is_local(path: str) -> bool:
-    return "://" not in path
-
-
 def _link_or_copy(src: str, dst: Path) -> None:
-    if _is_local(src):
+    if not is_url(src):
         try:
             os.link(src, dst)
             return

@@ -18,15 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tensorflow as tf
-from google.protobuf import text_format
-from showtell.captioning.model.modeldir import read_finished, read_run_id
+
+from showtell.captioning.model.modeldir import checkpoint_step, read_finished, read_run_id, read_state
+from showtell.common.errors import ModelDirIncomplete, ShowtellError
 from showtell.evaluator.best_export import BestExport
-from showtell.evaluator.evaluation import CheckpointEvaluator, checkpoint_step
+from showtell.evaluator.evaluation import CheckpointEvaluator
 from showtell.evaluator.pinning import Missing, files_state, pin, unpin
 from showtell.evaluator.store import Record, Store
 from showtell.evaluator.summaries import EvalSummaries
-
-from showtell.common.errors import ModelDirIncomplete, ShowtellError
 
 log = logging.getLogger(__name__)
 POLICIES = ("latest", "all")
@@ -92,28 +91,6 @@ class Finish:
         if self.max_evaluations is not None and evaluations >= self.max_evaluations:
             return f"{evaluations} evaluation(s) done (--max-evaluations {self.max_evaluations})"
         return None
-
-
-def read_state(model_dir: str) -> list[str]:
-    """Checkpoint prefixes named by the state file, oldest first ([] when there is none).
-
-    Not ``tf.train.get_checkpoint_state``: it logs and returns None for a corrupt file, which
-    would be indistinguishable from "no checkpoint yet" and leave the user no reason to see.
-    """
-    path = os.path.join(model_dir, "checkpoint")
-    if not tf.io.gfile.exists(path):
-        return []
-    from tensorflow.python.training.checkpoint_state_pb2 import CheckpointState
-
-    try:
-        state = text_format.Parse(tf.io.gfile.GFile(path).read(), CheckpointState())
-    except (text_format.ParseError, UnicodeDecodeError) as exc:
-        raise ShowtellError(
-            f"{path}: unreadable checkpoint state file ({exc}); waiting for the next write"
-        ) from exc
-    names = list(state.all_model_checkpoint_paths) or (
-        [state.model_checkpoint_path] if state.model_checkpoint_path else [])
-    return [n if os.path.isabs(n) or "://" in n else os.path.join(model_dir, n) for n in names]
 
 
 class EvalRunner:

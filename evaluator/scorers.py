@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pycocoevalcap.bleu.bleu import Bleu
 from pycocoevalcap.cider.cider import Cider
 from pycocoevalcap.rouge.rouge import Rouge
+
 from showtell.captioning.data.vocab import tokenize
 
 log = logging.getLogger(__name__)

@@ -13,9 +13,9 @@ import logging
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from showtell.evaluator.service import MetricsService
 
 from showtell.api.transport import LoadedSecurity
+from showtell.evaluator.service import MetricsService
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 

@@ -15,11 +15,11 @@ import time
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
+
+from showtell.api.client import STOPPING
 from showtell.evaluator.feed import StreamFeed
 from showtell.evaluator.runner import EvalRunner
 from showtell.evaluator.store import ALL_RUNS, LOWER_IS_BETTER, Record, Store
-
-from showtell.api.client import STOPPING
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 

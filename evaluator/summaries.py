@@ -8,6 +8,7 @@ curves side by side.
 from __future__ import annotations
 
 import tensorflow as tf
+
 from showtell.evaluator.store import Record
 
 

@@ -39,8 +39,10 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
+from showtell.captioning.model.modeldir import STATE_FILE
+from showtell.common.files import is_url
+
 log = logging.getLogger(__name__)
-STATE_FILE = "checkpoint"
 # Events that can carry new content.  Given to the observer as its filter too, so inotify
 # is not even asked for open/close-no-write/access events (the kernel never wakes us).
 CONTENT_EVENTS = (FileCreatedEvent, FileModifiedEvent, FileClosedEvent, FileMovedEvent)
@@ -74,7 +76,7 @@ class CheckpointWatcher:
         self._stop = threading.Event()
         self._observer = None
         self._thread: threading.Thread | None = None
-        if "://" in model_dir:
+        if is_url(model_dir):
             self.kind = "gfile-polling"
         else:
             self.kind = "polling" if poll_secs else "inotify"

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from showtell.captioning.config import SyntheticConfig
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+
 from showtell.captioning.config import CocoConfig
 from showtell.captioning.data import coco
 from showtell.captioning.data.inputs import load_references
@@ -19,7 +20,6 @@ from showtell.captioning.data.records import parse_example
 from showtell.captioning.data.vocab import UNKNOWN, Vocabulary
 from showtell.captioning.model.validation import exact_match
 from showtell.evaluator.scorers import CaptionScorer
-
 from tests.conftest import error_lines, run_showtell
 
 WORDS = ["a", "dog", "cat", "runs", "on", "the", "grass", "sits", "near", "red", "ball", "in", "park"]

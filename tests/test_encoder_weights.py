@@ -9,10 +9,10 @@ import h5py
 import numpy as np
 import pytest
 import tensorflow as tf
+
 from showtell.captioning.config import ModelConfig
 from showtell.captioning.model.network import build_model
 from showtell.captioning.weights.encoder import load_encoder_weights
-
 from showtell.common.errors import WeightsError
 from tests import slim_reference, weights_files
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from showtell.api.client import WatchFollower
+from showtell.captioning.model.modeldir import checkpoint_step, read_state
 from showtell.v1 import metrics_pb2 as pb
 from tests.conftest import (
     TINY_MODEL,
@@ -127,10 +128,9 @@ def test_the_evaluator_ends_with_the_job(tiny_data: Path, tiny_model: Path, tmp_
 
 
 def _newest_step(model_dir: Path) -> int:
-    for line in (model_dir / "checkpoint").read_text().splitlines():
-        if line.startswith("model_checkpoint_path:"):
-            return int(line.split('"')[1].rsplit("-", 1)[1])
-    raise AssertionError("no checkpoint")
+    named = read_state(str(model_dir))
+    assert named, "no checkpoint"
+    return checkpoint_step(named[-1])
 
 
 def test_metrics_watch_prints_every_evaluation_once_across_a_restart(

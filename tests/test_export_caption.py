@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import tensorflow as tf
-from showtell.captioning.data.records import parse_example, shard_files
 
+from showtell.captioning.data.records import parse_example, shard_files
 from showtell.v1 import metrics_pb2 as pb
 from tests.conftest import TINY_MODEL, error_lines, metrics_stub, run_showtell, start_evaluator, wait_for
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+
 from showtell.captioning.config import SyntheticConfig
 from showtell.captioning.data import synthetic
 from showtell.captioning.data.feature_cache import INFO
-
 from tests import weights_files
 from tests.conftest import TINY_MODEL, run_showtell
 

@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import tensorflow as tf
+
 from showtell.captioning.model.inference import beam_search
 
 START, END = 0, 1

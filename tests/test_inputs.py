@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+
 from showtell.captioning.config import InputConfig
 from showtell.captioning.data import inputs
 from showtell.captioning.data.manifest import load_dataset
 from showtell.captioning.data.records import ShardedWriter, make_example, shard_files
-
 from showtell.common.errors import DataError
 
 

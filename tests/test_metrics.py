@@ -11,6 +11,7 @@ import tensorflow as tf
 from pycocoevalcap.bleu.bleu import Bleu
 from pycocoevalcap.cider.cider import Cider
 from pycocoevalcap.rouge.rouge import Rouge
+
 from showtell.captioning.config import ModelConfig
 from showtell.captioning.data import inputs
 from showtell.captioning.data.manifest import load_dataset

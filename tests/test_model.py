@@ -8,6 +8,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import tensorflow as tf
+
 from showtell.captioning.config import InputConfig, ModelConfig
 from showtell.captioning.data import inputs
 from showtell.captioning.data.manifest import load_dataset

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+
 from showtell.captioning.model.modeldir import read_model_config
 from showtell.captioning.model.network import build_model
 from showtell.captioning.weights.encoder import IMAGENET_FILE
-
 from tests import weights_files
 from tests.conftest import ROOT, TINY_MODEL, error_lines, run_showtell, showtell_cmd, subprocess_env
 

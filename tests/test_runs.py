@@ -11,9 +11,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from showtell.evaluator.store import Record, Store
 
 from showtell.api.client import ALL_RUNS
+from showtell.evaluator.store import Record, Store
 from showtell.v1 import metrics_pb2 as pb
 from tests.conftest import copy_model, metrics_stub, start_evaluator, train_more, wait_for
 

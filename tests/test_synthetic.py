@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+
 from showtell.captioning.config import SyntheticConfig
 from showtell.captioning.data import synthetic
 from showtell.captioning.data.manifest import load_dataset
 from showtell.captioning.data.records import parse_example, shard_files
-
 from showtell.common.errors import DataError
 
 SMALL = SyntheticConfig(train_images=30, val_images=6, image_size=75, seed=11, train_shards=3)

@@ -1,8 +1,8 @@
 from pathlib import Path
 
 import pytest
-from showtell.captioning.data.vocab import END, START, UNKNOWN, Vocabulary, tokenize
 
+from showtell.captioning.data.vocab import END, START, UNKNOWN, Vocabulary, tokenize
 from showtell.common.errors import DataError
 
 

@@ -10,8 +10,8 @@ import math
 from pathlib import Path
 
 import pytest
-from showtell.captioning.data.vocab import Vocabulary
 
+from showtell.captioning.data.vocab import Vocabulary
 from tests.conftest import TINY_DATA, copy_model, error_lines, run_showtell
 
 pytestmark = pytest.mark.e2e

@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-from showtell.evaluator.runner import read_state
+
+from showtell.captioning.model.modeldir import read_state
 from showtell.evaluator.watcher import CheckpointWatcher
 
 STATE = 'model_checkpoint_path: "ckpt-2"\nall_model_checkpoint_paths: "ckpt-2"\n'

@@ -13,6 +13,7 @@ from pathlib import Path
 import h5py
 import keras
 import numpy as np
+
 from showtell.captioning.model.network import build_encoder
 
 

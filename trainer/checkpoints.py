@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tensorflow as tf
-from showtell.captioning.model.modeldir import RESTORE_ERRORS, restore
 
-from showtell.common.errors import ModelDirError
+from showtell.captioning.model.modeldir import RESTORE_ERRORS, checkpoint_step, restore
+from showtell.common.errors import ModelDirError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ def _top_level_objects(path: str, hint: str) -> set[str]:
     try:
         return {name.split("/")[0] for name, _ in tf.train.list_variables(path)}
     except RESTORE_ERRORS as exc:
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        reason = first_line(exc)
         raise ModelDirError(f"{path}: cannot restore ({reason}); {hint}") from exc
 
 
@@ -89,7 +89,7 @@ class Checkpoints:
 
     def save(self) -> str:
         step = int(self.step.numpy())
-        if self.manager.latest_checkpoint and self.manager.latest_checkpoint.endswith(f"-{step}"):
+        if self.manager.latest_checkpoint and checkpoint_step(self.manager.latest_checkpoint) == step:
             return self.manager.latest_checkpoint  # this step is already on disk
         path = self.manager.save(checkpoint_number=step)
         log.info("saved checkpoint %s", path)

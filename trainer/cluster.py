@@ -13,7 +13,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from showtell.common.errors import ShowtellError
+from showtell.common.errors import ShowtellError, first_line
 
 JOBS = ("chief", "worker", "ps")
 STRATEGIES = ("auto", "one_device", "mirrored", "parameter_server", "multi_worker")
@@ -146,3 +146,19 @@ def check_for_strategy(cluster: Cluster | None, strategy: str) -> None:
     elif cluster is not None and strategy in ("one_device", "mirrored"):
         raise ClusterError(f"--strategy {strategy} runs on one host; a cluster was given "
                            f"({cluster.source}) — use parameter_server or multi_worker")
+
+
+def cluster_failure(exc: Exception) -> ClusterError:
+    """One line naming the unreachable task(s), found in TensorFlow's many-line gRPC error."""
+    text = str(exc)
+    lost = sorted({f"/job:{job}/task:{task}" for job, task in
+                   re.findall(r"remote target /job:(\w+)/replica:\d+/task:(\d+)", text)})
+    ps = [t for t in lost if t.startswith("/job:ps/")]
+    if ps:
+        what = f"parameter server {', '.join(ps)} is unreachable"
+    elif lost:
+        what = f"{', '.join(lost)} unreachable"
+    else:
+        what = first_line(exc, 240)
+    return ClusterError(f"the training cluster failed: {what} ({type(exc).__name__}); restart the failed "
+                        "task(s) and this command — training resumes from the last checkpoint")

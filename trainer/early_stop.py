@@ -16,11 +16,11 @@ import threading
 from dataclasses import dataclass
 
 import grpc
-from showtell.trainer.signals import StopRequest
 
 from showtell.api.client import WatchFollower
 from showtell.api.transport import ClientSecurity
 from showtell.common.errors import ShowtellError
+from showtell.trainer.signals import StopRequest
 from showtell.v1 import metrics_pb2
 
 log = logging.getLogger(__name__)

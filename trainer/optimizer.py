@@ -8,6 +8,7 @@ visible in one place.
 from __future__ import annotations
 
 import keras
+
 from showtell.captioning.config import OPTIMIZERS, OptimizerConfig
 
 

@@ -1,6 +1,8 @@
-"""Graceful stop on SIGTERM/SIGINT: finish the current step, save, exit 0.
+"""Why a run stops before its last step: SIGTERM/SIGINT, its time limit, an early stop.
 
-A second signal restores the default behaviour, so an impatient Ctrl-C still kills.
+Every source raises the same ``StopRequest``; the controller checks it between chunks of
+steps, finishes the chunk, saves and returns.  A second signal restores the default
+behaviour, so an impatient Ctrl-C still kills.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 
 log = logging.getLogger(__name__)
 
@@ -18,18 +21,20 @@ class StopRequest:
         self._event = threading.Event()
         self.reason: str | None = None
         self.final = False  # True: the run ends on its own terms (time limit, early stop), not a signal
-        self._previous: dict[int, object] = {}
+        self._deadline: tuple[float, str] | None = None
 
     def install(self) -> StopRequest:
+        """Take over SIGTERM and SIGINT (main thread only: elsewhere Python refuses)."""
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
-                self._previous[sig] = signal.signal(sig, self._handle)
+                signal.signal(sig, self._handle)
         return self
 
-    def uninstall(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]
-        self._previous.clear()
+    def time_limit(self, seconds: float | None) -> StopRequest:
+        """Stop on the run's own terms ``seconds`` from now (``--max-seconds``)."""
+        if seconds is not None:
+            self._deadline = (time.monotonic() + seconds, f"the {seconds:g} s time limit")
+        return self
 
     def _handle(self, signum: int, frame) -> None:
         name = signal.Signals(signum).name
@@ -44,4 +49,10 @@ class StopRequest:
         self._event.set()
 
     def __bool__(self) -> bool:
+        if not self._event.is_set() and self._deadline and time.monotonic() >= self._deadline[0]:
+            self.request(self._deadline[1], final=True)
         return self._event.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep until a stop is requested or ``seconds`` pass; True when stopped."""
+        return self._event.wait(seconds) or bool(self)

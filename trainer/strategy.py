@@ -23,6 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import tensorflow as tf
+
 from showtell.trainer.cluster import Cluster, ClusterError
 
 log = logging.getLogger(__name__)

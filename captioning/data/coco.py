@@ -29,13 +29,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import tensorflow as tf
+from tqdm import tqdm
+
 from showtell.captioning.config import CocoConfig
 from showtell.captioning.data.manifest import MANIFEST, VOCAB, Manifest, SplitInfo
 from showtell.captioning.data.records import make_example, shard_name
 from showtell.captioning.data.vocab import Vocabulary
-from tqdm import tqdm
-
-from showtell.common.errors import DataError
+from showtell.common.errors import DataError, first_line
+from showtell.common.files import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +121,7 @@ def check_image(image: CocoImage, image_dirs: Sequence[Path]) -> tuple[bytes | N
     try:
         tf.io.decode_image(data, channels=3, expand_animations=False)
     except (tf.errors.InvalidArgumentError, tf.errors.UnknownError) as exc:
-        reason = (exc.message or "").strip().splitlines()[:1]
-        return None, str(path), f"undecodable ({reason[0] if reason else 'bad image data'})"
+        return None, str(path), f"undecodable ({first_line(exc)})"
     return data, str(path), None
 
 
@@ -197,10 +197,7 @@ def _write_shard(out_dir: Path, split: str, index: int, count: int, plan: list[C
                 result.records += 1
             result.images += 1
     tmp.replace(path)
-    sidecar = _sidecar(out_dir, path.name)
-    sidecar_tmp = sidecar.with_name(sidecar.name + ".tmp")
-    sidecar_tmp.write_text(json.dumps(asdict(result)) + "\n")
-    sidecar_tmp.replace(sidecar)
+    write_atomic(_sidecar(out_dir, path.name), json.dumps(asdict(result)) + "\n")
     return result
 
 
@@ -234,9 +231,7 @@ def _save_vocab(out_dir: Path, vocab: Vocabulary) -> None:
 
 def _write_report(out_dir: Path, bad: list[tuple[str, str, str]]) -> None:
     lines = ["split\tpath\treason"] + [f"{split}\t{path}\t{reason}" for split, path, reason in bad]
-    tmp = out_dir / (REPORT + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(out_dir / REPORT)
+    write_atomic(out_dir / REPORT, "\n".join(lines) + "\n")
 
 
 def _source(config: CocoConfig) -> dict:

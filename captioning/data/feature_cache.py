@@ -31,12 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tensorflow as tf
+from tqdm import tqdm
+
 from showtell.captioning.config import InputConfig
 from showtell.captioning.data import inputs
 from showtell.captioning.data.manifest import MANIFEST
 from showtell.captioning.data.records import parse_example
-from tqdm import tqdm
-
 from showtell.common.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ def cache_key(data_dir: Path, files: Sequence[str], encoder_digest: str, image_s
     augmentation = None
     if variants > 1:  # variant 0 is un-augmented; only the others depend on these settings
         augmentation = {"crop_scale": config.crop_scale, "brightness_delta": config.brightness_delta,
-                        "contrast_range": list(config.contrast_range), "flip": config.flip}
+                        "contrast_range": list(config.contrast_range)}
     shards = [[Path(f).name, os.stat(f).st_size, os.stat(f).st_mtime_ns] for f in files]
     return {
         "format": FORMAT,

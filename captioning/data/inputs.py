@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import tensorflow as tf
+
 from showtell.captioning.config import InputConfig
 from showtell.captioning.data.records import find_bad_record, parse_example
 from showtell.captioning.data.vocab import UNKNOWN_ID, Vocabulary
-
 from showtell.common.errors import DataError
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -55,8 +55,6 @@ def _augment(image: tf.Tensor, image_size: int, config: InputConfig, seed: tf.Te
     side = tf.cast(tf.round(scale * image_size), tf.int32)
     image = tf.image.resize(image, tf.stack([side, side]))
     image = tf.image.stateless_random_crop(image, [image_size, image_size, 3], seeds[1])
-    if config.flip:
-        image = tf.image.stateless_random_flip_left_right(image, seeds[2])
     if config.brightness_delta:
         image = tf.image.stateless_random_brightness(image, config.brightness_delta, seeds[3])
     low, high = config.contrast_range

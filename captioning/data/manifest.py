@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from showtell.captioning.data.vocab import Vocabulary
-
 from showtell.common.errors import DataError
+from showtell.common.files import write_atomic
 
 MANIFEST = "dataset.json"
 VOCAB = "vocab.txt"
@@ -36,9 +36,7 @@ class Manifest:
     source: dict = field(default_factory=dict)  # builder-specific provenance (seed, files…)
 
     def save(self, data_dir: Path) -> None:
-        tmp = data_dir / (MANIFEST + ".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
-        tmp.replace(data_dir / MANIFEST)
+        write_atomic(data_dir / MANIFEST, json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
 
     @classmethod
     def load(cls, data_dir: Path) -> Manifest:

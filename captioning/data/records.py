@@ -17,7 +17,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from showtell.common.errors import DataError
+from showtell.common.errors import DataError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +128,5 @@ def find_bad_record(files: Sequence[str]) -> str | None:
                     image_id = int(record["image_id"])
                     return f"{path}: record {index} (image_id {image_id}) holds an undecodable image"
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as exc:
-            reason = exc.message.splitlines()[0] if exc.message else type(exc).__name__
-            return f"{path}: corrupt or truncated after record {index} ({reason})"
+            return f"{path}: corrupt or truncated after record {index} ({first_line(exc)})"
     return None

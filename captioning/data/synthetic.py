@@ -17,12 +17,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
+
 from showtell.captioning.config import MIN_IMAGE_SIZE, SyntheticConfig
 from showtell.captioning.data.manifest import MANIFEST, VOCAB, Manifest, SplitInfo
 from showtell.captioning.data.records import ShardedWriter, make_example
 from showtell.captioning.data.vocab import Vocabulary
-from tqdm import tqdm
-
 from showtell.common.errors import DataError
 
 log = logging.getLogger(__name__)

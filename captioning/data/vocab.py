@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from showtell.common.errors import DataError
+from showtell.common.files import write_atomic
 
 START, END, UNKNOWN = "<S>", "</S>", "<UNK>"
 SPECIALS = (START, END, UNKNOWN)
@@ -86,9 +87,7 @@ class Vocabulary:
         return cls(words, counts)
 
     def save(self, path: Path) -> None:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(f"{w} {c}\n" for w, c in zip(self.words, self.counts, strict=True)))
-        tmp.replace(path)
+        write_atomic(path, "".join(f"{w} {c}\n" for w, c in zip(self.words, self.counts, strict=True)))
 
     @classmethod
     def load(cls, path: Path) -> Vocabulary:

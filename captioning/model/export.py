@@ -19,6 +19,7 @@ import shutil
 from pathlib import Path
 
 import tensorflow as tf
+
 from showtell.captioning.config import InputConfig
 from showtell.captioning.data import inputs
 from showtell.captioning.data.vocab import Vocabulary

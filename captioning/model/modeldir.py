@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import secrets
 import time
 from pathlib import Path
 
 import tensorflow as tf
+from google.protobuf import text_format
+
 from showtell.captioning.config import ModelConfig
 from showtell.captioning.data.manifest import VOCAB
 from showtell.captioning.data.vocab import Vocabulary, first_difference
-
-from showtell.common.errors import ModelDirError, ModelDirIncomplete
+from showtell.captioning.internals import checkpoint_state_proto
+from showtell.common.errors import ModelDirError, ModelDirIncomplete, first_line
+from showtell.common.files import is_url, write_atomic
 
 METADATA = "showtell-model.json"
 # Written by the trainer after its final checkpoint when the run ended on its own terms
@@ -58,19 +62,14 @@ def write_metadata(model_dir: Path, config: ModelConfig, data: dict, encoder_ini
     Returns the run id."""
     run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
     record = {"run_id": run_id, "model": config.shape_fields(), "data": data, "encoder_init": encoder_init}
-    path = model_dir / METADATA
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    tmp.replace(path)
+    write_atomic(model_dir / METADATA, json.dumps(record, indent=2) + "\n")
     return run_id
 
 
 def mark_finished(model_dir: Path, step: int, checkpoint: str, reason: str) -> None:
-    """Say that training is over and which checkpoint is its last (temp file, then rename)."""
+    """Say that training is over and which checkpoint is its last."""
     record = {"step": step, "checkpoint": Path(checkpoint).name, "reason": reason}
-    tmp = model_dir / (FINISHED + ".tmp")
-    tmp.write_text(json.dumps(record) + "\n")
-    tmp.replace(model_dir / FINISHED)
+    write_atomic(model_dir / FINISHED, json.dumps(record) + "\n")
 
 
 def clear_finished(model_dir: Path) -> bool:
@@ -183,5 +182,45 @@ def restore(checkpoint: tf.train.Checkpoint, path: str, hint: str, partial: bool
             status = status.expect_partial()
         status.assert_existing_objects_matched()
     except RESTORE_ERRORS as exc:
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        reason = first_line(exc)
         raise ModelDirError(f"{path}: cannot restore ({reason}); {hint}") from exc
+
+
+# -- checkpoints: TensorFlow's CheckpointManager layout ------------------------------------
+
+STATE_FILE = "checkpoint"  # names the checkpoints; renamed into place after their data files
+
+
+def checkpoint_step(path: str) -> int:
+    """``…/ckpt-1200`` → 1200 (CheckpointManager names checkpoints by global step); -1 otherwise."""
+    try:
+        return int(str(path).rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        return -1
+
+
+def read_state(model_dir: str) -> list[str]:
+    """Checkpoint prefixes named by the state file, oldest first ([] when there is none).
+
+    Not ``tf.train.get_checkpoint_state``: it logs and returns None for a corrupt file, which
+    would be indistinguishable from "no checkpoint yet" and leave the user no reason to see.
+    """
+    path = os.path.join(model_dir, STATE_FILE)
+    if not tf.io.gfile.exists(path):
+        return []
+    try:
+        state = text_format.Parse(tf.io.gfile.GFile(path).read(), checkpoint_state_proto())
+    except (text_format.ParseError, UnicodeDecodeError) as exc:
+        raise ModelDirError(f"{path}: unreadable checkpoint state file ({exc}); waiting for the next "
+                            "write") from exc
+    names = list(state.all_model_checkpoint_paths) or (
+        [state.model_checkpoint_path] if state.model_checkpoint_path else [])
+    return [n if os.path.isabs(n) or is_url(n) else os.path.join(model_dir, n) for n in names]
+
+
+def latest_checkpoint(model_dir: str | Path) -> str:
+    """The newest checkpoint the state file names; one line when there is none."""
+    path = tf.train.latest_checkpoint(str(model_dir))
+    if not path:
+        raise ModelDirError(f"{model_dir}: no checkpoint yet (no '{STATE_FILE}' state file naming one)")
+    return path

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import keras
 import tensorflow as tf
+
 from showtell.captioning.config import MIN_IMAGE_SIZE, ModelConfig
 
 

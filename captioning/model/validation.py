@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import tensorflow as tf
+
 from showtell.captioning.data import inputs
 from showtell.captioning.data.vocab import Vocabulary
 from showtell.captioning.model.inference import caption_images

@@ -22,11 +22,11 @@ import h5py
 import keras
 import numpy as np
 import tensorflow as tf
-from keras.src.utils.naming import to_snake_case  # the rule Keras' .weights.h5 writer names layers by
-from showtell.captioning.config import WEIGHTS_IMAGENET, WEIGHTS_NONE
-from showtell.captioning.weights import slim_names
 
-from showtell.common.errors import WeightsError
+from showtell.captioning.config import WEIGHTS_IMAGENET, WEIGHTS_NONE
+from showtell.captioning.internals import keras_layer_name
+from showtell.captioning.weights import slim_names
+from showtell.common.errors import WeightsError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ def _keras3_plan(encoder: keras.Model, layers_group: h5py.Group) -> tuple[Plan, 
     used: set[str] = set()
     seen: dict[str, int] = {}
     for layer in encoder.layers:
-        base = to_snake_case(type(layer).__name__)
+        base = keras_layer_name(type(layer).__name__)
         seen[base] = seen.get(base, -1) + 1
         key = base if seen[base] == 0 else f"{base}_{seen[base]}"
         for i, variable in enumerate(layer.weights):
@@ -226,7 +226,7 @@ def _slim_plan(encoder: keras.Model, path: str) -> tuple[Plan, list[str]]:
         reader = tf.train.load_checkpoint(path)
         shapes = reader.get_variable_to_shape_map()
     except (tf.errors.OpError, ValueError) as exc:
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        reason = first_line(exc, 200)
         raise WeightsError(f"{FLAG} {path}: not a readable TensorFlow checkpoint ({reason})") from exc
     plan: Plan = []
     for scope, (conv, bn) in zip(slim_names.CONV_SCOPES, conv_bn_pairs(encoder), strict=True):
@@ -256,7 +256,7 @@ def imagenet_file() -> Path:
         return Path(keras.utils.get_file(IMAGENET_FILE, IMAGENET_URL, cache_subdir="models",
                                          file_hash=IMAGENET_MD5))
     except Exception as exc:  # get_file raises a bare Exception on network failure
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        reason = first_line(exc, 200)
         raise WeightsError(
             f"{FLAG} {IMAGENET}: cannot download {IMAGENET_FILE} ({reason}); on a machine without "
             f"network, fetch {IMAGENET_URL} elsewhere and pass {FLAG} /path/to/{IMAGENET_FILE}"

@@ -94,13 +94,16 @@ def _restore(args: argparse.Namespace):
 
     from showtell.captioning.data.manifest import VOCAB
     from showtell.captioning.data.vocab import Vocabulary
-    from showtell.captioning.model.modeldir import model_vocabulary, read_model_config, restore
+    from showtell.captioning.model.modeldir import (
+        latest_checkpoint,
+        model_vocabulary,
+        read_model_config,
+        restore,
+    )
     from showtell.captioning.model.network import build_model
 
     model_dir = Path(args.model_dir)
-    checkpoint = args.checkpoint or tf.train.latest_checkpoint(str(model_dir))
-    if not checkpoint:
-        raise ModelDirError(f"{model_dir}: no checkpoint yet; train first or pass --checkpoint")
+    checkpoint = args.checkpoint or latest_checkpoint(model_dir)
     model = build_model(read_model_config(model_dir))
     restore(tf.train.Checkpoint(model=model), checkpoint, "pass another --checkpoint", partial=True)
     dataset = None

@@ -26,3 +26,10 @@ class ModelDirIncomplete(ModelDirError):
 
 class WeightsError(ShowtellError):
     """Pretrained weights that cannot be found, read, or mapped onto the encoder."""
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """The first line of an exception's message (TensorFlow's run to dozens), or its type's name."""
+    message = getattr(exc, "message", None)  # TensorFlow's OpError: without the op's traceback
+    text = message if isinstance(message, str) else str(exc)
+    return (text.strip().splitlines() or [type(exc).__name__])[0][:limit]

@@ -8,6 +8,7 @@ traceback, and the process exits non-zero.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
@@ -23,34 +24,65 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+class FlagType:
+    """An argparse ``type`` with a name: argparse says "invalid <name> value: 'x'" for a
+    ``ValueError`` and prints an ``ArgumentTypeError``'s own message."""
+
+    def __init__(self, name: str, parse: Callable[[str], object]) -> None:
+        self.name, self.parse = name, parse
+
+    def __call__(self, text: str):
+        return self.parse(text)
+
+    def __repr__(self) -> str:  # what argparse names the type by
+        return self.name
+
+
+def flag_type(name: str) -> Callable[[Callable], FlagType]:
+    """Decorator: ``@flag_type("positive integer")`` over a parse function."""
+    return lambda parse: FlagType(name, parse)
+
+
+def _at_least(value, low, text: str, strict: bool = False):
+    if value < low or (strict and value == low):
+        raise argparse.ArgumentTypeError(f"must be {'>' if strict else '≥'} {low} (got {text})")
+    return value
+
+
+@flag_type("positive integer")
 def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be ≥ 1 (got {text})")
-    return value
+    return _at_least(int(text), 1, text)
 
 
+@flag_type("integer ≥ 0")
 def non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be ≥ 0 (got {text})")
-    return value
+    return _at_least(int(text), 0, text)
 
 
+@flag_type("number ≥ 0")
 def non_negative_float(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be ≥ 0 (got {text})")
-    return value
+    return _at_least(float(text), 0, text)
 
 
+@flag_type("number > 0")
 def positive_float(text: str) -> float:
+    return _at_least(float(text), 0, text, strict=True)
+
+
+@flag_type("seconds, 0 for never")
+def seconds_or_never(text: str) -> float | None:
+    return _at_least(float(text), 0, text) or None
+
+
+@flag_type("fraction")
+def fraction(text: str) -> float:
     value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0 (got {text})")
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1) (got {text})")
     return value
 
 
+@flag_type("true|false")
 def boolean(text: str) -> bool:
     lowered = text.lower()
     if lowered in ("true", "1", "yes"):
@@ -60,10 +92,39 @@ def boolean(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false (got {text})")
 
 
-for _fn, _name in ((positive_int, "positive integer"), (non_negative_int, "integer ≥ 0"),
-                   (non_negative_float, "number ≥ 0"),
-                   (positive_float, "number > 0"), (boolean, "true|false")):
-    _fn.__name__ = _name  # argparse names the type in "invalid <type> value" messages
+# -- flags written once, on the config dataclasses --------------------------------------
+
+def option(default, help: str, *, flag: str | None = None, **argparse_kwargs):
+    """A config dataclass field that is also a command-line flag (``--<field-name>`` unless
+    ``flag`` names it).  Its default and help are written here once; ``add_config_flags``
+    makes the flag and ``config_from_flags`` reads it back."""
+    metadata = {"flag": flag, "help": help, "argparse": argparse_kwargs}
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def config_flags(config_cls) -> list[tuple[dataclasses.Field, str]]:
+    """The (field, flag) pairs of a config dataclass's ``option`` fields."""
+    return [(f, f.metadata["flag"] or "--" + f.name.replace("_", "-"))
+            for f in dataclasses.fields(config_cls) if "help" in f.metadata]
+
+
+def add_config_flags(parser, config_cls) -> None:
+    """One flag per ``option`` field of ``config_cls``, default and help from the field."""
+    for f, flag in config_flags(config_cls):
+        kwargs = dict(f.metadata["argparse"])
+        help_text = f.metadata["help"]
+        if f.default is not None and kwargs.get("action") != "store_true":
+            shown = f.default if not isinstance(f.default, bool) else str(f.default).lower()
+            help_text += f" (default {shown:g})" if isinstance(shown, float) else f" (default {shown})"
+            kwargs["default"] = f.default
+        parser.add_argument(flag, help=help_text, **kwargs)
+
+
+def config_from_flags(config_cls, args: argparse.Namespace, **fixed):
+    """``config_cls`` with every ``option`` field from its flag, the rest default or ``fixed``."""
+    values = {f.name: getattr(args, flag.lstrip("-").replace("-", "_"))
+              for f, flag in config_flags(config_cls)}
+    return config_cls(**values, **fixed)
 
 
 def quiet_tensorflow() -> None:

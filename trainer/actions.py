@@ -1,0 +1,95 @@
+"""Small callables the controller runs between chunks of steps (Orbit's ``actions``).
+
+Each takes ``(global_step, logs)`` and decides for itself whether it is due.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from showtell.captioning.model.network import ShowAndTell
+from showtell.trainer.optimizer import current_learning_rate
+from showtell.trainer.runners import StepLogs
+from showtell.trainer.summaries import TrainSummaries
+
+log = logging.getLogger(__name__)
+
+
+def crossed(step: int, steps_taken: int, every: int) -> bool:
+    """True when the last ``steps_taken`` steps, ending at ``step``, passed a multiple of ``every``."""
+    return bool(every) and step // every != (step - steps_taken) // every
+
+
+@dataclass
+class _Window:
+    """Running totals between two log lines."""
+
+    loss: float = 0.0
+    steps: int = 0
+    wait: float = 0.0
+    compute: float = 0.0
+    examples: int = 0
+
+    def add(self, logs: StepLogs) -> None:
+        self.loss += sum(logs.losses)
+        self.steps += logs.steps
+        self.wait += logs.input_seconds
+        self.compute += logs.compute_seconds
+        self.examples += logs.examples
+
+    @property
+    def mean_loss(self) -> float:
+        return self.loss / max(self.steps, 1)
+
+    @property
+    def examples_per_sec(self) -> float:
+        return self.examples / max(self.wait + self.compute, 1e-9)
+
+    @property
+    def wait_fraction(self) -> float:
+        return self.wait / max(self.wait + self.compute, 1e-9)
+
+
+@dataclass
+class ProgressReport:
+    """Loss, learning rate(s), throughput and input wait: one log line and TensorBoard scalars
+    every ``every`` steps and at ``steps``.  The first chunk (graph tracing) is logged apart,
+    outside the throughput figures."""
+
+    summaries: TrainSummaries
+    optimizer: object
+    every: int
+    steps: int
+    encoder_optimizer: object | None = None
+    _window: _Window = field(default_factory=_Window)
+
+    def __call__(self, step: int, logs: StepLogs) -> None:
+        if logs.traced:
+            log.info("first step (graph tracing) took %.1f s", logs.input_seconds + logs.compute_seconds)
+            return
+        self._window.add(logs)
+        if not (crossed(step, logs.steps, self.every) or step >= self.steps):
+            return
+        window, self._window = self._window, _Window()
+        lr = current_learning_rate(self.optimizer)
+        values = {"loss": window.mean_loss, "learning_rate": lr,
+                  "examples_per_sec": window.examples_per_sec, "input_wait_fraction": window.wait_fraction}
+        if self.encoder_optimizer is not None:
+            values["inception_learning_rate"] = current_learning_rate(self.encoder_optimizer)
+        self.summaries.scalars(step, values)
+        log.info("step %d/%d  loss %.4f  lr %.3g  %.1f examples/s  input wait %.1f%%", step, self.steps,
+                 window.mean_loss, lr, window.examples_per_sec, 100 * window.wait_fraction)
+
+
+@dataclass
+class WeightHistograms:
+    """Histograms of the decoder's weights every ``every`` steps."""
+
+    summaries: TrainSummaries
+    model: ShowAndTell
+    every: int
+
+    def __call__(self, step: int, logs: StepLogs) -> None:
+        if crossed(step, logs.steps, self.every):
+            self.summaries.histograms(step, self.model)

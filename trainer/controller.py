@@ -1,0 +1,82 @@
+"""The outer loop — one for every strategy, in the shape of Orbit's ``Controller``.
+
+The controller asks its runner for a chunk of steps (``runner.train(n)``), then, between
+chunks, calls its actions (progress report, histograms) with the chunk's ``StepLogs``, saves
+a checkpoint when the schedule says so, and returns when the global step reaches its goal or
+a stop is requested.  Chunks end on multiples of the log / save / histogram intervals, so a
+runner that schedules many steps at once (parameter servers) still reports on them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from showtell.trainer.checkpoints import Checkpoints, SaveSchedule
+from showtell.trainer.runners import StepLogs
+from showtell.trainer.signals import StopRequest
+
+log = logging.getLogger(__name__)
+
+ANOTHER_WORKER = "another worker's stop"
+
+Action = Callable[[int, StepLogs], None]  # (global step after the chunk, the chunk's logs)
+
+
+class Runner(Protocol):
+    steps_per_loop: int
+
+    def train(self, num_steps: int) -> StepLogs: ...
+
+    def agree(self, flags: list[bool]) -> list[bool]: ...
+
+
+class Controller:
+    def __init__(self, *, runner: Runner, global_step: Callable[[], int], checkpoints: Checkpoints,
+                 save_schedule: SaveSchedule, stop: StopRequest, actions: Sequence[Action] = (),
+                 boundaries: Sequence[int] = ()) -> None:
+        """
+        Args:
+          runner: runs chunks of steps (``showtell.trainer.runners``).
+          global_step: reads the global step (restored from a checkpoint, advanced by steps).
+          checkpoints: saved when ``save_schedule`` is due; the final save is the caller's.
+          save_schedule: every K steps and/or S seconds.
+          stop: checked between chunks; signals, the time limit and early stop raise it.
+          actions: called after every chunk with (global step, that chunk's logs).
+          boundaries: step intervals a chunk must not cross (log, save, histogram intervals),
+            so that the actions see each interval end; chunks are at most
+            ``runner.steps_per_loop`` steps, the first is one step (graph tracing).
+        """
+        self.runner, self.global_step = runner, global_step
+        self.checkpoints, self.save_schedule, self.stop = checkpoints, save_schedule, stop
+        self.actions, self.boundaries = list(actions), [b for b in boundaries if b]
+
+    def train(self, steps: int) -> str | None:
+        """Train until the global step reaches ``steps``; the stop reason if stopped before."""
+        step = self.global_step()
+        self.save_schedule.start(step)
+        if self.runner.agree([bool(self.stop)])[0]:
+            return self.stop.reason or ANOTHER_WORKER
+        first = True
+        while step < steps:
+            chunk = 1 if first else self._chunk(step, steps)
+            first = False
+            logs = self.runner.train(chunk)
+            step = self.global_step()
+            for action in self.actions:
+                action(step, logs)
+            halt, save = self.runner.agree([bool(self.stop), self.save_schedule.due(step)])
+            if save:
+                self.checkpoints.save()
+                self.save_schedule.saved(step)
+            if halt and step < steps:
+                return self.stop.reason or ANOTHER_WORKER
+        return None
+
+    def _chunk(self, step: int, steps: int) -> int:
+        """Up to ``steps_per_loop`` steps, ending at the next interval boundary at the latest."""
+        chunk = min(steps - step, self.runner.steps_per_loop)
+        for every in self.boundaries:
+            chunk = min(chunk, every - step % every)
+        return max(chunk, 1)

@@ -1,0 +1,223 @@
+"""What is trained: model, optimizers, global step, data and checkpoints of one model dir.
+
+``CaptionTask`` builds everything a training run holds — under the strategy's scope, in
+``__init__``, so no state appears later — and defines one replica's step.  It does not loop:
+the runners (``showtell.trainer.runners``) run its step, the controller
+(``showtell.trainer.controller``) decides how many and what happens between them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import tensorflow as tf
+
+from showtell.captioning.config import CacheConfig, InputConfig, ModelConfig, OptimizerConfig, TrainConfig
+from showtell.captioning.data import inputs
+from showtell.captioning.data.feature_cache import BuildStats, cache_key, ensure_cache
+from showtell.captioning.data.manifest import Manifest, load_dataset
+from showtell.captioning.data.records import shard_files
+from showtell.captioning.model.modeldir import check_model_dir, recorded_encoder_init
+from showtell.captioning.model.network import ShowAndTell, build_model, masked_loss_sum
+from showtell.captioning.weights.encoder import NONE, weights_digest
+from showtell.common.errors import DataError
+from showtell.trainer.checkpoints import Checkpoints
+from showtell.trainer.optimizer import build_optimizer, describe_rate
+from showtell.trainer.transfer import encoder_optimizer_config, pretrained_encoder, resolve_train_inception
+
+log = logging.getLogger(__name__)
+
+
+def resolve_model_config(config: ModelConfig, manifest: Manifest, data_dir: Path,
+                         image_size: int | None) -> ModelConfig:
+    """Fill vocab and image size from the dataset; refuse sizes the data cannot serve."""
+    size = image_size or manifest.image_size or config.image_size
+    if manifest.image_size and size > manifest.image_size:
+        raise DataError(
+            f"--image-size {size}: the images in {data_dir} are {manifest.image_size} px and would be "
+            f"upsampled; rebuild the data with --image-size {size} or pass --image-size {manifest.image_size}"
+        )
+    return dataclasses.replace(config, vocab_size=manifest.vocab_size, image_size=size)
+
+
+class CaptionTask:
+    """Show and Tell on one dataset, for one model dir, under one ``tf.distribute`` strategy."""
+
+    def __init__(
+        self,
+        *,
+        data_dir: Path,
+        model_dir: Path,
+        model: ModelConfig,
+        input_config: InputConfig,
+        optimizer: OptimizerConfig,
+        train: TrainConfig,
+        strategy: tf.distribute.Strategy | None = None,
+        image_size: int | None = None,
+        inception_weights: str = NONE,
+        train_inception: bool | None = None,
+        cache: CacheConfig | None = None,
+        is_chief: bool = True,
+        independent_workers: bool = False,
+    ) -> None:
+        """
+        Args:
+          data_dir: a dataset from ``showtell data``; its manifest fixes vocabulary and image size.
+          model_dir: restored from, and (chief only) written to.
+          model, input_config, optimizer, train: the run's configuration (``showtell.captioning.config``).
+          strategy: default the current (default) strategy — one device.
+          image_size: model input pixels; default the dataset's.
+          inception_weights: encoder start for a new model dir (file, ``imagenet`` or ``none``).
+          train_inception: phase 2 when true; None decides from the encoder's origin.
+          cache: the phase-1 feature cache (used whenever the encoder is frozen).
+          is_chief: only the chief writes checkpoints; others save to a scratch dir of their own.
+          independent_workers: parameter-server workers each build their own input pipeline,
+            which must not share a seed (every worker would read the same examples).
+        """
+        self.data_dir, self.model_dir = data_dir, model_dir
+        self.manifest, self.vocab = load_dataset(data_dir)
+        self.files = shard_files(data_dir, "train")
+        model = resolve_model_config(model, self.manifest, data_dir, image_size)
+        check_model_dir(model_dir, model)  # before anything is written
+        self.inception_weights = inception_weights
+        pretrained = pretrained_encoder(inception_weights, recorded_encoder_init(model_dir))
+        trains_encoder, why = resolve_train_inception(train_inception, pretrained)
+        self.model_config = dataclasses.replace(model, train_inception=trains_encoder)
+        self.phase = f"encoder {'trains' if trains_encoder else 'frozen'}: {why}"
+        if independent_workers and input_config.seed is not None:
+            input_config = dataclasses.replace(input_config, seed=None)
+        self.input_config, self.optimizer_config, self.train_config = input_config, optimizer, train
+        self.cache_config = cache or CacheConfig()
+        self.uses_cache = self.cache_config.enabled and not trains_encoder
+        self.strategy = strategy or tf.distribute.get_strategy()
+        self.is_chief = is_chief
+        # --batch-size is per replica; a step consumes batch × replicas examples (the global
+        # batch).  Under parameter_server each worker step is one replica's batch.
+        self.batch_size = input_config.batch_size * self.strategy.num_replicas_in_sync
+        self.steps_per_epoch = max(1, self.manifest.splits["train"].records // self.batch_size)
+        self.cache_build: BuildStats | None = None  # set when a feature cache is built
+
+        tf.keras.utils.set_random_seed(train.seed)
+        with self.strategy.scope():
+            self.model: ShowAndTell = build_model(self.model_config)
+            # Build slots now, inside the scope: lazily built Keras 3 optimizers break
+            # under MirroredStrategy and misplace variables under ParameterServerStrategy.
+            self.optimizer = build_optimizer(optimizer, self.steps_per_epoch)
+            self.optimizer.build(self._decoder_variables())
+            self.encoder_optimizer = None
+            if trains_encoder:
+                config = encoder_optimizer_config(optimizer, pretrained)
+                self.encoder_optimizer = build_optimizer(config, self.steps_per_epoch)
+                self.encoder_optimizer.build(self.model.encoder.trainable_weights)
+                self.phase += f"; encoder learning rate {describe_rate(config)}"
+            self.global_step = tf.Variable(
+                0, dtype=tf.int64, trainable=False, name="global_step",
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+            )
+        optional = {"encoder_optimizer": self.encoder_optimizer} if self.encoder_optimizer else {}
+        # Non-chief multi-worker tasks must save too (the save may run collectives) but into a
+        # scratch dir of their own; every task restores from the shared model dir.
+        self.scratch = None if is_chief else Path(tempfile.mkdtemp(prefix="showtell-worker-"))
+        self.checkpoints = Checkpoints(
+            model_dir, self.global_step, train.keep, optional=optional, write_dir=self.scratch,
+            model=self.model, optimizer=self.optimizer,
+        )
+
+    @property
+    def step(self) -> int:
+        return int(self.global_step.numpy())
+
+    @property
+    def optimizers(self) -> list:
+        return [self.optimizer] + ([self.encoder_optimizer] if self.encoder_optimizer else [])
+
+    def optimizer_variables(self) -> list:
+        return [v for o in self.optimizers for v in o.variables]
+
+    def _decoder_variables(self) -> list:
+        return [v for v in self.model.decoder_weights if v.trainable]
+
+    def _groups(self) -> list[tuple]:
+        """(optimizer, variables) pairs: the decoder's, and the encoder's while it trains."""
+        groups = [(self.optimizer, self._decoder_variables())]
+        if self.encoder_optimizer is not None:
+            groups.append((self.encoder_optimizer, self.model.encoder.trainable_weights))
+        return groups
+
+    # -- the step -------------------------------------------------------------------------
+
+    def replica_step(self, batch: dict[str, tf.Tensor]) -> tf.Tensor:
+        """One replica's share of a step: loss of the global batch, gradients, update."""
+        model, clip = self.model, self.optimizer_config.clip_gradients
+        groups = self._groups()
+        variables = [v for _, group in groups for v in group]
+        with tf.GradientTape() as tape:
+            logits = model.batch_logits(batch, training=True)
+            loss_sum, words = masked_loss_sum(logits, batch["target_ids"], batch["mask"])
+            # Divide by the words of the *global* batch: replicas' gradients are then summed
+            # by the optimizer into exactly the gradient of the global mean loss.
+            global_words = tf.distribute.get_replica_context().all_reduce("sum", words)
+            loss = loss_sum / tf.maximum(global_words, 1.0)
+        grads = tape.gradient(loss, variables)
+        if clip:  # one global norm over encoder and decoder together, as im2txt
+            grads = _clip_global(grads, clip)
+        start = 0
+        for optimizer, group in groups:
+            optimizer.apply_gradients(zip(grads[start:start + len(group)], group, strict=True))
+            start += len(group)
+        self.global_step.assign_add(1)
+        return loss
+
+    def make_train_step(self, element_spec) -> Callable:
+        """A traced step over a distributed global batch; returns the global batch's loss."""
+        @tf.function(input_signature=[element_spec])
+        def train_step(batch):
+            losses = self.strategy.run(self.replica_step, args=(batch,))
+            return self.strategy.reduce("sum", losses, axis=None)
+
+        return train_step
+
+    # -- the data -------------------------------------------------------------------------
+
+    def dataset(self) -> tf.data.Dataset:
+        """Global batches: cached encoder features while the encoder is frozen (cache on), else images."""
+        return self.dataset_factory(self.batch_size)()
+
+    def dataset_factory(self, batch_size: int) -> Callable[[], tf.data.Dataset]:
+        """Prepare the data (build the feature cache if it is used and missing) and return a
+        no-argument function that builds the pipeline — what parameter-server workers call."""
+        cfg, size, config = self.cache_config, self.model_config.image_size, self.input_config
+        if not self.uses_cache:
+            if cfg.enabled:
+                log.info("feature cache not used: the encoder is training")
+            files = self.files
+            return lambda: inputs.train_dataset(files, size, config, batch_size)
+        cache, self.cache_build = ensure_cache(
+            Path(cfg.root) if cfg.root else self.data_dir / "feature-cache",
+            cache_key(self.data_dir, self.files, weights_digest(self.model.encoder_weights), size, config,
+                      cfg.variants),
+            lambda images: self.model.features(images, training=False),
+            self.files, size, config, cfg.batch_size,
+        )
+        return lambda: cache.train_dataset(config, batch_size)
+
+
+def _clip_global(grads: list, clip: float) -> list:
+    """Clip to a global norm computed over the gradient of the *global* batch.
+
+    Keras' optimizer sums the replicas' gradients inside ``apply_gradients`` (and clips, if
+    asked, per replica before that).  Here the replicas all-reduce first, clip the sum, and
+    each hands the optimizer 1/N of it — Keras' own sum then restores the clipped global
+    gradient exactly.  One replica: plain clipping.
+    """
+    context = tf.distribute.get_replica_context()
+    replicas = context.num_replicas_in_sync if context else 1
+    if replicas == 1:
+        return tf.clip_by_global_norm(grads, clip)[0]
+    summed = context.all_reduce("sum", grads)
+    clipped, _ = tf.clip_by_global_norm(summed, clip)
+    return [tf.math.scalar_mul(1.0 / replicas, g) for g in clipped]

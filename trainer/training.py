@@ -1,0 +1,167 @@
+"""One training run of a model dir: restore or start, train to ``--steps``, save, say how it ended.
+
+``Trainer`` composes the parts: the task (``task.py``: model, optimizers, data, checkpoints),
+a runner for the strategy (``runners.py``), the controller's loop (``controller.py``) with its
+actions (``actions.py``).  It owns what happens once per run — the model dir's record of the
+run, the encoder's starting weights, the final checkpoint and the finished marker — and turns
+the distributed runtime's errors into one line.
+
+``steps`` is a total: training runs until the global step (restored from the newest
+checkpoint) reaches it, so re-running a crashed command finishes the same run.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+from showtell.captioning.data.manifest import VOCAB
+from showtell.captioning.model.modeldir import clear_finished, mark_finished, write_metadata
+from showtell.captioning.weights.encoder import NONE, load_encoder_weights
+from showtell.common.errors import DataError
+from showtell.trainer.actions import ProgressReport, WeightHistograms
+from showtell.trainer.checkpoints import SaveSchedule
+from showtell.trainer.cluster import cluster_failure
+from showtell.trainer.controller import Controller
+from showtell.trainer.runners import ParameterServerRunner, SynchronousRunner
+from showtell.trainer.signals import StopRequest
+from showtell.trainer.strategy import placement
+from showtell.trainer.summaries import TrainSummaries
+from showtell.trainer.task import CaptionTask
+
+log = logging.getLogger(__name__)
+
+ENCODER_INIT_REPORT = "encoder-init.tsv"  # which tensor of the weights file went where
+
+# What the distributed runtime raises when a ps task or the connection to it is gone.
+_CLUSTER_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError,
+                   tf.errors.DeadlineExceededError)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    start_step: int
+    final_step: int
+    checkpoint: str
+    stopped_by: str | None  # None: reached --steps; otherwise the signal or time limit
+    finished: bool = False  # ended on its own terms (steps, time limit, early stop): marked in the model dir
+
+
+class Trainer:
+    """Trains ``task`` to its ``TrainConfig.steps`` under its strategy."""
+
+    def __init__(self, *, task: CaptionTask, coordinator=None, workers: int = 1,
+                 strategy_note: str | None = None) -> None:
+        """
+        Args:
+          task: model, data and checkpoints of the run.
+          coordinator: a ``ClusterCoordinator``: parameter-server training (chief only).
+          workers: worker tasks of a parameter-server cluster.
+          strategy_note: which strategy and why, for the log.
+        """
+        self.task, self.coordinator, self.workers = task, coordinator, workers
+        self.strategy_note = strategy_note or f"strategy {type(task.strategy).__name__}"
+
+    def run(self, stop: StopRequest | None = None) -> TrainResult:
+        task, cfg = self.task, self.task.train_config
+        stop = StopRequest() if stop is None else stop
+        encoder_init = self._restore_or_start()
+        start_step = task.step
+        if task.is_chief:
+            self._record_run(encoder_init)
+        replicas = task.strategy.num_replicas_in_sync
+        log.info(
+            "training to step %d: global batch %d = %d per replica × %d replica%s%s, %d steps/epoch, "
+            "images %d px, vocab %d", cfg.steps, task.batch_size, task.input_config.batch_size, replicas,
+            "" if replicas == 1 else "s",
+            f" (each of {self.workers} workers steps on its own)" if self.coordinator else "",
+            task.steps_per_epoch, task.model_config.image_size, task.model_config.vocab_size,
+        )
+        summaries = TrainSummaries(task.model_dir if task.is_chief else None)
+        runner = None
+        try:
+            runner = self._runner()
+            controller = Controller(
+                runner=runner, global_step=lambda: task.step, checkpoints=task.checkpoints,
+                save_schedule=SaveSchedule(cfg.save_every_secs, cfg.save_every_steps), stop=stop,
+                actions=[
+                    ProgressReport(summaries=summaries, optimizer=task.optimizer, every=cfg.log_every_steps,
+                                   steps=cfg.steps, encoder_optimizer=task.encoder_optimizer),
+                    WeightHistograms(summaries=summaries, model=task.model, every=cfg.histogram_every_steps),
+                ],
+                boundaries=[cfg.log_every_steps, cfg.save_every_steps, cfg.histogram_every_steps],
+            )
+            stopped_by = controller.train(cfg.steps)
+        except DataError:
+            task.checkpoints.save()  # keep the progress made before the bad record
+            raise
+        except _CLUSTER_ERRORS as exc:
+            raise cluster_failure(exc) from exc
+        finally:
+            summaries.close()
+        path = task.checkpoints.save()
+        if task.scratch is not None:
+            shutil.rmtree(task.scratch, ignore_errors=True)
+        final = task.step
+        log.info("encoder forward passes this run: %d for the feature cache, %d in training steps",
+                 task.cache_build.forward_passes if task.cache_build else 0, runner.encoder_images)
+        log.info("final checkpoint %s (step %d)%s%s", path, final,
+                 f" after {stopped_by}" if stopped_by else "",
+                 "" if task.is_chief else " — a non-chief scratch copy, deleted; the chief's is the real one")
+        # Over on its own terms (not a signal, not another worker's stop): tell evaluators.
+        finished = stopped_by is None or (stop.final and stopped_by == stop.reason)
+        if finished and task.is_chief:
+            mark_finished(task.model_dir, final, path, stopped_by or f"step {cfg.steps} reached")
+        return TrainResult(start_step, final, path, stopped_by, finished)
+
+    def _runner(self) -> SynchronousRunner | ParameterServerRunner:
+        if self.coordinator is None:
+            return SynchronousRunner(task=self.task)
+        cfg = self.task.train_config
+        return ParameterServerRunner(task=self.task, coordinator=self.coordinator, workers=self.workers,
+                                     steps_per_loop=min(cfg.log_every_steps,
+                                                        cfg.save_every_steps or cfg.log_every_steps))
+
+    def _restore_or_start(self):
+        """Restore the newest checkpoint, or load the encoder's starting weights: the load's
+        record when starting, None when resumed."""
+        task = self.task
+        encoder_init = None
+        restored = task.checkpoints.restore_latest()
+        if restored is None:
+            # Before anything is written: a bad weights file leaves the model dir untouched.
+            encoder_init = load_encoder_weights(task.model.encoder, task.inception_weights)
+            log.info("no checkpoint in %s: starting from scratch%s", task.model_dir,
+                     f", encoder from {task.inception_weights}" if encoder_init.pretrained else "")
+        else:
+            log.info("resumed from %s at step %d", task.checkpoints.restored_from, restored)
+            if task.inception_weights != NONE:
+                log.info("%s not applied: the model dir's own checkpoint carries the encoder "
+                         "(pretrained weights only initialise a new model dir)", task.inception_weights)
+        log.info("%s", task.phase)
+        log.info("%s", self.strategy_note)
+        log.info("placement: %s", placement(task.strategy, task.model.weights + task.optimizer_variables(),
+                                            self.workers if self.coordinator else None))
+        return encoder_init
+
+    def _record_run(self, encoder_init) -> None:
+        """The chief's once-per-run writes: clear the finished marker; in a new model dir, the
+        run's record, the encoder-init report and the vocabulary."""
+        task = self.task
+        task.model_dir.mkdir(parents=True, exist_ok=True)
+        if clear_finished(task.model_dir):
+            log.info("training again in %s: its finished marker is removed until this run ends",
+                     task.model_dir)
+        if encoder_init is None:
+            return
+        data = {"dir": str(task.data_dir), "builder": task.manifest.builder,
+                "vocab_size": task.manifest.vocab_size, "image_size": task.manifest.image_size}
+        run_id = write_metadata(task.model_dir, task.model_config, data, encoder_init.metadata())
+        log.info("run %s starts in %s", run_id, task.model_dir)
+        if encoder_init.pretrained:
+            (task.model_dir / ENCODER_INIT_REPORT).write_text(encoder_init.report())
+        # The vocabulary travels with the checkpoints: `showtell caption` needs no --data.
+        shutil.copyfile(task.data_dir / VOCAB, task.model_dir / VOCAB)
