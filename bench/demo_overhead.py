@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from showtell.common import processes  # noqa: E402
 from showtell.demo import TRAIN_FLAGS  # noqa: E402
 
 WINDOW = re.compile(r"step (\d+)/\d+ .* ([0-9.]+) examples/s")
@@ -42,11 +42,6 @@ def trainer_rate(log: str) -> dict:
     return {"examples_per_sec": round(examples / seconds, 2), "steps": windows[-1][0] if windows else 0}
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=300.0)
@@ -56,10 +51,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         data = tmp_path / "demo" / "data"  # the demo builds the same dataset here and keeps it
-        subprocess.run([sys.executable, "-m", "showtell", "data", "synthetic", "--out", str(data)],
+        subprocess.run([*processes.command(), "data", "synthetic", "--out", str(data)],
                        check=True, capture_output=True, cwd=ROOT, env=ENV)
 
-        alone = subprocess.run([sys.executable, "-m", "showtell", "train", "--data", str(data), "--model-dir",
+        alone = subprocess.run([*processes.command(), "train", "--data", str(data), "--model-dir",
                                 str(tmp_path / "alone"), "--max-seconds", str(args.seconds), *TRAIN_FLAGS],
                                capture_output=True, text=True, cwd=ROOT, env=ENV)
         out["alone"] = trainer_rate(alone.stderr)
@@ -68,7 +63,7 @@ def main() -> int:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         demo_log = tmp_path / "demo.log"
-        demo = subprocess.Popen([sys.executable, "-m", "showtell", "demo", "--dir", str(tmp_path / "demo"),
+        demo = subprocess.Popen([*processes.command(), "demo", "--dir", str(tmp_path / "demo"),
                                  "--seconds", str(args.seconds), "--port", str(port),
                                  "--eval-threads", str(args.eval_threads)],
                                 stdout=open(demo_log, "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
@@ -81,7 +76,7 @@ def main() -> int:
                     evaluator_pid = int(found.group(1)) if found else None
                 if evaluator_pid is not None:
                     with contextlib.suppress(OSError):  # exited (--exit-when-trained)
-                        evaluator_cpu = cpu_seconds(evaluator_pid)
+                        evaluator_cpu = processes.cpu_seconds(evaluator_pid)
                 time.sleep(1)
         except KeyboardInterrupt:
             demo.send_signal(signal.SIGINT)

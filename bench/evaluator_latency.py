@@ -32,14 +32,14 @@ from watchdog.events import FileSystemEventHandler
 from watchdog.observers import Observer
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from showtell.common import processes  # noqa: E402
 from showtell.v1 import metrics_pb2 as pb  # noqa: E402
 from showtell.v1 import metrics_pb2_grpc as pb_grpc  # noqa: E402
 
 
 def showtell(*args: str, log: Path) -> subprocess.Popen:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, "-m", "showtell", *args], stdout=open(log, "w"),
+    return subprocess.Popen([*processes.command(), *args], stdout=open(log, "w"),
                             stderr=subprocess.STDOUT, env=env, cwd=ROOT)
 
 
@@ -79,7 +79,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         data, model = tmp_path / "data", tmp_path / "model"
-        subprocess.run([sys.executable, "-m", "showtell", "data", "synthetic", "--out", str(data),
+        subprocess.run([*processes.command(), "data", "synthetic", "--out", str(data),
                         "--train", "200", "--val", "8"], check=True, capture_output=True, cwd=ROOT)
         model.mkdir()
         writes = StateWrites()

@@ -28,7 +28,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from showtell.common import processes  # noqa: E402
 from showtell.evaluator.store import Record, Store  # noqa: E402
 from showtell.v1 import metrics_pb2 as pb  # noqa: E402
 from showtell.v1 import metrics_pb2_grpc as pb_grpc  # noqa: E402
@@ -73,7 +73,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         data = tmp_path / "data"
-        subprocess.run([sys.executable, "-m", "showtell", "data", "synthetic", "--out", str(data),
+        subprocess.run([*processes.command(), "data", "synthetic", "--out", str(data),
                         "--train", "20", "--val", "4"], check=True, capture_output=True, cwd=ROOT)
         store = Store(tmp_path / "work" / "evaluations.sqlite")
         metrics = {k: 0.5 for k in ("loss", "perplexity", "exact_match", "bleu1", "bleu2", "bleu3", "bleu4",
@@ -86,7 +86,7 @@ def main() -> int:
         store.close()
         log = tmp_path / "eval.log"
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        proc = subprocess.Popen([sys.executable, "-m", "showtell", "evaluate", "--model-dir",
+        proc = subprocess.Popen([*processes.command(), "evaluate", "--model-dir",
                                  str(tmp_path / "no-model-yet"), "--data", str(data), "--work-dir",
                                  str(tmp_path / "work"), "--port", "0", "--meteor", "false"],
                                 stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)  # noqa: SIM115

@@ -18,12 +18,12 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 from showtell.captioning.config import SyntheticConfig
 from showtell.captioning.data import synthetic
+from showtell.common import processes
 
 
 def free_ports(n: int) -> list[int]:
@@ -41,7 +41,7 @@ def run_cluster(data: Path, model_dir: Path, workers: int, steps: int, batch: in
     ports = free_ports(2 + workers)
     ps, chief, worker_hosts = f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}", \
         ",".join(f"127.0.0.1:{p}" for p in ports[2:])
-    base = [sys.executable, "-m", "showtell", "train", "--data", str(data), "--model-dir", str(model_dir),
+    base = [*processes.command(), "train", "--data", str(data), "--model-dir", str(model_dir),
             "--strategy", "parameter_server", "--ps-hosts", ps, "--worker-hosts", worker_hosts,
             "--chief-host", chief, "--batch-size", str(batch), "--optimizer", "adam", "--learning-rate",
             "3e-4", "--save-every-secs", "0", "--log-every-steps", str(log_every)]

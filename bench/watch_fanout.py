@@ -27,8 +27,9 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from showtell.common import processes
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 from showtell.v1 import metrics_pb2 as pb  # noqa: E402
 from showtell.v1 import metrics_pb2_grpc as pb_grpc  # noqa: E402
 
@@ -37,16 +38,8 @@ TINY = ["--embedding-size", "32", "--lstm-units", "32", "--batch-size", "4", "--
 
 
 def showtell(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "showtell", *args], check=True, capture_output=True, cwd=ROOT,
+    subprocess.run([*processes.command(), *args], check=True, capture_output=True, cwd=ROOT,
                    env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-
-
-def process_figures(pid: int) -> dict:
-    status = Path(f"/proc/{pid}/status").read_text()
-    pairs = (line.partition(":") for line in status.splitlines())
-    field = {key: value.split()[0] for key, _, value in pairs if value.split()}
-    return {"threads": int(field["Threads"]), "fds": len(os.listdir(f"/proc/{pid}/fd")),
-            "rss_mb": round(int(field["VmRSS"]) / 1024, 1)}
 
 
 def percentiles(values: list[float]) -> dict:
@@ -70,14 +63,14 @@ async def measure(port: int, pid: int, args: argparse.Namespace, data: Path, mod
             arrivals[i] = (time.time(), evaluation)
             return
 
-    figures = {"idle": process_figures(pid)}
+    figures = {"idle": processes.figures(pid)}
     t0 = time.perf_counter()
     tasks = [asyncio.create_task(follow(i)) for i in range(args.streams)]
     for _ in range(args.streams):
         await asyncio.wait_for(ready.acquire(), 120)
     figures["open_seconds"] = round(time.perf_counter() - t0, 2)
     await asyncio.sleep(2)
-    figures["streams_open"] = process_figures(pid)
+    figures["streams_open"] = processes.figures(pid)
 
     async with grpc.aio.insecure_channel(target) as side:
         health, metrics = health_pb2_grpc.HealthStub(side), pb_grpc.MetricsStub(side)
@@ -116,7 +109,7 @@ def main() -> int:
         showtell("data", "synthetic", "--out", str(data), "--train", "40", "--val", "8", "--image-size", "75")
         showtell("train", "--data", str(data), "--model-dir", str(model), *TINY, "--steps", "2")
         log = tmp_path / "eval.log"
-        proc = subprocess.Popen([sys.executable, "-m", "showtell", "evaluate", "--model-dir", str(model),
+        proc = subprocess.Popen([*processes.command(), "evaluate", "--model-dir", str(model),
                                  "--data", str(data), "--work-dir", str(tmp_path / "work"), "--port", "0",
                                  "--meteor", "false", "--policy", "all", "--max-eval-examples", "8"],
                                 stdout=open(log, "w"), stderr=subprocess.STDOUT, cwd=ROOT,  # noqa: SIM115
@@ -133,7 +126,7 @@ def main() -> int:
             assert port, log.read_text()[-2000:]
             figures = asyncio.run(measure(port, proc.pid, args, data, model))
             time.sleep(3)
-            figures["after_close"] = process_figures(proc.pid)
+            figures["after_close"] = processes.figures(proc.pid)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)

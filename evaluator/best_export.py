@@ -15,7 +15,8 @@ from pathlib import Path
 
 from showtell.captioning.model import export
 from showtell.common.errors import ShowtellError
-from showtell.evaluator.store import LOWER_IS_BETTER, Record
+from showtell.evaluator.metric_names import LOWER_IS_BETTER
+from showtell.evaluator.store import Record
 
 log = logging.getLogger(__name__)
 

@@ -22,6 +22,7 @@ from showtell.captioning.model.modeldir import checkpoint_step, model_vocabulary
 from showtell.captioning.model.network import build_model
 from showtell.captioning.model.validation import Validator, exact_match
 from showtell.common.errors import ModelDirError
+from showtell.evaluator import metric_names as names
 from showtell.evaluator.scorers import CaptionScorer
 
 log = logging.getLogger(__name__)
@@ -90,10 +91,10 @@ class CheckpointEvaluator:
                 "the checkpoint is corrupt or from another model", partial=True)
         loss = validator.loss()
         captions = validator.captions()
-        metrics = {"loss": loss.loss, "perplexity": loss.perplexity,
-                   "exact_match": exact_match(captions, self.references)}
+        metrics = {names.LOSS: loss.loss, names.PERPLEXITY: loss.perplexity,
+                   names.EXACT_MATCH: exact_match(captions, self.references)}
         if validator.id_map is not None:  # another vocabulary: say how much of it the model lacks
-            metrics["unknown_reference_words"] = float(loss.unknown_words)
+            metrics[names.UNKNOWN_REFERENCE_WORDS] = float(loss.unknown_words)
         if self.scorer is not None:
             metrics.update(self.scorer.score(captions, self.references))
         shown = [{"image_id": i, "caption": c, "references": self.references.get(i, [])}

@@ -20,6 +20,7 @@ from pycocoevalcap.cider.cider import Cider
 from pycocoevalcap.rouge.rouge import Rouge
 
 from showtell.captioning.data.vocab import tokenize
+from showtell.evaluator import metric_names as names
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +49,12 @@ class CaptionScorer:
         res = {i: [_normalise(predictions[i]) or "<empty>"] for i in ids}
         gts = {i: [_normalise(r) for r in references[i]] for i in ids}
         bleu, _ = Bleu(4).compute_score(gts, res, verbose=0)
-        scores = {f"bleu{n}": float(b) for n, b in enumerate(bleu, 1)}
-        scores["rouge_l"] = float(Rouge().compute_score(gts, res)[0])
-        scores["cider"] = float(Cider().compute_score(gts, res)[0])
+        scores = {name: float(b) for name, b in zip(names.BLEU, bleu, strict=True)}
+        scores[names.ROUGE_L] = float(Rouge().compute_score(gts, res)[0])
+        scores[names.CIDER] = float(Cider().compute_score(gts, res)[0])
         if self._meteor is not None:
             with self._lock:
-                scores["meteor"] = float(self._meteor.compute_score(gts, res)[0])
+                scores[names.METEOR] = float(self._meteor.compute_score(gts, res)[0])
         return scores
 
     def close(self) -> None:

@@ -17,17 +17,16 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from showtell.api.client import STOPPING
+from showtell.evaluator import metric_names
 from showtell.evaluator.feed import StreamFeed
 from showtell.evaluator.runner import EvalRunner
-from showtell.evaluator.store import ALL_RUNS, LOWER_IS_BETTER, Record, Store
+from showtell.evaluator.store import ALL_RUNS, Record, Store
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 MAX_PAGE = 1000
 DEFAULT_PAGE = 100
-KNOWN_METRICS = {"loss", "perplexity", "exact_match", "bleu1", "bleu2", "bleu3", "bleu4", "rouge_l",
-                 "cider", "meteor"}
 _STATUS = {"ok": pb.Evaluation.OK, "failed": pb.Evaluation.FAILED, "skipped": pb.Evaluation.SKIPPED}
 
 
@@ -149,12 +148,12 @@ class MetricsService(pb_grpc.MetricsServicer):
         if not metric:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 "metric is required, e.g. 'cider' or 'loss'")
-        known = KNOWN_METRICS | self.store.metric_names()
+        known = metric_names.ALL | self.store.metric_names()
         if metric not in known:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"unknown metric {metric!r}; known: {', '.join(sorted(known))}")
         if request.mode == pb.GetBestRequest.MODE_UNSPECIFIED:
-            maximize = metric not in LOWER_IS_BETTER
+            maximize = metric not in metric_names.LOWER_IS_BETTER
         else:
             maximize = request.mode == pb.GetBestRequest.MAX
         record = self.store.best(metric, maximize, run=self._run(request.run_id))

@@ -50,7 +50,6 @@ DROP TABLE evaluations_v1;
 STATUSES = ("ok", "failed", "skipped")
 
 
-LOWER_IS_BETTER = frozenset({"loss", "perplexity"})  # every other metric is better when larger
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -22,6 +20,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from showtell.api.client import STOPPING, WatchFollower
+from showtell.common import processes
 from showtell.common.flags import Parser, positive_float, positive_int, setup_logging
 from showtell.v1 import metrics_pb2 as pb
 
@@ -39,13 +38,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=50051, help="evaluator gRPC port on 127.0.0.1")
     p.add_argument("--eval-examples", type=positive_int, default=100, help="validation images per evaluation")
     p.add_argument("--eval-threads", type=positive_int, default=1, help="evaluator's TensorFlow threads")
-
-
-def _start(args: list[str], log_path: Path) -> subprocess.Popen:
-    handle = open(log_path, "a")  # noqa: SIM115 - lives as long as the process
-    env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.Popen([sys.executable, "-m", "showtell", *args], stdout=handle,
-                            stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
 def _stop(proc: subprocess.Popen, name: str, timeout: float = 60.0) -> None:
@@ -95,16 +87,18 @@ def run(args: argparse.Namespace) -> int:
     base = args.dir
     data, model, work = base / "data", base / "model", base / "model-eval"
     base.mkdir(parents=True, exist_ok=True)
-    built = subprocess.run([sys.executable, "-m", "showtell", "data", "synthetic", "--out", str(data)])
+    built = subprocess.run(processes.command("data", "synthetic", "--out", str(data)))
     if built.returncode:
         return built.returncode
     target = f"127.0.0.1:{args.port}"
-    trainer = _start(["train", "--data", str(data), "--model-dir", str(model),
-                      "--max-seconds", str(args.seconds), *TRAIN_FLAGS], base / "trainer.log")
-    evaluator = _start(["evaluate", "--model-dir", str(model), "--data", str(data), "--work-dir", str(work),
-                        "--port", str(args.port), "--policy", "latest", "--meteor", "false",
-                        "--max-eval-examples", str(args.eval_examples), "--beam-size", "1",
-                        "--threads", str(args.eval_threads), "--exit-when-trained"], base / "evaluator.log")
+    trainer = processes.start(["train", "--data", str(data), "--model-dir", str(model),
+                               "--max-seconds", str(args.seconds), *TRAIN_FLAGS], base / "trainer.log")
+    evaluator = processes.start(["evaluate", "--model-dir", str(model), "--data", str(data),
+                                 "--work-dir", str(work), "--port", str(args.port), "--policy", "latest",
+                                 "--meteor", "false", "--max-eval-examples", str(args.eval_examples),
+                                 "--beam-size", "1", "--threads", str(args.eval_threads),
+                                 "--exit-when-trained"],
+                                base / "evaluator.log")
     log.info("trainer pid %d → %s (log %s)", trainer.pid, model, base / "trainer.log")
     log.info("evaluator pid %d → %s, gRPC %s (log %s)", evaluator.pid, work, target, base / "evaluator.log")
     log.info("TensorBoard: .venv/bin/tensorboard --logdir %s ; Ctrl-C stops both", base)

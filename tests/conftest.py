@@ -10,7 +10,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,28 +17,39 @@ from pathlib import Path
 import pytest
 
 from showtell.captioning.config import SyntheticConfig
+from showtell.common import processes
 
 ROOT = Path(__file__).resolve().parents[1]
 # Small decoder and batch so a CPU step takes milliseconds; 75 px is Inception's minimum.
-TINY_MODEL = ["--embedding-size", "32", "--lstm-units", "32", "--batch-size", "4",
-              "--optimizer", "adam", "--learning-rate", "0.001"]
+# The encoder stays frozen (phase 1, on the feature cache the first run builds in the session's
+# dataset): a step then traces and runs the decoder only.  Tests of the image path — the encoder
+# training, towers, clusters, phases — say --train-inception true.
+TINY_MODEL = ["--embedding-size", "32", "--lstm-units", "32", "--batch-size", "4", "--shuffle-buffer", "64",
+              "--optimizer", "adam", "--learning-rate", "0.001", "--train-inception", "false"]
 TINY_DATA = SyntheticConfig(train_images=40, val_images=8, image_size=75, seed=3, train_shards=4)
 
 
-def showtell_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "showtell", *args]
-
-
-def subprocess_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
 def run_showtell(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(showtell_cmd(*args), capture_output=True, text=True, timeout=timeout,
-                          env=subprocess_env(), cwd=ROOT)
+    return processes.run(*args, timeout=timeout, cwd=ROOT)
+
+
+@pytest.fixture
+def showtell_main(capsys):
+    """``showtell ARGS`` run in this process, as a ``CompletedProcess`` (exit code, stdout,
+    stderr): for outcomes decided inside the command, where no process boundary is under
+    test — it saves a Python start-up and a TensorFlow import per call."""
+    from showtell.cli import main
+
+    def run(*argv: str) -> subprocess.CompletedProcess:
+        capsys.readouterr()
+        try:
+            code = main(list(argv))
+        except SystemExit as exc:  # argparse's exits
+            code = exc.code if isinstance(exc.code, int) else 1
+        captured = capsys.readouterr()
+        return subprocess.CompletedProcess(["showtell", *argv], code, captured.out, captured.err)
+
+    return run
 
 
 def error_lines(stderr: str) -> list[str]:
@@ -63,8 +73,8 @@ class Procs:
 
     def start(self, *args: str, log: Path) -> subprocess.Popen:
         handle = open(log, "w")  # noqa: SIM115 - closed when the process is reaped
-        proc = subprocess.Popen(showtell_cmd(*args), stdout=handle, stderr=subprocess.STDOUT,
-                                env=subprocess_env(), cwd=ROOT, text=True)
+        proc = subprocess.Popen(processes.command(*args), stdout=handle, stderr=subprocess.STDOUT,
+                                env=processes.environment(), cwd=ROOT, text=True)
         proc.log_handle = handle  # type: ignore[attr-defined]
         self.started.append(proc)
         return proc
@@ -110,20 +120,21 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
 
 def start_evaluator(procs: Procs, model_dir: Path | str, data: Path, work_dir: Path, log: Path,
                     *extra: str, port: int = 0) -> tuple[subprocess.Popen, int]:
-    """A real evaluator service on 127.0.0.1 (``port`` 0: a free one); returns (process, port)."""
-    import re
-
+    """A real evaluator service on 127.0.0.1 (``port`` 0: a free one); returns (process, port)
+    once it accepts connections."""
+    port = port or free_ports(1)[0]
     proc = procs.start("evaluate", "--model-dir", str(model_dir), "--data", str(data),
                        "--work-dir", str(work_dir), "--host", "127.0.0.1", "--port", str(port),
                        "--meteor", "false", *extra, log=log)
 
-    def port():
+    def listening() -> bool:
         if proc.poll() is not None:
             raise AssertionError(f"evaluator exited early:\n{log.read_text()[-3000:]}")
-        found = re.search(r"on 127\.0\.0\.1:(\d+)", log.read_text())
-        return int(found.group(1)) if found else None
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", port)) == 0
 
-    return proc, wait_for(port, 120, "the evaluator to serve")
+    wait_for(listening, 120, f"the evaluator to listen on 127.0.0.1:{port}")
+    return proc, port
 
 
 @pytest.fixture(scope="session")
@@ -148,18 +159,6 @@ def train_more(data: Path, model_dir: Path, steps: int, *extra: str) -> None:
     result = run_showtell("train", "--data", str(data), "--model-dir", str(model_dir), *TINY_MODEL,
                           "--steps", str(steps), "--save-every-secs", "0", *extra)
     assert result.returncode == 0, result.stderr[-3000:]
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (``/proc/PID/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def threads_and_fds(pid: int) -> tuple[int, int]:
-    status = Path(f"/proc/{pid}/status").read_text()
-    threads = int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:")))
-    return threads, len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def metrics_stub(port: int):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from showtell.trainer.cluster import Cluster, ClusterError, check_for_strategy, from_flags, from_tf_config
-from tests.conftest import TINY_MODEL, error_lines, run_showtell
+from tests.conftest import TINY_MODEL, error_lines
 
 HOSTS = {"chief": ["10.0.0.1:2222"], "worker": ["10.0.0.2:2222", "10.0.0.3:2222"], "ps": ["10.0.0.4:2222"]}
 
@@ -82,12 +82,11 @@ def test_bad_specs_are_one_clear_line(make, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
-@pytest.mark.e2e
-def test_cli_refuses_a_bad_cluster_before_training(tiny_data: Path, tmp_path: Path):
+def test_cli_refuses_a_bad_cluster_before_training(tiny_data: Path, tmp_path: Path, showtell_main):
     started = time.monotonic()
-    result = run_showtell("train", "--data", str(tiny_data), "--model-dir", str(tmp_path / "m"), *TINY_MODEL,
-                          "--strategy", "parameter_server", "--ps-hosts", "127.0.0.1:1",
-                          "--worker-hosts", "127.0.0.1:2", "--job-name", "worker", "--task-index", "5")
+    result = showtell_main("train", "--data", str(tiny_data), "--model-dir", str(tmp_path / "m"), *TINY_MODEL,
+                           "--strategy", "parameter_server", "--ps-hosts", "127.0.0.1:1",
+                           "--worker-hosts", "127.0.0.1:2", "--job-name", "worker", "--task-index", "5")
     lines = error_lines(result.stderr)
     assert result.returncode == 1 and lines == [
         "showtell train: error: --task-index 5 is out of range: the cluster has 1 worker task(s), indices 0…0"

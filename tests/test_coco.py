@@ -196,11 +196,11 @@ def test_resume_after_an_interrupted_build_gives_identical_shards(built, layout,
     assert rerun.returncode == 0 and "already holds this COCO dataset" in rerun.stderr
 
 
-def test_bad_captions_file_is_one_line(tmp_path):
+def test_bad_captions_file_is_one_line(tmp_path, showtell_main):
     bad = tmp_path / "captions_val2014.json"
     bad.write_text('{"images": []}')
-    result = run_showtell("data", "coco", "--captions", str(bad), "--images", str(tmp_path),
-                          "--out", str(tmp_path / "out"))
+    result = showtell_main("data", "coco", "--captions", str(bad), "--images", str(tmp_path),
+                           "--out", str(tmp_path / "out"))
     lines = error_lines(result.stderr)
     assert result.returncode == 1 and len(lines) == 1
     assert "captions_val2014.json: not an MSCOCO captions file" in lines[0]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from showtell.v1 import metrics_pb2 as pb
-from tests.conftest import TINY_MODEL, error_lines, free_ports, metrics_stub, run_showtell, wait_for
+from tests.conftest import TINY_MODEL, error_lines, free_ports, metrics_stub, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -49,9 +49,9 @@ def test_trainer_stops_itself_on_the_evaluators_report(tiny_data: Path, tmp_path
     assert evaluator.poll() is None
 
 
-def test_bad_stop_condition_is_one_line(tiny_data: Path, tmp_path: Path):
-    result = run_showtell("train", "--data", str(tiny_data), "--model-dir", str(tmp_path / "m"),
-                          "--stop-when", "cider=0.9", "--evaluator", "127.0.0.1:1")
+def test_bad_stop_condition_is_one_line(tiny_data: Path, tmp_path: Path, showtell_main):
+    result = showtell_main("train", "--data", str(tiny_data), "--model-dir", str(tmp_path / "m"),
+                           "--stop-when", "cider=0.9", "--evaluator", "127.0.0.1:1")
     assert result.returncode == 2
     assert error_lines(result.stderr) == ["showtell train: error: --stop-when 'cider=0.9': expected "
                                           "METRIC>=X or METRIC<=X, e.g. 'cider>=0.9' (see --help)"]

@@ -9,21 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TINY_MODEL, error_lines, run_showtell
+from tests.conftest import error_lines, run_showtell
 
 pytestmark = pytest.mark.e2e
 
 
-def test_once_json_reports_loss_perplexity_and_captions(tiny_data: Path, tmp_path: Path):
-    model_dir = tmp_path / "model"
-    trained = run_showtell("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
-                           "--steps", "3", "--save-every-secs", "0")
-    assert trained.returncode == 0, trained.stderr[-3000:]
-    result = run_showtell("evaluate", "--once", "--json", "--model-dir", str(model_dir),
+def test_once_json_reports_loss_perplexity_and_captions(tiny_data: Path, tiny_model: Path):
+    result = run_showtell("evaluate", "--once", "--json", "--model-dir", str(tiny_model),
                           "--data", str(tiny_data), "--beam-size", "2")
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
-    assert report["step"] == 3 and report["checkpoint"].endswith("ckpt-3")
+    assert report["step"] == 4 and report["checkpoint"].endswith("ckpt-4")
     metrics = report["metrics"]
     assert math.isclose(metrics["perplexity"], math.exp(metrics["loss"]), rel_tol=1e-6)
     assert 0 < metrics["loss"] < 10 and 0.0 <= metrics["exact_match"] <= 1.0
@@ -32,9 +28,9 @@ def test_once_json_reports_loss_perplexity_and_captions(tiny_data: Path, tmp_pat
     assert report["samples"] and all(len(s["references"]) >= 3 for s in report["samples"])
 
 
-def test_once_without_checkpoint_is_one_clear_line(tiny_data: Path, tmp_path: Path):
+def test_once_without_checkpoint_is_one_clear_line(tiny_data: Path, tmp_path: Path, showtell_main):
     (tmp_path / "empty").mkdir()
-    result = run_showtell("evaluate", "--once", "--model-dir", str(tmp_path / "empty"),
+    result = showtell_main("evaluate", "--once", "--model-dir", str(tmp_path / "empty"),
                           "--data", str(tiny_data))
     lines = error_lines(result.stderr)
     assert result.returncode == 1 and len(lines) == 1

@@ -14,18 +14,17 @@ import pytest
 
 from showtell.api.client import WatchFollower
 from showtell.captioning.model.modeldir import checkpoint_step, read_state
+from showtell.common import processes
+from showtell.common.processes import cpu_seconds
 from showtell.v1 import metrics_pb2 as pb
 from tests.conftest import (
     TINY_MODEL,
     copy_model,
-    cpu_seconds,
     error_lines,
     free_ports,
     metrics_stub,
     run_showtell,
-    showtell_cmd,
     start_evaluator,
-    subprocess_env,
     train_more,
     wait_for,
 )
@@ -142,8 +141,9 @@ def test_metrics_watch_prints_every_evaluation_once_across_a_restart(
                                "--max-eval-examples", "4", port=port)
     out, err = tmp_path / "watch.out", tmp_path / "watch.err"
     with open(out, "w") as stdout, open(err, "w") as stderr:
-        watch = subprocess.Popen(showtell_cmd("metrics", "watch", "--json", "--server", f"127.0.0.1:{port}"),
-                                 stdout=stdout, stderr=stderr, env=subprocess_env(), text=True)
+        command = processes.command("metrics", "watch", "--json", "--server", f"127.0.0.1:{port}")
+        watch = subprocess.Popen(command, stdout=stdout, stderr=stderr, env=processes.environment(),
+                                 text=True)
     try:
         printed = lambda: [json.loads(line)["global_step"] for line in out.read_text().splitlines()]  # noqa: E731
         wait_for(lambda: len(printed()) == 2, 240, "the watch to print steps 2 and 4")

@@ -17,8 +17,9 @@ import tensorflow as tf
 from showtell.captioning.model.modeldir import read_model_config
 from showtell.captioning.model.network import build_model
 from showtell.captioning.weights.encoder import IMAGENET_FILE
+from showtell.common import processes
 from tests import weights_files
-from tests.conftest import ROOT, TINY_MODEL, error_lines, run_showtell, showtell_cmd, subprocess_env
+from tests.conftest import ROOT, TINY_MODEL, error_lines, run_showtell
 
 pytestmark = pytest.mark.e2e
 
@@ -109,7 +110,7 @@ def _untouched(model_dir: Path) -> bool:
 
 
 def test_bad_weights_file_is_one_line_and_writes_nothing(tiny_data: Path, pretrained: dict,
-                                                         tmp_path: Path):
+                                                         tmp_path: Path, showtell_main):
     import h5py
 
     bad = tmp_path / "bad.weights.h5"
@@ -117,8 +118,8 @@ def test_bad_weights_file_is_one_line_and_writes_nothing(tiny_data: Path, pretra
     with h5py.File(bad, "a") as f:
         del f["layers/conv2d_17/vars/0"]
     model_dir = tmp_path / "model"
-    result = run_showtell("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
-                          "--steps", "2", "--inception-weights", str(bad))
+    result = showtell_main("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
+                           "--steps", "2", "--inception-weights", str(bad))
     lines = error_lines(result.stderr)
     assert result.returncode == 1, result.stderr[-2000:]
     assert lines[-1].startswith("showtell train: error: --inception-weights ")
@@ -130,11 +131,11 @@ def test_bad_weights_file_is_one_line_and_writes_nothing(tiny_data: Path, pretra
 def test_imagenet_offline_fails_fast_with_what_to_do(tiny_data: Path, tmp_path: Path):
     import subprocess
 
-    env = {**subprocess_env(), "KERAS_HOME": str(tmp_path / "keras")}  # no cached download
+    env = {**processes.environment(), "KERAS_HOME": str(tmp_path / "keras")}  # no cached download
     model_dir = tmp_path / "model"
     started = time.monotonic()
     result = subprocess.run(
-        showtell_cmd("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
+        processes.command("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
                      "--steps", "2", "--inception-weights", "imagenet"),
         capture_output=True, text=True, timeout=240, env=env, cwd=ROOT,
     )

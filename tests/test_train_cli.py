@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from tests.conftest import TINY_MODEL, error_lines, run_showtell, wait_for
+from tests.conftest import TINY_MODEL, copy_model, error_lines, run_showtell, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -80,14 +80,14 @@ def _snapshot(directory: Path) -> dict[str, bytes]:
     return {str(p.relative_to(directory)): p.read_bytes() for p in files}
 
 
-def test_mismatches_fail_in_one_line_and_touch_nothing(tiny_data: Path, tmp_path: Path):
+def test_mismatches_fail_in_one_line_and_touch_nothing(tiny_data: Path, tiny_model: Path, tmp_path: Path,
+                                                        showtell_main):
     from showtell.captioning.config import SyntheticConfig
     from showtell.captioning.data import synthetic
 
-    model_dir = tmp_path / "model"
+    model_dir = copy_model(tiny_model, tmp_path / "model")
     base = ["train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
             "--save-every-secs", "0"]
-    assert run_showtell(*base, "--steps", "2").returncode == 0
     before = _snapshot(model_dir)
 
     other = tmp_path / "other-data"  # two images see fewer words: a smaller vocabulary
@@ -96,18 +96,30 @@ def test_mismatches_fail_in_one_line_and_touch_nothing(tiny_data: Path, tmp_path
     this_vocab = len((tiny_data / "vocab.txt").read_text().splitlines())
     assert other_vocab != this_vocab
 
+    # In a real process, as a user meets it: one line on stderr, nothing else (TensorFlow's
+    # start-up notices aside), and the model dir untouched.
+    result = run_showtell(*base, "--steps", "8", "--data", str(other))
+    lines = error_lines(result.stderr)
+    assert result.returncode == 1 and len(lines) == 1, result.stderr[-2000:]
+    assert re.search(rf"was written by a model with vocab_size {this_vocab}, this one has "
+                     rf"vocab_size {other_vocab}.*use a new --model-dir", lines[0]), lines[0]
+    assert _snapshot(model_dir) == before
+
+    # The rest in this process: the message and the untouched dir are what is under test.
     cases = [
-        (["--data", str(other)], rf"was written by a model with vocab_size {this_vocab}, this one has "
-                                 rf"vocab_size {other_vocab}.*use a new --model-dir"),
         (["--lstm-units", "16"], r"with lstm_units 32, this one has lstm_units 16"),
         (["--image-size", "99"], r"--image-size 99: the images in .* are 75 px"),
         (["--batch-size", "0"], r"argument --batch-size: must be ≥ 1 \(got 0\)"),
         (["--image-size", "60"], r"argument --image-size: must be ≥ 75"),
         (["--optimizer", "rmsprop"], r"argument --optimizer: invalid choice"),
+        (["--save-every-secs", "-1"], r"argument --save-every-secs: must be ≥ 0 \(got -1\)"),
+        (["--lstm-dropout", "1.5"], r"argument --lstm-dropout: must be in \[0, 1\) \(got 1.5\)"),
+        (["--seed", "x"], r"argument --seed: invalid int value: 'x'"),
+        (["--augment", "maybe"], r"argument --augment: expected true or false \(got maybe\)"),
         (["--data", str(tmp_path / "missing")], r"missing: data directory does not exist"),
     ]
     for extra, pattern in cases:
-        result = run_showtell(*base, "--steps", "4", *extra)
+        result = showtell_main(*base, "--steps", "8", *extra)
         lines = error_lines(result.stderr)
         assert result.returncode != 0, (extra, result.stderr[-2000:])
         assert len(lines) == 1, (extra, lines)
@@ -115,16 +127,15 @@ def test_mismatches_fail_in_one_line_and_touch_nothing(tiny_data: Path, tmp_path
         assert _snapshot(model_dir) == before, extra
 
 
-def test_corrupt_checkpoint_is_named_and_left_alone(tiny_data: Path, tmp_path: Path):
-    model_dir = tmp_path / "model"
-    base = ["train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
-            "--save-every-secs", "0"]
-    assert run_showtell(*base, "--steps", "1").returncode == 0
-    data_file = next(model_dir.glob("ckpt-1.data-*"))
+def test_corrupt_checkpoint_is_named_and_left_alone(tiny_data: Path, tiny_model: Path, tmp_path: Path,
+                                                    showtell_main):
+    model_dir = copy_model(tiny_model, tmp_path / "model")
+    data_file = next(model_dir.glob("ckpt-4.data-*"))
     data_file.write_bytes(data_file.read_bytes()[:1000])
     before = _snapshot(model_dir)
-    result = run_showtell(*base, "--steps", "3")
+    result = showtell_main("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
+                           "--save-every-secs", "0", "--steps", "6")
     lines = error_lines(result.stderr)
     assert result.returncode == 1
-    assert len(lines) == 1 and re.search(r"ckpt-1: cannot restore .*move that checkpoint aside", lines[0])
+    assert len(lines) == 1 and re.search(r"ckpt-4: cannot restore .*move that checkpoint aside", lines[0])
     assert _snapshot(model_dir) == before

@@ -16,7 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
-from tests.conftest import TINY_MODEL, error_lines, run_showtell, start_evaluator, wait_for
+from tests.conftest import error_lines, run_showtell, start_evaluator, wait_for
 from tests.pki import SERVER_NAME, make_pki
 
 pytestmark = pytest.mark.e2e
@@ -28,12 +28,8 @@ def pki(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def trained(tiny_data: Path, tmp_path_factory) -> Path:
-    model_dir = tmp_path_factory.mktemp("transport") / "model"
-    result = run_showtell("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
-                          "--steps", "2", "--save-every-secs", "0")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return model_dir
+def trained(tiny_model: Path) -> Path:
+    return tiny_model  # read only: evaluators write to their own work dirs
 
 
 def _metrics(port: int, *args: str) -> subprocess.CompletedProcess:
@@ -133,17 +129,17 @@ def test_token_without_tls(tiny_data: Path, trained: Path, pki: Path, tmp_path: 
     assert ok.returncode == 0 and "policy" in ok.stdout, ok.stderr
 
 
-def test_bad_security_flags_are_one_line(tiny_data: Path, pki: Path, tmp_path: Path):
+def test_bad_security_flags_are_one_line(tiny_data: Path, pki: Path, tmp_path: Path, showtell_main):
     common = ["evaluate", "--model-dir", str(tmp_path / "m"), "--data", str(tiny_data), "--port", "0"]
-    half = run_showtell(*common, "--tls-cert", str(pki / "server.crt"))
+    half = showtell_main(*common, "--tls-cert", str(pki / "server.crt"))
     assert "--tls-cert and --tls-key go together" in _one_error_line(half)
     garbage = tmp_path / "garbage.pem"
     garbage.write_text("not a certificate\n")
-    bad = run_showtell(*common, "--tls-cert", str(garbage), "--tls-key", str(pki / "server.key"))
+    bad = showtell_main(*common, "--tls-cert", str(garbage), "--tls-key", str(pki / "server.key"))
     line = _one_error_line(bad)
     assert f"--tls-cert {garbage}: not a PEM certificate" in line
-    missing = run_showtell(*common, "--auth-token-file", str(tmp_path / "nope"))
+    missing = showtell_main(*common, "--auth-token-file", str(tmp_path / "nope"))
     assert f"--auth-token-file {tmp_path / 'nope'}: cannot read the token" in _one_error_line(missing)
     assert not (tmp_path / "m-eval").exists()  # nothing started, nothing written
-    client = run_showtell("metrics", "latest", "--ca", str(garbage))
+    client = showtell_main("metrics", "latest", "--ca", str(garbage))
     assert f"--ca {garbage}: not a PEM CA certificate" in _one_error_line(client)

@@ -36,7 +36,7 @@ def _once(model_dir: Path, data: Path) -> dict:
 
 
 def test_another_vocabulary_order_gives_the_same_captions_and_metrics(
-        tiny_data: Path, tiny_model: Path, reordered: Path, tmp_path: Path):
+        tiny_data: Path, tiny_model: Path, reordered: Path, tmp_path: Path, showtell_main):
     ours, theirs = Vocabulary.load(tiny_data / "vocab.txt"), Vocabulary.load(reordered / "vocab.txt")
     assert set(ours.words) == set(theirs.words) and ours.words != theirs.words  # the premise
     # … and the same validation images and captions, word for word
@@ -58,7 +58,7 @@ def test_another_vocabulary_order_gives_the_same_captions_and_metrics(
     # A model dir without vocab.txt (older runs) and a dataset in another order: refused, one line.
     bare = copy_model(tiny_model, tmp_path / "bare")
     (bare / "vocab.txt").unlink()
-    result = run_showtell("evaluate", "--once", "--model-dir", str(bare), "--data", str(reordered))
+    result = showtell_main("evaluate", "--once", "--model-dir", str(bare), "--data", str(reordered))
     [line] = error_lines(result.stderr)
     assert result.returncode == 1 and "vocab.txt: missing" in line, line
     assert "differs from the training data's vocabulary (id " in line and "copy " in line

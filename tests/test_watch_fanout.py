@@ -14,9 +14,10 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from showtell.common.processes import figures
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
-from tests.conftest import copy_model, start_evaluator, threads_and_fds, train_more, wait_for
+from tests.conftest import copy_model, start_evaluator, train_more, wait_for
 
 pytestmark = pytest.mark.e2e
 STREAMS = 200
@@ -46,7 +47,7 @@ async def _exercise(port: int, model_dir: Path, data: Path, pid: int) -> dict:
     for _ in range(STREAMS):
         await asyncio.wait_for(opened.acquire(), 60)
     await asyncio.sleep(1)
-    threads_open, fds_open = threads_and_fds(pid)
+    threads_open, fds_open = _threads_and_fds(pid)
 
     # one stream too many
     extra = pb_grpc.MetricsStub(channels[0]).Watch(pb.WatchRequest(after_step=-1))
@@ -99,7 +100,7 @@ def test_200_watch_streams_cost_no_threads_and_all_get_news(tiny_data: Path, tin
 
     wait_for(steps, 240, "both checkpoints evaluated")
     time.sleep(1)
-    threads_before, fds_before = threads_and_fds(proc.pid)
+    threads_before, fds_before = _threads_and_fds(proc.pid)
 
     result = asyncio.run(_exercise(port, model_dir, tiny_data, proc.pid))
     gc.collect()  # the test's own aio calls: their connections close when they are collected
@@ -109,6 +110,11 @@ def test_200_watch_streams_cost_no_threads_and_all_get_news(tiny_data: Path, tin
     assert not wrong, wrong[:3]
     assert result["threads_open"] <= threads_before + 2  # streams are coroutines, not threads
     # gone again: same threads, same descriptors
-    wait_for(lambda: threads_and_fds(proc.pid) <= (threads_before, fds_before), 30,
-             f"threads/fds back to {threads_before}/{fds_before} (now {threads_and_fds(proc.pid)})")
+    wait_for(lambda: _threads_and_fds(proc.pid) <= (threads_before, fds_before), 30,
+             f"threads/fds back to {threads_before}/{fds_before} (now {_threads_and_fds(proc.pid)})")
     assert proc.poll() is None
+
+
+def _threads_and_fds(pid: int) -> tuple[int, int]:
+    found = figures(pid)
+    return found["threads"], found["fds"]

@@ -116,13 +116,20 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.verbose)
 
     def body() -> int:
+        from showtell.trainer.signals import StopRequest
+
+        stop = StopRequest().install()  # early: a SIGTERM during start-up still saves cleanly
+        try:
+            return _train(stop)
+        finally:
+            stop.restore()
+
+    def _train(stop) -> int:
         from showtell.trainer import strategy as strategies
         from showtell.trainer.cluster import check_for_strategy, from_flags, from_tf_config
-        from showtell.trainer.signals import StopRequest
         from showtell.trainer.task import CaptionTask
         from showtell.trainer.training import Trainer
 
-        stop = StopRequest().install()  # early: a SIGTERM during start-up still saves cleanly
         cluster = from_flags(args.ps_hosts, args.worker_hosts, args.chief_host, args.job_name,
                              args.task_index) or from_tf_config(os.environ.get("TF_CONFIG"))
         name = strategies.resolve_name(args.strategy, cluster)

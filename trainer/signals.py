@@ -22,13 +22,20 @@ class StopRequest:
         self.reason: str | None = None
         self.final = False  # True: the run ends on its own terms (time limit, early stop), not a signal
         self._deadline: tuple[float, str] | None = None
+        self._previous: dict[int, object] = {}
 
     def install(self) -> StopRequest:
         """Take over SIGTERM and SIGINT (main thread only: elsewhere Python refuses)."""
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, self._handle)
+                self._previous[sig] = signal.signal(sig, self._handle)
         return self
+
+    def restore(self) -> None:
+        """Give the signals back (``showtell train`` run in-process, e.g. by a test, leaves no trace)."""
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
 
     def time_limit(self, seconds: float | None) -> StopRequest:
         """Stop on the run's own terms ``seconds`` from now (``--max-seconds``)."""
