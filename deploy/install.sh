@@ -15,4 +15,5 @@ pip install -c /tmp/constraints.txt "$tf_package" -r /tmp/requirements.txt
 python -m grpc_tools.protoc -Iprotos --python_out=. --pyi_out=. --grpc_python_out=. \
     protos/showtell/v1/metrics.proto
 pip install --no-deps .
-python -c "import showtell.v1.metrics_pb2_grpc, showtell.trainer.cli, showtell.evaluator.cli"
+# From another directory: here ./showtell (the sources) would shadow the installed package.
+(cd / && python -c "import showtell.v1.metrics_pb2_grpc, showtell.trainer.cli, showtell.evaluator.cli")

@@ -1,4 +1,4 @@
-"""``python -m evaluator`` — the same as ``showtell evaluate``."""
+"""``python -m showtell.evaluator`` — the same as ``showtell evaluate``."""
 
 from showtell.evaluator.cli import main
 

@@ -1,4 +1,4 @@
-"""``showtell evaluate`` / ``python -m evaluator``.
+"""``showtell evaluate`` / ``python -m showtell.evaluator``.
 
 Default: the service — watch the model dir, evaluate each new checkpoint, keep the
 history, serve metrics over gRPC — until SIGTERM/SIGINT.  ``--once`` evaluates one

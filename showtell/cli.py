@@ -1,4 +1,4 @@
-"""``showtell {data,train,evaluate}`` — dispatch to each part's own CLI module.
+"""``showtell {data,train,evaluate,metrics,caption,demo}`` — dispatch to each command's own module.
 
 Subcommand modules are imported only when chosen, so ``showtell --help`` is instant and
 the trainer and evaluator packages never import each other.
@@ -17,7 +17,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 from showtell.common.flags import Parser
 
 COMMANDS = {
-    "data": ("showtell.commands.data", "build a dataset (synthetic shapes)"),
+    "data": ("showtell.commands.data", "build a dataset: the synthetic default or MSCOCO"),
     "train": ("showtell.trainer.cli", "train the model; checkpoints on a schedule"),
     "evaluate": ("showtell.evaluator.cli", "watch a model dir, evaluate each checkpoint, serve metrics"),
     "metrics": ("showtell.commands.metrics", "query an evaluator over gRPC"),

@@ -24,8 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # The encoder stays frozen (phase 1, on the feature cache the first run builds in the session's
 # dataset): a step then traces and runs the decoder only.  Tests of the image path — the encoder
 # training, towers, clusters, phases — say --train-inception true.
-TINY_MODEL = ["--embedding-size", "32", "--lstm-units", "32", "--batch-size", "4", "--shuffle-buffer", "64",
-              "--optimizer", "adam", "--learning-rate", "0.001", "--train-inception", "false"]
+TINY_SIZES = ["--embedding-size", "32", "--lstm-units", "32", "--batch-size", "4", "--shuffle-buffer", "64",
+              "--optimizer", "adam", "--learning-rate", "0.001"]
+TINY_MODEL = [*TINY_SIZES, "--train-inception", "false"]
 TINY_DATA = SyntheticConfig(train_images=40, val_images=8, image_size=75, seed=3, train_shards=4)
 
 
@@ -173,18 +174,26 @@ def metrics_stub(port: int):
 # ---------------------------------------------------------------- docker tests last, built early
 
 
+def _xdist_worker() -> bool:
+    return "PYTEST_XDIST_WORKER" in os.environ
+
+
 def pytest_collection_modifyitems(config, items) -> None:
-    """Docker-marked tests run last (stable order otherwise), so their images can build meanwhile."""
-    items.sort(key=lambda item: item.get_closest_marker("docker") is not None)
+    """Docker tests in a stable order otherwise: last in one process (their images build in the
+    background meanwhile, see below), first under xdist (their worker builds while the other
+    worker runs the rest)."""
+    items.sort(key=lambda item: (item.get_closest_marker("docker") is not None) != _xdist_worker())
 
 
 def pytest_collection_finish(session) -> None:
-    """Start the docker prebuild (niced dockerd, base image, both images) in the background when
-    a docker test is selected and an engine can be had; the test waits for it."""
+    """In one process: start the docker prebuild (niced dockerd, base image, both images) in the
+    background when a docker test is selected and an engine can be had; the test waits for it.
+    Under xdist each worker collects everything, so the docker test's own worker builds."""
     from tests import docker_engine
 
     wanted = any(item.get_closest_marker("docker") for item in session.items)
-    if wanted and not session.config.option.collectonly and docker_engine.unavailable() is None:
+    if wanted and not _xdist_worker() and not session.config.option.collectonly \
+            and docker_engine.unavailable() is None:
         docker_engine.prebuild(ROOT)
 
 

@@ -37,6 +37,9 @@ COMPOSE_FILES = {
     "cluster": ["docker-compose.yml", "deploy/compose.cluster.yml"],
     "evaluator": ["deploy/compose.evaluator.yml"],
 }
+# One worker runs this module, first (tests/conftest.py): it installs the engine's tools with
+# apt and builds the images, which must not happen twice at once.
+pytestmark = pytest.mark.xdist_group("docker")
 ENV_EXAMPLES = {"base": ".env.example", "evaluator": "deploy/evaluator.env.example"}
 _DEFAULT = re.compile(r"\$\{(SHOWTELL_\w+):-([^}]*)\}")
 _REQUIRED = re.compile(r"\$\{(SHOWTELL_\w+):\?[^}]*\}")

@@ -168,4 +168,10 @@ def test_metrics_watch_prints_every_evaluation_once_across_a_restart(
         assert "reconnecting" in err.read_text()
     finally:
         watch.send_signal(signal.SIGINT)
-        watch.wait(timeout=30)
+        try:
+            watch.wait(timeout=30)
+        except subprocess.TimeoutExpired as exc:
+            watch.kill()  # never left behind, and a Ctrl-C that does not stop it is a failure
+            watch.wait()
+            stderr = err.read_text()[-2000:]
+            raise AssertionError(f"metrics watch ignored SIGINT for 30 s:\n{stderr}") from exc

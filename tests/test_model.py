@@ -53,9 +53,13 @@ def test_overfits_one_batch_and_trains_the_encoder(tiny_data: Path):
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return loss
 
-    losses = [float(step()) for _ in range(100)]
+    losses: list[float] = []
+    for _ in range(100):  # until the loss is a tenth of where it started, at most 100 steps
+        losses.append(float(step()))
+        if losses[-1] < 0.1 * losses[0]:
+            break
     assert losses[0] > 2.0  # about log(vocab) at the start
-    assert min(losses[-5:]) < 0.1 * losses[0], losses[::10]
+    assert losses[-1] < 0.1 * losses[0], losses[::10]
     assert not np.allclose(conv.numpy(), conv_before)  # gradients reached Inception's first conv
     assert not np.allclose(model.word_embedding.embeddings.numpy(), embed_before)
 

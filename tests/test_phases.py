@@ -19,7 +19,7 @@ from showtell.captioning.model.network import build_model
 from showtell.captioning.weights.encoder import IMAGENET_FILE
 from showtell.common import processes
 from tests import weights_files
-from tests.conftest import ROOT, TINY_MODEL, error_lines, run_showtell
+from tests.conftest import ROOT, TINY_SIZES, error_lines, run_showtell
 
 pytestmark = pytest.mark.e2e
 
@@ -48,7 +48,7 @@ def step_of(checkpoint: Path) -> int:
 
 def test_frozen_phase_then_fine_tune(tiny_data: Path, pretrained: dict, tmp_path: Path):
     model_dir = tmp_path / "model"
-    common = ["train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
+    common = ["train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_SIZES,
               "--save-every-secs", "0", "--save-every-steps", "1", "--keep", "10", "--feature-cache", "false"]
     phase1 = run_showtell(*common, "--steps", "3", "--inception-weights", str(pretrained["path"]))
     assert phase1.returncode == 0, phase1.stderr[-3000:]
@@ -118,7 +118,7 @@ def test_bad_weights_file_is_one_line_and_writes_nothing(tiny_data: Path, pretra
     with h5py.File(bad, "a") as f:
         del f["layers/conv2d_17/vars/0"]
     model_dir = tmp_path / "model"
-    result = showtell_main("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
+    result = showtell_main("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_SIZES,
                            "--steps", "2", "--inception-weights", str(bad))
     lines = error_lines(result.stderr)
     assert result.returncode == 1, result.stderr[-2000:]
@@ -135,7 +135,7 @@ def test_imagenet_offline_fails_fast_with_what_to_do(tiny_data: Path, tmp_path: 
     model_dir = tmp_path / "model"
     started = time.monotonic()
     result = subprocess.run(
-        processes.command("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
+        processes.command("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_SIZES,
                      "--steps", "2", "--inception-weights", "imagenet"),
         capture_output=True, text=True, timeout=240, env=env, cwd=ROOT,
     )

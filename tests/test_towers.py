@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from tests.conftest import run_showtell
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("towers")]  # one worker: they share `single`
 
 GLOBAL_BATCH = 8
 COMMON = ["--embedding-size", "32", "--lstm-units", "32", "--optimizer", "sgd", "--steps", "1",
@@ -45,8 +45,13 @@ def max_difference(a: dict, b: dict) -> float:
     return max(float(np.max(np.abs(a[k] - b[k]))) for k in a)
 
 
-def test_mirrored_towers_average_gradients(tiny_data: Path, tmp_path: Path):
-    single = one_step(tiny_data, tmp_path / "one", 1, lr=0.5, clip=0)
+@pytest.fixture(scope="module")
+def single(tiny_data: Path, tmp_path_factory) -> dict[str, np.ndarray]:
+    """One one_device step, lr 0.5, no clip: the reference both tests compare with."""
+    return one_step(tiny_data, tmp_path_factory.mktemp("towers") / "one", 1, lr=0.5, clip=0)
+
+
+def test_mirrored_towers_average_gradients(tiny_data: Path, tmp_path: Path, single: dict):
     doubled_lr = one_step(tiny_data, tmp_path / "one-2x", 1, lr=1.0, clip=0)  # = towers that *sum* 2
     towers2 = one_step(tiny_data, tmp_path / "mirrored2", 2, lr=0.5, clip=0)
     towers4 = one_step(tiny_data, tmp_path / "mirrored4", 4, lr=0.5, clip=0)
@@ -55,9 +60,9 @@ def test_mirrored_towers_average_gradients(tiny_data: Path, tmp_path: Path):
     assert max_difference(doubled_lr, single) > 1e-2, "the step is too small to tell a sum from a mean"
 
 
-def test_clipping_sees_the_global_gradient(tiny_data: Path, tmp_path: Path):
+def test_clipping_sees_the_global_gradient(tiny_data: Path, tmp_path: Path, single: dict):
     clipped = one_step(tiny_data, tmp_path / "one", 1, lr=0.5, clip=0.05)
-    unclipped = one_step(tiny_data, tmp_path / "one-noclip", 1, lr=0.5, clip=0)
+    unclipped = single
     towers = one_step(tiny_data, tmp_path / "mirrored2", 2, lr=0.5, clip=0.05)
     assert max_difference(clipped, unclipped) > 1e-2, "the clip was not active"
     assert max_difference(towers, clipped) < 1e-5

@@ -65,7 +65,7 @@ def test_tls_and_token(tiny_data: Path, trained: Path, pki: Path, tmp_path: Path
         return result if result.returncode == 0 else None
 
     result = wait_for(latest, 180, "an evaluation over TLS with the token", interval=1)
-    assert '"global_step": "2"' in result.stdout and '"status": "OK"' in result.stdout, result.stdout
+    assert '"global_step": "4"' in result.stdout and '"status": "OK"' in result.stdout, result.stdout
 
     # no token → UNAUTHENTICATED, for unary calls and for the Watch stream
     with _tls_channel(port, pki) as channel:

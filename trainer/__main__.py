@@ -1,4 +1,4 @@
-"""``python -m trainer`` — the same as ``showtell train``."""
+"""``python -m showtell.trainer`` — the same as ``showtell train``."""
 
 from showtell.trainer.cli import main
 
