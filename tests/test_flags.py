@@ -1,0 +1,63 @@
+"""``showtell train``'s configuration flags come from the config dataclasses: each option is
+written once (``showtell.captioning.config``), and flags and configs agree both ways."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from showtell.captioning.config import CacheConfig, InputConfig, ModelConfig, OptimizerConfig, TrainConfig
+from showtell.common.flags import Parser, config_flags
+from showtell.trainer import cli
+
+
+@pytest.fixture
+def parser() -> Parser:
+    p = Parser(prog="showtell train")
+    cli.add_arguments(p)
+    return p
+
+
+def test_unset_flags_give_the_dataclass_defaults(parser):
+    built = cli.configs(parser.parse_args(["--data", "d", "--model-dir", "m"]))
+    assert built == {"train": TrainConfig(), "input_config": InputConfig(seed=TrainConfig().seed),
+                     "model": ModelConfig(), "optimizer": OptimizerConfig(), "cache": CacheConfig()}
+
+
+def test_each_flag_sets_exactly_its_field(parser):
+    built = cli.configs(parser.parse_args([
+        "--data", "d", "--model-dir", "m", "--lstm-units", "7", "--save-every-secs", "0", "--cache-dir", "/c",
+        "--optimizer", "adam", "--deterministic-input", "--feature-cache", "false", "--seed", "5"]))
+    assert built["model"] == dataclasses.replace(ModelConfig(), lstm_units=7)
+    assert built["train"] == dataclasses.replace(TrainConfig(), save_every_secs=None, seed=5)
+    assert built["cache"] == CacheConfig(root="/c", enabled=False)
+    assert built["optimizer"] == OptimizerConfig(name="adam")
+    assert built["input_config"] == InputConfig(deterministic=True, seed=5)
+
+
+def _help_entries(parser) -> dict[str, str]:
+    """Flag → its help text, as ``--help`` prints it (whitespace normalised)."""
+    entries, flag = {}, None
+    for line in parser.format_help().splitlines():
+        stripped = line.strip()
+        if stripped.startswith("--"):
+            flag = stripped.split()[0].rstrip(",")
+            entries[flag] = stripped
+        elif flag and line.startswith(" " * 10):
+            entries[flag] += " " + stripped
+        else:
+            flag = None
+    return entries
+
+
+def test_every_option_field_is_in_the_help_with_its_default(parser):
+    entries = _help_entries(parser)
+    for config in cli.CONFIGS:
+        for field, flag in config_flags(config):
+            assert flag in entries, flag
+            if field.default is not None and field.metadata["argparse"].get("action") != "store_true":
+                value = field.default
+                shown = str(value).lower() if isinstance(value, bool) else \
+                    f"{value:g}" if isinstance(value, float) else str(value)
+                assert entries[flag].endswith(f"(default {shown})"), entries[flag]
