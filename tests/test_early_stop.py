@@ -21,8 +21,8 @@ def test_trainer_stops_itself_on_the_evaluators_report(tiny_data: Path, tmp_path
     model_dir = tmp_path / "model"
     trainer_log = tmp_path / "train.log"
     trainer = procs.start("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
-                          "--steps", "100000", "--save-every-secs", "0", "--save-every-steps", "25",
-                          "--log-every-steps", "25", "--stop-when", "loss<=100", "--patience", "2",
+                          "--steps", "100000", "--save-every-secs", "0", "--save-every-steps", "200",
+                          "--log-every-steps", "100", "--stop-when", "loss<=100", "--patience", "2",
                           "--evaluator", f"127.0.0.1:{port}", log=trainer_log)
     # Evaluator down: the trainer says so, keeps training, keeps retrying.
     wait_for(lambda: "unreachable" in (t := trainer_log.read_text()) and "saved checkpoint" in t, 180,

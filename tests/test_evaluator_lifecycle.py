@@ -167,11 +167,14 @@ def test_metrics_watch_prints_every_evaluation_once_across_a_restart(
         assert watch.poll() is None  # still following
         assert "reconnecting" in err.read_text()
     finally:
-        watch.send_signal(signal.SIGINT)
+        # SIGTERM, not SIGINT: a child of a background job (as `make test &` or some CI runners
+        # start us) inherits an ignored SIGINT.
+        watch.send_signal(signal.SIGTERM)
         try:
-            watch.wait(timeout=30)
+            code = watch.wait(timeout=30)
         except subprocess.TimeoutExpired as exc:
-            watch.kill()  # never left behind, and a Ctrl-C that does not stop it is a failure
+            watch.kill()  # never left behind, and a SIGTERM that does not stop it is a failure
             watch.wait()
             stderr = err.read_text()[-2000:]
-            raise AssertionError(f"metrics watch ignored SIGINT for 30 s:\n{stderr}") from exc
+            raise AssertionError(f"metrics watch ignored SIGTERM for 30 s:\n{stderr}") from exc
+        assert code == 0, err.read_text()[-2000:]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from datetime import datetime
 
@@ -134,6 +135,10 @@ def watch(args: argparse.Namespace, security: ClientSecurity) -> None:
                              on_retry=on_retry)
     if args.run and args.run != "all":
         follower.last_run = args.run
+    # SIGTERM (a supervisor, or `kill`): end the stream and exit 0.  Ctrl-C stays Python's
+    # KeyboardInterrupt (exit 130) — where the shell has not made this a background job that
+    # ignores SIGINT; SIGTERM stops it either way.
+    signal.signal(signal.SIGTERM, lambda signum, frame: follower.close())
     for evaluation in follower:
         _emit(evaluation, args.json)
 
