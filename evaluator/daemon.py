@@ -39,7 +39,7 @@ async def _serve(args: argparse.Namespace, work_dir: Path, security: LoadedSecur
     evaluator = CheckpointEvaluator(model_dir, args.data, args.max_eval_examples, args.beam_size)
     work_dir.mkdir(parents=True, exist_ok=True)
     store = Store(work_dir / "evaluations.sqlite")
-    summaries = EvalSummaries(str(work_dir / "eval"))
+    summaries = EvalSummaries(str(work_dir / "eval"), evaluator.files)
     exporter = BestExport.parse(args.export_best, work_dir) if args.export_best else None
     finish = Finish(args.until_step, args.max_evaluations, args.exit_when_trained)
     runner = EvalRunner(model_dir=model_dir, evaluator=evaluator, store=store, work_dir=work_dir,

@@ -1,4 +1,4 @@
-"""``showtell {data,train,evaluate,metrics,caption,demo}`` — dispatch to each command's own module.
+"""``showtell {data,pretrain,train,evaluate,metrics,caption,demo}`` — dispatch to each command's own module.
 
 Subcommand modules are imported only when chosen, so ``showtell --help`` is instant and
 the trainer and evaluator packages never import each other.
@@ -18,6 +18,7 @@ from showtell.common.flags import Parser
 
 COMMANDS = {
     "data": ("showtell.commands.data", "build a dataset: the synthetic default or MSCOCO"),
+    "pretrain": ("showtell.commands.pretrain", "pretrain the encoder on the synthetic scenes' labels"),
     "train": ("showtell.trainer.cli", "train the model; checkpoints on a schedule"),
     "evaluate": ("showtell.evaluator.cli", "watch a model dir, evaluate each checkpoint, serve metrics"),
     "metrics": ("showtell.commands.metrics", "query an evaluator over gRPC"),

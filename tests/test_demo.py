@@ -1,8 +1,12 @@
-"""``showtell demo`` (what ``make demo`` runs): both services start, and an interrupt stops both."""
+"""``showtell demo`` (what ``make demo`` runs): the recipe's phases in order — pretraining the encoder,
+phase 1 on its frozen features, phase 2 fine-tuning — beside the evaluator; an interrupt stops all."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -13,7 +17,6 @@ from tests.conftest import free_ports, wait_for
 pytestmark = pytest.mark.e2e
 
 
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -22,18 +25,44 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def test_demo_starts_both_and_sigint_stops_both(tmp_path: Path, procs):
-    import re
+def _children(log: Path) -> list[int]:
+    return [int(p) for p in re.findall(r"(?:pretrain|trainer|evaluator) pid (\d+)", log.read_text())]
 
-    log = tmp_path / "demo.log"
-    demo = procs.start("demo", "--dir", str(tmp_path / "demo"), "--seconds", "600", "--port",
-                       str(free_ports()[0]), log=log)
-    pids = wait_for(lambda: re.findall(r"(?:trainer|evaluator) pid (\d+)", log.read_text()), 120,
-                    "both services to start")
-    children = [int(p) for p in pids]
-    trainer_log = tmp_path / "demo" / "trainer.log"
-    wait_for(lambda: trainer_log.exists() and "first step" in trainer_log.read_text(), 240,
-             "the trainer's first step")
+
+def test_demo_runs_the_recipe_phase_by_phase(tmp_path: Path, procs):
+    log, base = tmp_path / "demo.log", tmp_path / "demo"
+    demo = procs.start("demo", "--dir", str(base), "--seconds", "40", "--phases", "0.3,0.4,0.3",
+                       "--train-images", "120", "--eval-examples", "8", "--port", str(free_ports()[0]),
+                       log=log)
+    assert demo.wait(timeout=600) == 0, log.read_text()[-4000:]
+    text = log.read_text()
+    assert not [pid for pid in _children(log) if _alive(pid)]
+    phases = re.findall(r"\[phase\] (pretraining|phase 1|phase 2)", text)
+    assert phases == ["pretraining", "phase 1", "phase 2"], text[-3000:]
+
+    encoder = base / "encoder.weights.h5"
+    record = json.loads((base / "model" / "showtell-model.json").read_text())["encoder_init"]
+    assert record["sha256"] == hashlib.sha256(encoder.read_bytes()).hexdigest()
+    trainer = (base / "trainer.log").read_text()
+    assert "encoder frozen: pretrained encoder, phase 1" in trainer
+    assert "feature cache:" in trainer and "encoder trains: --train-inception true" in trainer  # phase 2
+    assert re.search(r"resumed from \S+ckpt-\d+ at step \d+", trainer)
+    finished = json.loads((base / "model" / "showtell-finished.json").read_text())
+    evaluated = [int(s) for s in re.findall(r"\[evaluation\] step\s+(\d+)", text)]
+    assert evaluated and evaluated[-1] == finished["step"], text[-3000:]  # phase 2's last checkpoint
+    assert "[summary] exact match by step:" in text
+    assert "held-out accuracy" in (base / "pretrain.log").read_text()
+
+
+def test_demo_sigint_stops_every_child_and_keeps_what_they_wrote(tmp_path: Path, procs):
+    log, base = tmp_path / "demo.log", tmp_path / "demo"
+    demo = procs.start("demo", "--dir", str(base), "--seconds", "600", "--train-images", "120",
+                       "--port", str(free_ports()[0]), log=log)
+    wait_for(lambda: len(_children(log)) == 2, 120, "the evaluator and the pretraining to start")
+    children = _children(log)
+    pretrain_log = base / "pretrain.log"
+    wait_for(lambda: pretrain_log.exists() and "pretrain step 1:" in pretrain_log.read_text(), 300,
+             "pretraining's first step")
     try:
         demo.send_signal(signal.SIGINT)
         assert demo.wait(timeout=120) == 130
@@ -42,5 +71,7 @@ def test_demo_starts_both_and_sigint_stops_both(tmp_path: Path, procs):
         for pid in children:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
-    assert re.search(r"final checkpoint \S+ckpt-\d+ \(step \d+\) after SIGTERM", trainer_log.read_text())
-    assert "SIGTERM received: stopping" in (tmp_path / "demo" / "evaluator.log").read_text()
+    # pretraining stopped early but saved its encoder whole; the evaluator stopped cleanly
+    assert "SIGTERM received: ending pretraining and saving the encoder" in pretrain_log.read_text()
+    assert (base / "encoder.weights.h5").is_file()
+    assert "SIGTERM received: stopping" in (base / "evaluator.log").read_text()

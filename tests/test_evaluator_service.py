@@ -8,10 +8,13 @@ import threading
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
+import tensorflow as tf
 
+from showtell.evaluator import sample_images
 from showtell.v1 import metrics_pb2 as pb
-from tests.conftest import TINY_MODEL, metrics_stub, run_showtell, start_evaluator, wait_for
+from tests.conftest import TINY_DATA, TINY_MODEL, metrics_stub, run_showtell, start_evaluator, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -93,6 +96,31 @@ def test_policy_all_evaluates_every_checkpoint_once_in_order_and_streams_live(
     # the evaluator wrote nothing into the trainer's directory
     assert not (model_dir / "eval").exists() and not list(model_dir.glob("*.sqlite*"))
     channel.close()
+    # TensorBoard: every shown sample is a picture — the image with its caption — at every step
+    pictures = _summary_images(tmp_path / "work" / "eval")
+    ids = [s.image_id for s in records[0].samples]
+    assert ids and set(pictures) == {f"samples/image_{i}" for i in ids}
+    expected = sample_images.panel_size(TINY_DATA.image_size, TINY_DATA.image_size)
+    for tag, by_step in pictures.items():
+        assert sorted(by_step) == [2, 4, 6], tag
+        assert all(image.shape == (*expected, 3) for image in by_step.values()), tag
+        band = by_step[6][-sample_images.band_height():]
+        assert (band < 100).any() and (band == 255).mean() > 0.5, "the caption band holds dark text on white"
+
+
+def _summary_images(logdir: Path) -> dict[str, dict[int, np.ndarray]]:
+    """tag → step → decoded image, from the event files TensorBoard reads."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(logdir), size_guidance={"tensors": 0})
+    events.Reload()
+    found: dict[str, dict[int, np.ndarray]] = {}
+    for tag in events.Tags()["tensors"]:
+        if tag.startswith("samples/image_"):
+            for event in events.Tensors(tag):
+                encoded = tf.make_ndarray(event.tensor_proto)  # [width, height, png]
+                found.setdefault(tag, {})[event.step] = tf.io.decode_png(encoded[2]).numpy()
+    return found
 
 
 def test_sigkill_mid_evaluation_loses_and_repeats_nothing(tiny_data: Path, tmp_path: Path, procs):

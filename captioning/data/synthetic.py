@@ -172,6 +172,35 @@ def captions(scene: Scene) -> list[str]:
     return refs
 
 
+# What the generator knows about a scene, as classification targets: the stand-in for ImageNet's
+# labels when ``showtell pretrain`` makes the demo's "pretrained" encoder.  Shapes are taken in
+# caption order; class 0 of each shape head means "no such shape".
+MAX_SHAPES = 3
+LABEL_HEADS: dict[str, tuple[str, ...]] = {
+    "layout": LAYOUTS,
+    **{f"shape{i}_{attr}": ("none", *values) for i in range(1, MAX_SHAPES + 1)
+       for attr, values in (("colour", tuple(COLOURS)), ("kind", KINDS), ("size", tuple(SIZES)))},
+}
+
+
+def scene_labels(scene: Scene) -> dict[str, int]:
+    """The class index of every ``LABEL_HEADS`` head for ``scene``."""
+    labels = {"layout": LAYOUTS.index(scene.layout)}
+    shapes = _ordered(scene)
+    for i in range(1, MAX_SHAPES + 1):
+        shape = shapes[i - 1] if i <= len(shapes) else None
+        for attr in ("colour", "kind", "size"):
+            head = f"shape{i}_{attr}"
+            labels[head] = 0 if shape is None else LABEL_HEADS[head].index(getattr(shape, attr))
+    return labels
+
+
+def split_index(image_id_: int) -> tuple[str, int]:
+    """Inverse of ``image_id``."""
+    code, index = divmod(int(image_id_), _ID_OFFSET)
+    return {v: k for k, v in _SPLIT_CODE.items()}[code], index
+
+
 def encode_png(image: np.ndarray) -> bytes:
     import tensorflow as tf
 

@@ -1,0 +1,49 @@
+"""``showtell pretrain`` — an encoder pretrained on the synthetic scenes' labels, for
+``showtell train --inception-weights`` (the offline stand-in for ImageNet weights)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from showtell.common.flags import (
+    positive_float,
+    positive_int,
+    quiet_tensorflow,
+    run_command,
+    setup_logging,
+)
+
+PROG = "showtell pretrain"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", type=Path, required=True, help="a synthetic dataset (`showtell data synthetic`)")
+    p.add_argument("--out", type=Path, required=True, help="the weights file to write (*.weights.h5)")
+    p.add_argument("--seconds", type=positive_float, help="stop after this many seconds")
+    p.add_argument("--steps", type=positive_int, help="stop after this many steps")
+    p.add_argument("--batch-size", type=positive_int, default=32, help="images per step (default 32)")
+    p.add_argument("--learning-rate", type=positive_float, default=1e-3, help="Adam's rate (default 0.001)")
+    p.add_argument("--seed", type=int, default=0, help="initialisation and order seed (default 0)")
+
+
+def run(args: argparse.Namespace) -> int:
+    quiet_tensorflow()
+    setup_logging()
+
+    def body() -> int:
+        from showtell.trainer.pretrain import pretrain
+
+        pretrain(data=args.data, out=args.out, seconds=args.seconds, steps=args.steps,
+                 batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed)
+        return 0
+
+    return run_command(PROG, body)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from showtell.common.flags import Parser
+
+    parser = Parser(prog=PROG, description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

@@ -1,0 +1,91 @@
+"""``showtell pretrain``: Inception v3 trained on the synthetic train split's scene labels, written
+as an ordinary weights file that the real ``--inception-weights`` path loads."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from showtell.captioning.data import synthetic
+from showtell.captioning.model.modeldir import read_model_config
+from showtell.captioning.model.network import build_encoder, build_model
+from showtell.captioning.weights.encoder import load_encoder_weights
+from tests.conftest import TINY_DATA, TINY_SIZES, error_lines
+
+
+def test_scene_labels_name_the_shapes_in_caption_order():
+    for index in range(60):
+        scene = synthetic.make_scene(5, "train", index, 75)
+        labels = synthetic.scene_labels(scene)
+        named = [(synthetic.LABEL_HEADS[f"shape{i}_size"][labels[f"shape{i}_size"]],
+                  synthetic.LABEL_HEADS[f"shape{i}_colour"][labels[f"shape{i}_colour"]],
+                  synthetic.LABEL_HEADS[f"shape{i}_kind"][labels[f"shape{i}_kind"]])
+                 for i in range(1, synthetic.MAX_SHAPES + 1)]
+        present = [n for n in named if n != ("none", "none", "none")]
+        assert "none" not in {w for n in present for w in n}, named  # no half-absent shape
+        words = synthetic.captions(scene)[0].split()  # "a small red circle left of a large …"
+        phrases = [tuple(words[i + 1:i + 4]) for i, w in enumerate(words) if w == "a"]
+        assert present == phrases, (named, words)
+        assert synthetic.LAYOUTS[labels["layout"]] == scene.layout
+        assert synthetic.split_index(synthetic.image_id("train", index)) == ("train", index)
+
+
+@pytest.fixture(scope="module")
+def encoder_file(tiny_data: Path, tmp_path_factory) -> Path:
+    from showtell.trainer.pretrain import pretrain
+
+    out = tmp_path_factory.mktemp("pretrained") / "encoder.weights.h5"
+    result = pretrain(data=tiny_data, out=out, steps=3, batch_size=4, report_every=2)
+    assert result.steps == 3 and set(result.accuracy) == set(synthetic.LABEL_HEADS)
+    assert all(0.0 <= a <= 1.0 for a in result.accuracy.values())
+    return out
+
+
+def test_pretrained_encoder_is_a_weights_file_the_trainer_loads(encoder_file: Path, tiny_data: Path,
+                                                                 tmp_path: Path, showtell_main):
+    assert [p.name for p in encoder_file.parent.iterdir()] == [encoder_file.name]  # no temporary left
+    fresh = build_encoder(TINY_DATA.image_size)
+    init = load_encoder_weights(fresh, str(encoder_file))
+    assert init.kind == "keras-weights-h5" and len(init.loaded) == len(fresh.weights) and not init.ignored
+    untrained = build_encoder(TINY_DATA.image_size)  # pretraining moved the weights off their init
+    moved = [not np.allclose(a.numpy(), b.numpy())
+             for a, b in zip(fresh.weights, untrained.weights, strict=True)]
+    assert sum(moved) > len(moved) // 2
+
+    model_dir = tmp_path / "model"
+    trained = showtell_main("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_SIZES,
+                            "--steps", "1", "--inception-weights", str(encoder_file))
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    model = build_model(read_model_config(model_dir))  # phase 1: the encoder is the file's, frozen
+    tf.train.Checkpoint(model=model).restore(str(model_dir / "ckpt-1")).expect_partial()
+    for got, want in zip(model.encoder.weights, fresh.weights, strict=True):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    record = json.loads((model_dir / "showtell-model.json").read_text())["encoder_init"]
+    assert record["sha256"] == hashlib.sha256(encoder_file.read_bytes()).hexdigest()
+    assert record["kind"] == "keras-weights-h5" and record["tensors"] == len(fresh.weights)
+
+
+def test_bad_pretrain_flags_and_data_are_one_line(tiny_data: Path, tmp_path: Path, showtell_main):
+    def error(*argv: str) -> str:
+        result = showtell_main("pretrain", *argv)
+        assert result.returncode != 0
+        return error_lines(result.stderr)[-1]
+
+    out = str(tmp_path / "encoder.weights.h5")
+    assert "--out" in error("--data", str(tiny_data), "--out", str(tmp_path / "encoder.h5"), "--steps", "1")
+    assert "give --seconds or --steps" in error("--data", str(tiny_data), "--out", out)
+    coco = tmp_path / "coco"
+    shutil.copytree(tiny_data, coco)
+    manifest = json.loads((coco / "dataset.json").read_text())
+    (coco / "dataset.json").write_text(json.dumps({**manifest, "builder": "coco"}))
+    line = error("--data", str(coco), "--out", out, "--steps", "1")
+    assert line.startswith("showtell pretrain: error: --data ") and "no scene labels" in line
+    assert "--inception-weights imagenet" in line
+    assert "does not exist" in error("--data", str(tmp_path / "nowhere"), "--out", out, "--steps", "1")
+    assert not (tmp_path / "encoder.weights.h5").exists()

@@ -1,0 +1,184 @@
+"""Make a "pretrained" Inception v3 where no ImageNet weights can be downloaded.
+
+Show and Tell starts from an encoder pretrained on classification; offline, the synthetic
+dataset's generator knows every scene's labels (layout; each shape's colour, kind and size, in
+caption order), so Inception v3 is trained to classify those on the **train split** (the last
+tenth of it held out to report accuracy; no validation image is read) and saved as an ordinary
+Keras ``.weights.h5`` file — the file ``showtell train --inception-weights`` loads like any
+other.  The demo runs this first, then the two phases of the real recipe.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from showtell.captioning.config import InputConfig
+from showtell.captioning.data import synthetic
+from showtell.captioning.data.inputs import eval_images, preprocess_image
+from showtell.captioning.data.manifest import load_dataset
+from showtell.captioning.data.records import shard_files
+from showtell.captioning.model.network import build_encoder
+from showtell.common.errors import DataError, ShowtellError
+from showtell.trainer.signals import StopRequest
+
+log = logging.getLogger(__name__)
+HELD_OUT = 0.1  # of the train split, to report accuracy on images the encoder did not fit
+
+
+@dataclass(frozen=True)
+class PretrainResult:
+    steps: int
+    seconds: float
+    accuracy: dict[str, float]  # per head, held-out train images, inference mode (BN statistics)
+    path: Path
+
+
+def _train_images(data: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Every train image once ([0, 1] floats, as stored) and its scene labels per head."""
+    manifest, _ = load_dataset(data)
+    if manifest.builder != synthetic.BUILDER:
+        raise DataError(f"--data {data}: a {manifest.builder} dataset has no scene labels to pretrain "
+                        "on; pretraining is for the synthetic dataset (for COCO pass "
+                        "--inception-weights imagenet or a file)")
+    seed = manifest.source["config"]["seed"]
+    size = manifest.image_size
+    images, ids = [], []
+    # eval_images yields each image once, resized only (to its own size here: a no-op).
+    for batch in eval_images(shard_files(data, "train"), size, 256):
+        images.append((batch["image"].numpy() + 1.0) / 2.0)
+        ids.extend(batch["image_id"].numpy().tolist())
+    labels: dict[str, list[int]] = {head: [] for head in synthetic.LABEL_HEADS}
+    for image_id in ids:
+        split, index = synthetic.split_index(image_id)
+        if split != "train":
+            raise DataError(f"--data {data}: image {image_id} in the train shards is not a train image; "
+                            "rebuild the dataset")
+        for head, value in synthetic.scene_labels(synthetic.make_scene(seed, split, index, size)).items():
+            labels[head].append(value)
+    return np.concatenate(images), {head: np.asarray(v, np.int32) for head, v in labels.items()}
+
+
+def _classifier(image_size: int) -> tuple[keras.Model, keras.Model]:
+    """Inception v3 (BN momentum 0.9: its statistics must keep up with weights moving from
+    random init) with one softmax head per label."""
+    encoder = build_encoder(image_size, bn_momentum=0.9)
+    features = encoder.output
+    heads = {head: keras.layers.Dense(len(classes), name=head)(features)
+             for head, classes in synthetic.LABEL_HEADS.items()}
+    return encoder, keras.Model(encoder.input, heads)
+
+
+def pretrain(*, data: Path, out: Path, seconds: float | None = None, steps: int | None = None,
+             batch_size: int = 32, learning_rate: float = 1e-3, seed: int = 0,
+             report_every: int = 100) -> PretrainResult:
+    """Train the encoder on ``data``'s scene labels until ``steps`` or ``seconds``; write ``out``.
+
+    Args:
+      data: a synthetic dataset directory (``showtell data synthetic``).
+      out: the weights file to write (``*.weights.h5``); written whole or not at all.
+      seconds: stop after this long (SIGTERM/SIGINT also stop early and still save).
+      steps: stop after this many steps.
+      batch_size: images per step.
+      learning_rate: Adam's rate.
+      seed: initialisation, order and augmentation seed.
+      report_every: log the loss and held-out accuracy every this many steps.
+    """
+    if not out.name.endswith(".weights.h5"):
+        raise ShowtellError(f"--out {out}: the file name must end in .weights.h5 (Keras' weights format)")
+    if seconds is None and steps is None:
+        raise ShowtellError("give --seconds or --steps: how long to pretrain")
+    stop = StopRequest()
+    stop.action = "ending pretraining and saving the encoder"
+    stop.install()
+    try:
+        return _pretrain(data, out, stop.time_limit(seconds), seconds, steps, batch_size, learning_rate,
+                         seed, report_every)
+    finally:
+        stop.restore()
+
+
+def _pretrain(data: Path, out: Path, stop: StopRequest, seconds: float | None, steps: int | None,
+              batch_size: int, learning_rate: float, seed: int, report_every: int) -> PretrainResult:
+    keras.utils.set_random_seed(seed)
+    images, labels = _train_images(data)
+    n_fit = round(len(images) * (1 - HELD_OUT))
+    log.info("pretraining on %d train images (%d held out) for %s", n_fit, len(images) - n_fit,
+             f"{steps} steps" if seconds is None else f"{seconds:.0f} s" if steps is None
+             else f"{steps} steps or {seconds:.0f} s")
+    size = images.shape[1]
+    encoder, model = _classifier(size)
+    config = InputConfig(seed=seed)
+    fit = tf.data.Dataset.from_tensor_slices((images[:n_fit], {h: v[:n_fit] for h, v in labels.items()}))
+    fit = (fit.shuffle(n_fit, seed=seed).repeat()
+           .map(lambda image, y: (preprocess_image(image, size, True, config), y),
+                num_parallel_calls=tf.data.AUTOTUNE)
+           .batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE))
+    optimizer = keras.optimizers.Adam(learning_rate)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    @tf.function
+    def train_step(x, y):
+        with tf.GradientTape() as tape:
+            outputs = model(x, training=True)
+            loss = tf.add_n([loss_fn(y[h], outputs[h]) for h in synthetic.LABEL_HEADS])
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
+
+    start, step, loss = time.monotonic(), 0, float("nan")
+    for x, y in fit:
+        loss = float(train_step(x, y))
+        step += 1
+        if step == 1 or step % report_every == 0:
+            held_out = _accuracy(model, images[n_fit:], {h: v[n_fit:] for h, v in labels.items()}, size,
+                                 config)
+            log.info("pretrain step %d: loss %.3f, %.1f images/s, held-out accuracy %s", step, loss,
+                     step * batch_size / (time.monotonic() - start), _format(held_out))
+        if (steps is not None and step >= steps) or stop:
+            break
+    elapsed = time.monotonic() - start
+    accuracy = _accuracy(model, images[n_fit:], {h: v[n_fit:] for h, v in labels.items()}, size, config)
+    log.info("pretrained %d steps in %.0f s (loss %.3f); held-out accuracy: %s", step, elapsed, loss,
+             _format(accuracy))
+    _save(encoder, out)
+    return PretrainResult(steps=step, seconds=elapsed, accuracy=accuracy, path=out)
+
+
+def _accuracy(model: keras.Model, images: np.ndarray, labels: dict[str, np.ndarray], size: int,
+              config: InputConfig) -> dict[str, float]:
+    """Per-head accuracy in inference mode — the mode a frozen encoder runs in."""
+    if not len(images):
+        return {}
+    plain = tf.data.Dataset.from_tensor_slices(images).map(
+        lambda image: preprocess_image(image, size, False, config)).batch(128)
+    outputs = [model(x, training=False) for x in plain]
+    return {h: float(np.mean(np.concatenate([o[h].numpy().argmax(-1) for o in outputs]) == labels[h]))
+            for h in synthetic.LABEL_HEADS}
+
+
+def _format(accuracy: dict[str, float]) -> str:
+    return ", ".join(f"{h} {a:.2f}" for h, a in accuracy.items())
+
+
+def _save(encoder: keras.Model, out: Path) -> None:
+    """Only the encoder (no heads), through a temporary sibling and a rename."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name[:-len('.weights.h5')]}.tmp-{os.getpid()}.weights.h5")
+        try:
+            encoder.save_weights(str(tmp))
+            os.replace(tmp, out)
+        finally:
+            tmp.unlink(missing_ok=True)
+    except OSError as exc:
+        raise ShowtellError(f"--out {out}: cannot write it ({exc.strerror or exc}); choose a writable "
+                            "path with free space") from exc
+    log.info("wrote the pretrained encoder to %s (load it with --inception-weights %s)", out, out)
