@@ -12,7 +12,7 @@ DEMO_SECONDS ?= 600
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev]"
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[cpu,dev]"
 	$(BIN)/pip check
 	touch $(STAMP)
 

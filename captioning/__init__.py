@@ -2,3 +2,7 @@
 
 Both services (``trainer`` and ``evaluator``) import this package; it imports neither.
 """
+
+from showtell.common.errors import require_tensorflow
+
+require_tensorflow()

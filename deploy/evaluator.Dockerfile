@@ -2,12 +2,12 @@
 # enough) and the dataset's validation split; serves metrics over gRPC on port 50051.
 #   docker build -f deploy/evaluator.Dockerfile -t showtell-evaluator .
 ARG BASE_IMAGE=python:3.11-slim
-ARG TF_PACKAGE="tensorflow-cpu==2.21.*"
+ARG EXTRA=cpu
 FROM ${BASE_IMAGE}
 # Declared before FROM (its default) and here without a value: the layers up to the install
 # step are then the same in both Dockerfiles, so one image's build cache serves the other
-# when both get the same TF_PACKAGE.
-ARG TF_PACKAGE
+# when both get the same EXTRA.
+ARG EXTRA
 
 ENV PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1 TF_CPP_MIN_LOG_LEVEL=2 \
     PATH=/opt/venv/bin:$PATH
@@ -20,14 +20,14 @@ RUN set -e; \
     mkdir -p /data /checkpoints /work && chown showtell:showtell /data /checkpoints /work
 
 WORKDIR /opt/showtell
-COPY pyproject.toml constraints.txt README.md ./
+COPY pyproject.toml constraints.txt README.md LICENSE ./
 COPY deploy/install.sh deploy/install.sh
 COPY captioning captioning
 COPY trainer trainer
 COPY evaluator evaluator
 COPY showtell showtell
 COPY protos protos
-RUN deploy/install.sh "${TF_PACKAGE}"
+RUN deploy/install.sh "${EXTRA}"
 
 USER showtell
 WORKDIR /home/showtell

@@ -1,15 +1,15 @@
 # The showtell trainer.  Same image on GPU hosts (NVIDIA runtime) and CPU-only ones.
 #   docker build -f deploy/trainer.Dockerfile -t showtell-trainer .
-# Build args: BASE_IMAGE (any Debian-like image with python3 + venv), TF_PACKAGE
-# (tensorflow-cpu==2.21.* keeps a CPU-only image small), and an optional extra CA
+# Build args: BASE_IMAGE (any Debian-like image with python3 + venv), EXTRA (the package
+# extra: and-cuda by default; cpu keeps a CPU-only image small), and an optional extra CA
 # certificate for builds behind a TLS-intercepting proxy: put PEM files in deploy/certs/.
 ARG BASE_IMAGE=python:3.11-slim
-ARG TF_PACKAGE="tensorflow[and-cuda]==2.21.*"
+ARG EXTRA=and-cuda
 FROM ${BASE_IMAGE}
 # Declared before FROM (its default) and here without a value: the layers up to the install
 # step are then the same in both Dockerfiles, so one image's build cache serves the other
-# when both get the same TF_PACKAGE.
-ARG TF_PACKAGE
+# when both get the same EXTRA.
+ARG EXTRA
 
 ENV PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1 TF_CPP_MIN_LOG_LEVEL=2 \
     PATH=/opt/venv/bin:$PATH
@@ -22,14 +22,14 @@ RUN set -e; \
     mkdir -p /data /checkpoints /work && chown showtell:showtell /data /checkpoints /work
 
 WORKDIR /opt/showtell
-COPY pyproject.toml constraints.txt README.md ./
+COPY pyproject.toml constraints.txt README.md LICENSE ./
 COPY deploy/install.sh deploy/install.sh
 COPY captioning captioning
 COPY trainer trainer
 COPY evaluator evaluator
 COPY showtell showtell
 COPY protos protos
-RUN deploy/install.sh "${TF_PACKAGE}"
+RUN deploy/install.sh "${EXTRA}"
 
 USER showtell
 WORKDIR /home/showtell

@@ -1,15 +1,21 @@
-"""``showtell evaluate --export-best METRIC[:max|min]``: keep a SavedModel of the best checkpoint.
+"""``showtell evaluate --export-best METRIC[:max|min]``: keep SavedModels of the best checkpoints,
+laid out for TensorFlow Serving.
 
-After each successful evaluation, if it is strictly better on METRIC than the current export,
-the model just evaluated (still in memory) is exported to ``<work-dir>/export/best`` with a
-``showtell-export.json`` naming step, metric, value and checkpoint.  A restart reads that file,
-so only a better evaluation ever replaces the export.
+After each successful evaluation that is strictly better on METRIC than the newest export, the
+model just evaluated (still in memory) is exported to ``<work-dir>/export/best/<global step>/``
+with a ``showtell-export.json`` naming step, metric, value and checkpoint.  A server watching
+``export/best`` (TensorFlow Serving's ``--model_base_path``) switches to each new version by
+itself; the last ``--export-keep`` versions stay, so a bad one can be rolled back.  A version
+appears only by a rename once complete, and a restart reads the newest one's record, so only a
+better evaluation ever adds a version.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,30 +29,45 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class BestExport:
+    """Args:
+      metric: the metric compared (a key of the evaluation's metrics).
+      maximize: whether larger is better.
+      base: ``<work-dir>/export/best``; each export is a numeric version directory in it.
+      keep: how many versions stay (the oldest go first).
+    """
+
     metric: str
     maximize: bool
-    directory: Path
+    base: Path
+    keep: int = 3
     _info: dict | None = field(default=None, init=False, repr=False)
     _loaded: bool = field(default=False, init=False, repr=False)
 
     @classmethod
-    def parse(cls, spec: str, work_dir: Path) -> BestExport:
+    def parse(cls, spec: str, work_dir: Path, keep: int = 3) -> BestExport:
         metric, _, mode = spec.partition(":")
         if not metric or mode not in ("", "max", "min"):
             raise ShowtellError(f"--export-best {spec}: expected METRIC[:max|min], e.g. cider:max or "
                                 "loss:min")
         maximize = mode == "max" if mode else metric not in LOWER_IS_BETTER
-        return cls(metric, maximize, work_dir / "export" / "best")
+        return cls(metric, maximize, work_dir / "export" / "best", keep)
 
     @property
     def mode(self) -> str:
         return "max" if self.maximize else "min"
 
+    def path(self) -> Path | None:
+        """The newest version's directory (what a server would be serving), or None."""
+        info = self.current()
+        return None if info is None else self.base / str(info["step"])
+
     def current(self) -> dict | None:
-        """The current export's record: read once (an export from an earlier run), then kept."""
+        """The newest version's record: read once (exports from an earlier run), then kept."""
         if not self._loaded:
+            self._tidy()
+            newest = export.resolve(self.base)
             try:
-                self._info = json.loads((self.directory / export.INFO).read_text())
+                self._info = json.loads((newest / export.INFO).read_text())
             except (OSError, ValueError):
                 self._info = None
             self._loaded = True
@@ -56,10 +77,10 @@ class BestExport:
         info = self.current()
         if info is None:
             return ""
-        return f"{self.metric}:{self.mode} step {info['step']} ({info['value']:.6g}) -> {self.directory}"
+        return f"{self.metric}:{self.mode} step {info['step']} ({info['value']:.6g}) -> {self.path()}"
 
     def consider(self, record: Record, model, vocab) -> bool:
-        """Export ``model`` (evaluated as ``record``) if it beats the current export."""
+        """Export ``model`` (evaluated as ``record``) as a new version if it beats the newest one."""
         if record.status != "ok" or self.metric not in record.metrics:
             return False
         value = record.metrics[self.metric]
@@ -70,7 +91,24 @@ class BestExport:
                 return False
         info = {"step": record.step, "metric": self.metric, "mode": self.mode, "value": value,
                 "checkpoint": record.checkpoint}
-        export.export(model, vocab, self.directory, info)
-        self._info = json.loads((self.directory / export.INFO).read_text())
-        log.info("exported step %d (%s %.6g) to %s", record.step, self.metric, value, self.directory)
+        version = export.export(model, vocab, self.base / str(record.step), info)
+        self._info = json.loads((version / export.INFO).read_text())
+        log.info("exported step %d (%s %.6g) to %s", record.step, self.metric, value, version)
+        for old in export.versions(self.base)[:-self.keep]:
+            shutil.rmtree(self.base / str(old), ignore_errors=True)
+            log.info("removed export version %d (--export-keep %d)", old, self.keep)
         return True
+
+    def _tidy(self) -> None:
+        """Before the first export of this process: a crashed export's temporary directory goes
+        (it never had a numeric name), and a flat export from before versions becomes one."""
+        if (self.base / export.INFO).is_file():  # the old layout: the SavedModel directly in base
+            step = json.loads((self.base / export.INFO).read_text())["step"]
+            flat = self.base.with_name(f".{self.base.name}.flat-{os.getpid()}")
+            self.base.rename(flat)
+            self.base.mkdir()
+            flat.rename(self.base / str(step))
+            log.info("moved the export of step %d into version directory %s", step, self.base / str(step))
+        for leftover in self.base.glob(".*.tmp-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+            log.info("removed %s, an export cut short", leftover)

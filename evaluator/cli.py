@@ -56,8 +56,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=positive_int, help="TensorFlow threads (share a host politely)")
     p.add_argument("--meteor", type=boolean, default=True, help="compute METEOR when java is present")
     p.add_argument("--export-best", metavar="METRIC[:max|min]",
-                   help="keep a SavedModel of the best evaluation in <work-dir>/export/best "
+                   help="export each better evaluation's model as a SavedModel version "
+                        "<work-dir>/export/best/<step>/, TensorFlow Serving's layout "
                         "(e.g. cider:max, loss:min)")
+    p.add_argument("--export-keep", type=positive_int, default=3, metavar="K",
+                   help="export versions kept, newest first (default 3)")
     p.add_argument("--max-streams", type=positive_int, default=10_000,
                    help="concurrent Watch streams served; more get RESOURCE_EXHAUSTED (default 10000)")
     end = p.add_argument_group("ending by itself (default: serve until SIGTERM)")

@@ -40,7 +40,7 @@ async def _serve(args: argparse.Namespace, work_dir: Path, security: LoadedSecur
     work_dir.mkdir(parents=True, exist_ok=True)
     store = Store(work_dir / "evaluations.sqlite")
     summaries = EvalSummaries(str(work_dir / "eval"), evaluator.files)
-    exporter = BestExport.parse(args.export_best, work_dir) if args.export_best else None
+    exporter = BestExport.parse(args.export_best, work_dir, args.export_keep) if args.export_best else None
     finish = Finish(args.until_step, args.max_evaluations, args.exit_when_trained)
     runner = EvalRunner(model_dir=model_dir, evaluator=evaluator, store=store, work_dir=work_dir,
                         policy=args.policy, summaries=summaries, exporter=exporter, finish=finish,

@@ -162,7 +162,7 @@ class MetricsService(pb_grpc.MetricsServicer):
         answer = to_proto(record)
         exported = self.runner.exporter.current() if self.runner.exporter else None
         if exported and (exported["step"], exported["checkpoint"]) == (record.step, record.checkpoint):
-            answer.export_path = str(self.runner.exporter.directory)
+            answer.export_path = str(self.runner.exporter.path())
         return answer
 
     async def GetStatus(self, request, context):

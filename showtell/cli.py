@@ -7,6 +7,7 @@ the trainer and evaluator packages never import each other.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import os
 import sys
 
@@ -14,6 +15,7 @@ import sys
 # INFO line from C++ beside our one-line error.  An explicit GRPC_VERBOSITY still wins.
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
+from showtell.common.errors import NO_TENSORFLOW
 from showtell.common.flags import Parser
 
 COMMANDS = {
@@ -30,6 +32,7 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = Parser(prog="showtell", description="Show-and-Tell captioning: train / evaluate split.")
+    parser.add_argument("--version", action="version", version=f"showtell {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
     modules = {}
     name = argv[0] if argv and argv[0] in COMMANDS else None
@@ -37,7 +40,28 @@ def main(argv: list[str] | None = None) -> int:
         sp = sub.add_parser(command, help=help_text, prog=f"showtell {command}")
         sp.__class__ = Parser
         if command == name:  # only the chosen command's module is imported
-            modules[command] = importlib.import_module(module_name)
+            try:
+                modules[command] = importlib.import_module(module_name)
+            except ModuleNotFoundError as exc:
+                return _missing(command, exc)
             modules[command].add_arguments(sp)
     args = parser.parse_args(argv)
-    return modules[args.command].run(args)
+    try:
+        return modules[args.command].run(args)
+    except ModuleNotFoundError as exc:  # commands import TensorFlow when they run
+        return _missing(args.command, exc)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("showtell")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        return "(not installed)"
+
+
+def _missing(command: str, exc: ModuleNotFoundError) -> int:
+    """TensorFlow missing → the captioning package's one line; anything else is a bug: re-raise."""
+    if exc.name != "tensorflow" and not (exc.name or "").startswith("tensorflow."):
+        raise exc
+    print(f"showtell {command}: error: {NO_TENSORFLOW}", file=sys.stderr)
+    return 1

@@ -197,7 +197,7 @@ PROJECT = "showtell-test"
 BUILD_ENV = {
     "SHOWTELL_VERSION": "test",
     "SHOWTELL_BASE_IMAGE": BASE_IMAGE,  # built here: no registry
-    "SHOWTELL_TRAINER_TF_PACKAGE": "tensorflow-cpu==2.21.*",  # a CPU build on this CPU host
+    "SHOWTELL_TRAINER_EXTRA": "cpu",  # a CPU build on this CPU host
 }
 
 

@@ -1,11 +1,18 @@
-"""``showtell evaluate --export-best`` and ``showtell caption``: only a better evaluation replaces
-the export; gRPC names it; the SavedModel, loaded in a fresh process, captions exactly like the
-checkpoint it came from; a non-image file is one error line and the rest are captioned."""
+"""``showtell evaluate --export-best`` and ``showtell caption``: only a better evaluation adds an
+export version, in the layout TensorFlow Serving reads (``export/best/<step>/``, the newest
+serves, the last ``--export-keep`` stay); gRPC names it; the SavedModel, loaded in a fresh
+process, captions exactly like the checkpoint it came from; an export killed midway leaves no
+version behind; a non-image file is one error line and the rest are captioned."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -49,7 +56,8 @@ def test_best_export_and_caption(tiny_data: Path, tiny_model: Path, tmp_path: Pa
     train_more(tiny_data, model_dir, 6, "--save-every-steps", "2", "--keep", "10")  # ckpt-2, 4, 6
     log = tmp_path / "eval.log"
     _, port = start_evaluator(procs, model_dir, tiny_data, work, log, "--policy", "all",
-                              "--max-eval-examples", "4", "--export-best", "loss:max")
+                              "--max-eval-examples", "4", "--export-best", "loss:max",
+                              "--export-keep", "2")
     channel, stub = metrics_stub(port)
     with channel:
         wait_for(lambda: stub.GetStatus(pb.GetStatusRequest(), timeout=10).evaluations >= 3, 300,
@@ -66,20 +74,31 @@ def test_best_export_and_caption(tiny_data: Path, tiny_model: Path, tmp_path: Pa
             top = record.metrics["loss"]
     exported = [int(s) for s in re.findall(r"exported step (\d+) \(loss", log.read_text())]
     assert exported == expected and len(records) == 3
-    info = json.loads((work / "export" / "best" / "showtell-export.json").read_text())
+    base = work / "export" / "best"
+    # TensorFlow Serving's layout: numeric version directories only, each a complete SavedModel;
+    # the last two (--export-keep 2) of the exports stay, and the largest number serves.
+    assert sorted(os.listdir(base)) == sorted(str(step) for step in expected[-2:])
+    for step in expected[-2:]:
+        assert (base / str(step) / "saved_model.pb").is_file()
+        assert (base / str(step) / "variables" / "variables.index").is_file()
+    newest = base / str(expected[-1])
+    info = json.loads((newest / "showtell-export.json").read_text())
     assert info["step"] == expected[-1] == best.global_step and info["metric"] == "loss"
     assert info["checkpoint"].endswith(f"ckpt-{expected[-1]}")
-    assert best.export_path == str(work / "export" / "best")
-    assert status.best_export.startswith(f"loss:max step {expected[-1]} (")
-    assert str(work) in status.best_export
-    assert not list((work / "export").glob(".best.*"))  # no temporary or old copies left
+    assert best.export_path == str(newest)
+    assert status.best_export == f"loss:max step {expected[-1]} ({info['value']:.6g}) -> {newest}"
+    assert not list((work / "export").glob(".*"))  # no temporary or old copies left
 
     # The export, in a fresh process, captions exactly like its checkpoint.
     images = _images(tiny_data, tmp_path)
-    from_export = _captions("--saved-model", str(work / "export" / "best"), *map(str, images))
+    serve = tf.saved_model.load(str(newest)).signatures["serving_default"]  # what a server runs
+    served = serve(images=tf.constant([images[0].read_bytes()]))
+    assert served["captions"].numpy().shape == (1, 3) and served["scores"].numpy().shape == (1, 3)
+    from_export = _captions("--saved-model", str(base), *map(str, images))  # the base: newest version
     from_checkpoint = _captions("--model-dir", str(model_dir), "--checkpoint", info["checkpoint"],
                                 *map(str, images))
     assert [c["image"] for c in from_export] == [str(p) for p in images]
+    assert from_export[0]["captions"][0]["caption"] == served["captions"][0, 0].numpy().decode()
     for a, b in zip(from_export, from_checkpoint, strict=True):
         assert [c["caption"] for c in a["captions"]] == [c["caption"] for c in b["captions"]]
         for x, y in zip(a["captions"], b["captions"], strict=True):
@@ -97,3 +116,61 @@ def test_best_export_and_caption(tiny_data: Path, tiny_model: Path, tmp_path: Pa
     lines = mixed.stdout.splitlines()
     assert [line.split("\t")[0] for line in lines] == [str(images[0]), str(images[1])]
     assert lines[0].split("\t")[1] == from_export[0]["captions"][0]["caption"]
+
+
+# Exports versions 1, 2, 3, … of one model, each "better" than the last, keeping two: the
+# evaluator's own export code, in a process the test can kill at any moment.
+_EXPORT_FOREVER = """
+import itertools, sys
+from pathlib import Path
+from showtell.captioning.config import ModelConfig
+from showtell.captioning.data.vocab import Vocabulary
+from showtell.captioning.model.network import build_model
+from showtell.evaluator.best_export import BestExport
+from showtell.evaluator.store import Record
+
+data, base = Path(sys.argv[1]), Path(sys.argv[2])
+vocab = Vocabulary.load(data / "vocab.txt")
+config = ModelConfig(vocab_size=len(vocab.words), image_size=75, embedding_size=16, lstm_units=16)
+model = build_model(config)
+exporter = BestExport("loss", True, base, keep=2)
+for step in itertools.count(1):
+    record = Record(step, f"ckpt-{step}", 0.0, 0.0, 0.0, 1, metrics={"loss": float(step)})
+    exporter.consider(record, model, vocab)
+"""
+
+
+def test_an_export_killed_midway_leaves_no_version_behind(tiny_data: Path, tmp_path: Path):
+    base = tmp_path / "export" / "best"
+    proc = subprocess.Popen([sys.executable, "-c", _EXPORT_FOREVER, str(tiny_data), str(base)],
+                            stdout=subprocess.DEVNULL, stderr=(tmp_path / "export.log").open("w"))
+    try:
+        # Kill it while the third export is being written: two versions exist, a temporary one grows.
+        wait_for(lambda: proc.poll() is not None or ((base / "2").is_dir() and any(base.glob(".*.tmp-*"))),
+                 300, "a third export under way")
+        assert proc.poll() is None, (tmp_path / "export.log").read_text()[-3000:]
+        time.sleep(0.2)  # well inside it: saving a SavedModel takes seconds
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+    leftovers = [p.name for p in base.iterdir() if not p.name.isdigit()]
+    assert leftovers and all(name.startswith(".") and ".tmp-" in name for name in leftovers), leftovers
+    numbered = sorted(int(p.name) for p in base.iterdir() if p.name.isdigit())
+    assert numbered and numbered[-1] >= 2
+    for version in numbered:  # every version a server could pick is complete
+        assert (base / str(version) / "saved_model.pb").is_file()
+        assert (base / str(version) / "showtell-export.json").is_file()
+
+    from showtell.captioning.model import export
+    from showtell.evaluator.best_export import BestExport
+
+    restarted = BestExport("loss", True, base, keep=2)
+    assert restarted.current()["step"] == numbered[-1]  # the newest complete version
+    assert sorted(os.listdir(base)) == [str(v) for v in numbered]  # the cut-short one is gone
+    serve, info = export.load(export.resolve(base))
+    assert info["step"] == numbered[-1]
+    [image] = _images(tiny_data, tmp_path, count=1)
+    assert serve(images=tf.constant([image.read_bytes()]))["captions"].numpy().shape == (1, 3)

@@ -63,3 +63,42 @@ def test_editable_install_maps_the_repository_folders(tmp_path: Path):
     assert located.stdout.split() == [str(ROOT / "trainer" / "controller.py"),
                                       str(ROOT / "captioning" / "data" / "vocab.py")]
     assert "--model-dir" in _run(sys.executable, "-m", "showtell.evaluator", "--help", cwd=tmp_path).stdout
+
+
+def test_wheel_with_the_cpu_extra_installs_runs_and_names_the_extras_without_tensorflow(tmp_path: Path):
+    """What a user does: ``pip install 'showtell[cpu]'`` into a new venv (the versions CI pins;
+    pip's cache makes the second install of them cheap), then a command that needs TensorFlow,
+    then the same without TensorFlow."""
+    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(tmp_path / "dist"),
+         str(ROOT), cwd=tmp_path)
+    [wheel] = (tmp_path / "dist").glob("showtell-*.whl")
+    fresh = tmp_path / "fresh"
+    _run(sys.executable, "-m", "venv", str(fresh), cwd=tmp_path)
+    pip, showtell = str(fresh / "bin" / "pip"), str(fresh / "bin" / "showtell")
+    _run(pip, "install", "--quiet", "-c", str(ROOT / "constraints.txt"), f"{wheel}[cpu]", cwd=tmp_path)
+    _run(pip, "check", cwd=tmp_path)
+    version = _run(str(fresh / "bin" / "python"), "-c", "import importlib.metadata as m; "
+                   "print(m.version('showtell'))", cwd=tmp_path).stdout.strip()
+    assert _run(showtell, "--version", cwd=tmp_path).stdout.strip() == f"showtell {version}"
+    installed = {line.split("==")[0].lower() for line in _run(pip, "freeze", cwd=tmp_path).stdout.split()}
+    assert "tensorflow-cpu" in installed or "tensorflow_cpu" in installed
+    assert not installed & {"docker", "grpcio-tools", "grpcio_tools", "pytest", "ruff"}, installed  # dev only
+
+    _run(showtell, "data", "synthetic", "--out", str(tmp_path / "data"), "--train", "8", "--val", "2",
+         cwd=tmp_path)
+    assert (tmp_path / "data" / "dataset.json").is_file() and (tmp_path / "data" / "vocab.txt").is_file()
+
+    _run(pip, "uninstall", "--yes", "--quiet", "tensorflow-cpu", cwd=tmp_path)
+    missing = subprocess.run([showtell, "data", "synthetic", "--out", str(tmp_path / "again")],
+                             capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert missing.returncode == 1
+    assert missing.stderr.strip().splitlines() == [
+        "showtell data: error: TensorFlow is not installed: install showtell with one of its extras, "
+        "pip install 'showtell[cpu]' (CPU) or 'showtell[and-cuda]' (NVIDIA GPUs)"], missing.stderr
+    assert not (tmp_path / "again").exists()
+    imported = subprocess.run([str(fresh / "bin" / "python"), "-c", "import showtell.trainer.task"],
+                              capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert imported.returncode == 1
+    assert imported.stderr.strip().splitlines()[-1].endswith("'showtell[and-cuda]' (NVIDIA GPUs)")
+    # The gRPC client needs no TensorFlow: an operator's laptop can query a cluster's evaluator.
+    assert "--server" in _run(showtell, "metrics", "--help", cwd=tmp_path).stdout

@@ -8,7 +8,9 @@ the SavedModel — no showtell code, vocabulary file or checkpoint::
     out = serve(images=tf.constant([jpeg_bytes]))  # {"captions": [B, k] str, "scores": [B, k]}
 
 Exports are written to a temporary directory and then published by renaming, so a reader never
-sees a half-written model.
+sees a half-written model.  The evaluator's best exports are versions under one base directory,
+``<base>/<global step>/``, the layout TensorFlow Serving (and every server that follows it)
+watches: numeric directories, the largest serves.
 """
 
 from __future__ import annotations
@@ -75,6 +77,26 @@ def export(model: ShowAndTell, vocab: Vocabulary, destination: Path, info: dict,
     tmp.rename(destination)
     shutil.rmtree(old, ignore_errors=True)
     return destination
+
+
+def versions(base: Path) -> list[int]:
+    """The complete versions under ``base``, oldest first: numeric directories holding an export
+    (temporary ``.N.tmp-PID`` names are not numbers, so servers skip them too)."""
+    try:
+        names = [entry.name for entry in Path(base).iterdir() if entry.name.isdigit()]
+    except OSError:
+        return []
+    return sorted(int(name) for name in names if (Path(base) / name / INFO).is_file())
+
+
+def resolve(path: Path) -> Path:
+    """An export directory as given, or a versioned base's newest version (TensorFlow Serving's
+    default policy), so ``--saved-model <work-dir>/export/best`` captions with the best so far."""
+    path = Path(path)
+    if (path / INFO).is_file():
+        return path
+    found = versions(path)
+    return path / str(found[-1]) if found else path
 
 
 def load(path: Path):

@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 def add_arguments(p: argparse.ArgumentParser) -> None:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--model-dir", help="a trained model dir (showtell train --model-dir)")
-    source.add_argument("--saved-model", type=Path, help="an exported SavedModel dir")
+    source.add_argument("--saved-model", type=Path,
+                        help="an exported SavedModel dir, or a base of numbered versions (the newest)")
     p.add_argument("--checkpoint", help="with --model-dir: checkpoint prefix (default: the newest)")
     p.add_argument("--data", type=Path,
                    help="with --model-dir and no vocab.txt in it (older model dirs): a dataset whose "
@@ -79,9 +80,11 @@ def _captioner(args: argparse.Namespace):
     from showtell.captioning.model import export
 
     if args.saved_model:
-        if not (args.saved_model / export.INFO).is_file():
-            raise ShowtellError(f"--saved-model {args.saved_model}: no {export.INFO}; not a showtell export")
-        serve, info = export.load(args.saved_model)
+        path = export.resolve(args.saved_model)  # a versioned base: its newest version
+        if not (path / export.INFO).is_file():
+            raise ShowtellError(f"--saved-model {args.saved_model}: no {export.INFO} and no numbered "
+                                "version holding one; not a showtell export")
+        serve, info = export.load(path)
         return (lambda images: serve(images=images)), int(info["beam_size"])
     model, vocab = _restore(args)
     captioner = export.Captioner(model, vocab, beam_size=max(3, args.beam_size or 3))

@@ -5,6 +5,20 @@ says what to do.  Command-line entry points print it as a single line and exit n
 instead of a traceback; library code raises it wherever bad input is detected.
 """
 
+import importlib.util
+
+# The one line a user sees, not a traceback ending in "No module named 'tensorflow'": TensorFlow
+# comes from an extra (CPU or CUDA build) because the two builds cannot share an environment.
+NO_TENSORFLOW = ("TensorFlow is not installed: install showtell with one of its extras, "
+                 "pip install 'showtell[cpu]' (CPU) or 'showtell[and-cuda]' (NVIDIA GPUs)")
+
+
+def require_tensorflow() -> None:
+    """Raise ``NO_TENSORFLOW`` as the ModuleNotFoundError importing it would raise; finds the
+    module without importing it, so packages call it at import and ``--help`` stays instant."""
+    if importlib.util.find_spec("tensorflow") is None:
+        raise ModuleNotFoundError(NO_TENSORFLOW, name="tensorflow")
+
 
 class ShowtellError(Exception):
     """An error caused by the user's input (flags, files); the message is for humans."""
