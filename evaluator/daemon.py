@@ -41,6 +41,9 @@ async def _serve(args: argparse.Namespace, work_dir: Path, security: LoadedSecur
     store = Store(work_dir / "evaluations.sqlite")
     summaries = EvalSummaries(str(work_dir / "eval"), evaluator.files)
     exporter = BestExport.parse(args.export_best, work_dir, args.export_keep) if args.export_best else None
+    # Reading the newest version first also removes what a crashed export left.
+    if exporter is not None and exporter.current() is not None:
+        log.info("--export-best: newest export %s", exporter.describe())
     finish = Finish(args.until_step, args.max_evaluations, args.exit_when_trained)
     runner = EvalRunner(model_dir=model_dir, evaluator=evaluator, store=store, work_dir=work_dir,
                         policy=args.policy, summaries=summaries, exporter=exporter, finish=finish,
