@@ -17,6 +17,7 @@ from showtell.common.flags import (
     fraction,
     non_negative_float,
     option,
+    or_auto,
     positive_float,
     positive_int,
     seconds_or_never,
@@ -98,7 +99,7 @@ class OptimizerConfig:
     # follows the decoder's schedule.
     inception_learning_rate: float | None = option(
         None, "the encoder's constant rate while it trains (default 0.0005, im2txt's, when pretrained; "
-              "from scratch it follows --learning-rate)", type=positive_float)
+              "from scratch it follows --learning-rate; auto: that default)", type=or_auto(positive_float))
 
 
 IM2TXT_INCEPTION_LEARNING_RATE = 0.0005

@@ -25,7 +25,8 @@ COMMANDS = {
     "evaluate": ("showtell.evaluator.cli", "watch a model dir, evaluate each checkpoint, serve metrics"),
     "metrics": ("showtell.commands.metrics", "query an evaluator over gRPC"),
     "caption": ("showtell.commands.caption", "caption image files with a trained model or an export"),
-    "demo": ("showtell.demo", "trainer + evaluator locally on the synthetic default, metrics live"),
+    "demo": ("showtell.demo",
+             "the recipe in miniature on synthetic data: pretraining, phase 1, evaluations live"),
 }
 
 

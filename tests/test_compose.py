@@ -68,9 +68,9 @@ def _env_file(path: Path) -> dict[str, str]:
     return out
 
 
-def _config(files: list[str], env: dict[str, str], cwd: Path = ROOT) -> dict:
+def _config(files: list[str], env: dict[str, str], cwd: Path = ROOT, env_file: str | None = None) -> dict:
     """``docker-compose config`` (interpolated and merged) as a dict."""
-    cmd = ["docker-compose"]
+    cmd = ["docker-compose", *(["--env-file", env_file] if env_file else [])]
     for f in files:
         cmd += ["-f", f]
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("SHOWTELL_")} | env
@@ -119,6 +119,53 @@ def test_env_example_lists_every_setting_with_the_compose_default():
         assert set(used) == set(documented), f"{example} vs compose files: {set(used) ^ set(documented)}"
         for var, default in used.items():
             assert documented[var] == default, f"{example}: {var}={documented[var]}, compose: {default}"
+
+
+def test_no_compose_file_carries_the_obsolete_version_key():
+    """Compose v2 warns "the attribute `version` is obsolete" on every command; 1.29 (here)
+    accepts files without it (test_compose_config_accepts_every_file)."""
+    for name in {f for files in COMPOSE_FILES.values() for f in files}:
+        assert "version" not in yaml.safe_load((ROOT / name).read_text()), name
+
+
+PRESETS = {"coco-phase1": {"train_inception": False, "inception_learning_rate": None, "steps": 1_000_000},
+           "coco-phase2": {"train_inception": True, "inception_learning_rate": 0.0005, "steps": 3_000_000}}
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_presets_render_the_im2txt_recipe_as_commands_our_clis_accept(compose_tools, preset: str):
+    from showtell.trainer.cli import argument_problem
+
+    env_file = f"deploy/presets/{preset}.env"
+    assert set(_env_file(ROOT / env_file)) <= set(_env_file(ROOT / ".env.example")), "unknown setting"
+    services = _config(COMPOSE_FILES["gpu"], {}, env_file=env_file)["services"]
+    trainer = _parse("showtell.trainer.cli", services["trainer"]["command"])
+    assert argument_problem(trainer) is None
+    # im2txt: SGD at 2.0 halved every 8 epochs, batch 32, ImageNet Inception v3 on COCO records.
+    assert (trainer.optimizer, trainer.learning_rate, trainer.epochs_per_decay, trainer.batch_size) == \
+        ("sgd", 2.0, 8.0, 32)
+    assert trainer.inception_weights.endswith("inception_v3_weights_tf_dim_ordering_tf_kernels_notop.h5")
+    assert str(trainer.data) == "/data/coco" and trainer.strategy == "mirrored"
+    for key, value in PRESETS[preset].items():
+        assert getattr(trainer, key) == value, key
+    evaluator = _parse("showtell.evaluator.cli", services["evaluator"]["command"])
+    assert (evaluator.export_best, evaluator.export_keep, evaluator.beam_size) == ("cider:max", 3, 3)
+    assert "/srv/showtell:/data:ro" in services["trainer"]["volumes"]
+
+
+def test_defaults_leave_phase_2_early_stop_and_export_to_their_flags(compose_tools):
+    """The base stack passes every recipe flag, with values meaning "as if not given"."""
+    from showtell.trainer.cli import argument_problem
+
+    services = _config(COMPOSE_FILES["base"], {})["services"]
+    trainer = _parse("showtell.trainer.cli", services["trainer"]["command"])
+    assert argument_problem(trainer) is None
+    assert (trainer.train_inception, trainer.inception_learning_rate, trainer.stop_when) == (None, None, "")
+    assert not _parse("showtell.evaluator.cli", services["evaluator"]["command"]).export_best
+    stopping = _config(COMPOSE_FILES["base"], {"SHOWTELL_STOP_WHEN": "cider>=0.9", "SHOWTELL_PATIENCE": "2"})
+    early = _parse("showtell.trainer.cli", stopping["services"]["trainer"]["command"])
+    assert argument_problem(early) is None
+    assert (early.stop_when, early.patience, early.evaluator) == ("cider>=0.9", 2, "evaluator:50051")
 
 
 def _trainer_command(config: dict) -> list[str]:

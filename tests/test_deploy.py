@@ -43,6 +43,9 @@ def test_every_kubernetes_object_passes_the_api_schema(documents, tfjob):
 
 def test_tfjob_has_the_four_roles_and_operator_conventions(tfjob):
     assert tfjob["apiVersion"] == "kubeflow.org/v1"
+    # The chief's success ends the job: parameter servers (which never exit) and an evaluator
+    # still running are deleted rather than left behind (cleanPodPolicy None would keep them).
+    assert tfjob["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
     specs = tfjob["spec"]["tfReplicaSpecs"]
     assert set(specs) == {"Chief", "PS", "Worker", "Evaluator"}
     assert specs["Chief"]["replicas"] == 1

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
+
+import tensorflow as tf
 
 from showtell.captioning.model.network import ShowAndTell
 from showtell.trainer.optimizer import current_learning_rate
@@ -93,3 +96,35 @@ class WeightHistograms:
     def __call__(self, step: int, logs: StepLogs) -> None:
         if crossed(step, logs.steps, self.every):
             self.summaries.histograms(step, self.model)
+
+
+@dataclass
+class ProfileSteps:
+    """``--profile-steps A:B``: a TensorFlow profiler trace of steps A to B (global steps,
+    inclusive) in ``logdir`` — the model dir's TensorBoard run, so TensorBoard's *Profile* tab
+    shows it beside the curves.  Called before training and after every chunk with the global
+    step reached; the runner marks each step it runs while ``runner.profiling`` is set, so the
+    trace view names the steps.  Chunks of one step (synchronous runners) make the range exact;
+    a parameter-server chief traces its own process, to its chunk boundaries."""
+
+    logdir: Path
+    first: int
+    last: int
+    runner: object
+    _on: bool = field(default=False, init=False)
+
+    def __call__(self, step: int, logs: StepLogs | None = None) -> None:
+        if not self._on and self.first - 1 <= step < self.last:
+            tf.profiler.experimental.start(str(self.logdir))
+            self._on = self.runner.profiling = True
+            log.info("profiling steps %d to %d into %s", step + 1, self.last, self.logdir)
+        elif self._on and step >= self.last:
+            self.close()
+
+    def close(self) -> None:
+        """Stop and write the trace (also when training ends inside the range)."""
+        if self._on:
+            self._on = self.runner.profiling = False
+            tf.profiler.experimental.stop()
+            log.info("profile written under %s (TensorBoard: Profile tab)",
+                     self.logdir / "plugins" / "profile")

@@ -31,6 +31,7 @@ from showtell.common.flags import (
     boolean,
     config_from_flags,
     flag_type,
+    or_auto,
     positive_int,
     quiet_tensorflow,
     run_command,
@@ -59,6 +60,18 @@ def _device_list(text: str) -> list[str]:
     return devices
 
 
+@flag_type("step range A:B")
+def _step_range(text: str) -> tuple[int, int]:
+    first, _, last = text.partition(":")
+    try:
+        a, b = int(first), int(last)
+    except ValueError:
+        a = b = 0
+    if not 1 <= a <= b:
+        raise argparse.ArgumentTypeError(f"expected A:B with 1 ≤ A ≤ B, e.g. 100:110 (got '{text}')")
+    return a, b
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, required=True, help="dataset directory (from `showtell data`)")
     p.add_argument("--model-dir", type=Path, required=True, help="checkpoints and summaries go here")
@@ -67,8 +80,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inception-weights", default=WEIGHTS_NONE, metavar="SOURCE",
                    help="encoder start for a new model dir: a Keras .h5/.weights.h5 file, a TF-slim "
                         f"inception_v3.ckpt, {WEIGHTS_IMAGENET} (download) or {WEIGHTS_NONE} (default)")
-    p.add_argument("--train-inception", type=boolean,
-                   help="train the encoder (phase 2); default false for a pretrained encoder "
+    p.add_argument("--train-inception", type=or_auto(boolean),
+                   help="train the encoder (phase 2); default (auto) false for a pretrained encoder "
                         "(phase 1, frozen), true from scratch")
     for config in CONFIGS:
         add_config_flags(p.add_argument_group(f"{config.__doc__.splitlines()[0].rstrip('.')}"), config)
@@ -95,6 +108,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--task-index", type=int, help="this task's index in its job (default 0)")
     d.add_argument("--log-device-placement", action="store_true",
                    help="log every op's device (TensorFlow's own, very verbose)")
+    p.add_argument("--profile-steps", type=_step_range, metavar="A:B",
+                   help="write a TensorFlow profiler trace of global steps A to B into the model dir's "
+                        "TensorBoard run (TensorBoard's Profile tab; pip install tensorboard-plugin-profile)")
     p.add_argument("-v", "--verbose", action="store_true")
 
 
@@ -146,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
                            is_chief=cluster is None or cluster.is_chief,
                            independent_workers=chosen.coordinator is not None)
         stop.time_limit(task.train_config.max_seconds)  # counted from here, as before
-        trainer = Trainer(task=task, coordinator=chosen.coordinator,
+        trainer = Trainer(task=task, coordinator=chosen.coordinator, profile_steps=args.profile_steps,
                           workers=cluster.count("worker") if cluster else 1,
                           strategy_note=f"strategy {chosen.name} ({chosen.why})")
         listener = None
@@ -189,8 +205,8 @@ def argument_problem(args: argparse.Namespace) -> str | None:
     """Flag combinations argparse cannot see."""
     if args.cache_variants > 1 and not args.augment:
         return "--cache-variants > 1 needs --augment true (the variants would be identical)"
-    if bool(args.stop_when) != bool(args.evaluator):
-        return "--stop-when and --evaluator HOST:PORT go together"
+    if args.stop_when and not args.evaluator:  # --evaluator alone is unused: compose always passes it
+        return "--stop-when needs --evaluator HOST:PORT (the evaluator whose metrics it follows)"
     if args.stop_when:
         from showtell.trainer.early_stop import StopWhen
 

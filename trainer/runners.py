@@ -39,6 +39,7 @@ class SynchronousRunner:
     """Steps of a synchronous strategy (one device, mirrored, multi-worker)."""
 
     steps_per_loop = 1  # a signal, a due save or another worker's stop is honoured after each step
+    profiling = False  # set by ProfileSteps: each step is marked in the trace with its number
 
     def __init__(self, *, task: CaptionTask) -> None:
         """
@@ -62,10 +63,12 @@ class SynchronousRunner:
     def train(self, num_steps: int) -> StepLogs:
         logs = StepLogs(traced=not self._traced)
         for _ in range(num_steps):
-            t0 = time.perf_counter()
-            batch = next(self._batches)
-            t1 = time.perf_counter()
-            logs.losses.append(float(self._step(batch)))
+            if self.profiling:  # TensorBoard's trace viewer and step-time graph read these markers
+                with tf.profiler.experimental.Trace("train", step_num=self.task.step + 1, _r=1):
+                    t0, t1, loss = self._one_step()
+            else:
+                t0, t1, loss = self._one_step()
+            logs.losses.append(loss)
             logs.input_seconds += t1 - t0
             logs.compute_seconds += time.perf_counter() - t1
             logs.examples += self.task.batch_size
@@ -73,6 +76,12 @@ class SynchronousRunner:
         if not self.task.uses_cache:
             self.encoder_images += num_steps * self._local_examples
         return logs
+
+    def _one_step(self):
+        t0 = time.perf_counter()
+        batch = next(self._batches)
+        t1 = time.perf_counter()
+        return t0, t1, float(self._step(batch))
 
     def agree(self, flags: list[bool]) -> list[bool]:
         """Multi-worker: every worker must stop and save at the same step (they run collectives
@@ -92,6 +101,8 @@ class SynchronousRunner:
 
 class ParameterServerRunner:
     """Steps scheduled on the workers of a parameter-server cluster by its coordinator."""
+
+    profiling = False  # ProfileSteps traces the coordinator; the steps run on the workers
 
     def __init__(self, *, task: CaptionTask, coordinator, workers: int, steps_per_loop: int) -> None:
         """

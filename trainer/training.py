@@ -22,7 +22,7 @@ from showtell.captioning.data.manifest import VOCAB
 from showtell.captioning.model.modeldir import clear_finished, mark_finished, write_metadata
 from showtell.captioning.weights.encoder import NONE, load_encoder_weights
 from showtell.common.errors import DataError
-from showtell.trainer.actions import ProgressReport, WeightHistograms
+from showtell.trainer.actions import ProfileSteps, ProgressReport, WeightHistograms
 from showtell.trainer.checkpoints import SaveSchedule
 from showtell.trainer.cluster import cluster_failure
 from showtell.trainer.controller import Controller
@@ -54,15 +54,17 @@ class Trainer:
     """Trains ``task`` to its ``TrainConfig.steps`` under its strategy."""
 
     def __init__(self, *, task: CaptionTask, coordinator=None, workers: int = 1,
-                 strategy_note: str | None = None) -> None:
+                 strategy_note: str | None = None, profile_steps: tuple[int, int] | None = None) -> None:
         """
         Args:
           task: model, data and checkpoints of the run.
           coordinator: a ``ClusterCoordinator``: parameter-server training (chief only).
           workers: worker tasks of a parameter-server cluster.
           strategy_note: which strategy and why, for the log.
+          profile_steps: (A, B): a profiler trace of global steps A to B in the TensorBoard run.
         """
         self.task, self.coordinator, self.workers = task, coordinator, workers
+        self.profile_steps = profile_steps
         self.strategy_note = strategy_note or f"strategy {type(task.strategy).__name__}"
 
     def run(self, stop: StopRequest | None = None) -> TrainResult:
@@ -81,9 +83,13 @@ class Trainer:
             task.steps_per_epoch, task.model_config.image_size, task.model_config.vocab_size,
         )
         summaries = TrainSummaries(task.model_dir if task.is_chief else None)
-        runner = None
+        runner = profiler = None
         try:
             runner = self._runner()
+            if self.profile_steps and task.is_chief:
+                profiler = ProfileSteps(logdir=task.model_dir / "train", first=self.profile_steps[0],
+                                        last=self.profile_steps[1], runner=runner)
+                profiler(task.step)  # a range that starts with this run's first step
             controller = Controller(
                 runner=runner, global_step=lambda: task.step, checkpoints=task.checkpoints,
                 save_schedule=SaveSchedule(cfg.save_every_secs, cfg.save_every_steps), stop=stop,
@@ -91,6 +97,7 @@ class Trainer:
                     ProgressReport(summaries=summaries, optimizer=task.optimizer, every=cfg.log_every_steps,
                                    steps=cfg.steps, encoder_optimizer=task.encoder_optimizer),
                     WeightHistograms(summaries=summaries, model=task.model, every=cfg.histogram_every_steps),
+                    *([profiler] if profiler else []),
                 ],
                 boundaries=[cfg.log_every_steps, cfg.save_every_steps, cfg.histogram_every_steps],
             )
@@ -101,6 +108,8 @@ class Trainer:
         except _CLUSTER_ERRORS as exc:
             raise cluster_failure(exc) from exc
         finally:
+            if profiler is not None:
+                profiler.close()
             summaries.close()
         path = task.checkpoints.save()
         if task.scratch is not None:

@@ -92,6 +92,12 @@ def boolean(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false (got {text})")
 
 
+def or_auto(parse: FlagType) -> FlagType:
+    """``parse``, plus ``auto`` for the flag's default (None): a compose file or a preset always
+    passes the flag, and ``auto`` is how it says "as if not given"."""
+    return FlagType(f"{parse.name}|auto", lambda text: None if text.lower() == "auto" else parse(text))
+
+
 # -- flags written once, on the config dataclasses --------------------------------------
 
 def option(default, help: str, *, flag: str | None = None, **argparse_kwargs):

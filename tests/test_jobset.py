@@ -1,0 +1,109 @@
+"""``deploy/k8s/jobset.yaml``: a JobSet (chief, ps, worker and evaluator replicated jobs) whose
+Jobs pass the Kubernetes API schema, whose tasks find each other through JobSet's stable pod
+hostnames with the cluster given by flags our trainer accepts, whose evaluator reads the
+checkpoints read-only and ends with the training, and which succeeds on chief + evaluator."""
+
+from __future__ import annotations
+
+import re
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from showtell.trainer.cluster import from_flags
+from tests.conftest import ROOT
+from tests.test_deploy import K8S_VERSION, _parse
+
+MANIFEST = ROOT / "deploy" / "k8s" / "jobset.yaml"
+
+
+@pytest.fixture(scope="module")
+def documents() -> list[dict]:
+    return list(yaml.safe_load_all(MANIFEST.read_text()))
+
+
+@pytest.fixture(scope="module")
+def jobset(documents) -> dict:
+    [job] = [d for d in documents if d["kind"] == "JobSet"]
+    return job
+
+
+@pytest.fixture(scope="module")
+def replicated(jobset) -> dict[str, dict]:
+    return {rj["name"]: rj for rj in jobset["spec"]["replicatedJobs"]}
+
+
+def _container(rj: dict) -> dict:
+    [container] = rj["template"]["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def test_every_object_and_every_job_passes_the_api_schema(documents, replicated):
+    for doc in documents:
+        if doc["kind"] != "JobSet":  # a custom resource: its Jobs are checked below
+            kubernetes_validate.validate(doc, desired_version=K8S_VERSION, strict=True)
+    for name, rj in replicated.items():
+        job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": f"showtell-{name}-0"},
+               "spec": rj["template"]["spec"]}
+        kubernetes_validate.validate(job, desired_version=K8S_VERSION, strict=True)
+    with pytest.raises(kubernetes_validate.ValidationError):  # the check can fail
+        bad = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x"},
+               "spec": {**replicated["chief"]["template"]["spec"], "backofLimit": 0}}
+        kubernetes_validate.validate(bad, desired_version=K8S_VERSION, strict=True)
+
+
+def test_jobset_roles_success_on_chief_and_evaluator(jobset, replicated):
+    assert jobset["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
+    assert set(replicated) == {"chief", "ps", "worker", "evaluator"}
+    assert replicated["chief"]["replicas"] == 1 and replicated["worker"]["replicas"] >= 2
+    policy = jobset["spec"]["successPolicy"]
+    assert policy == {"operator": "All", "targetReplicatedJobs": ["chief", "evaluator"]}
+    evaluator = _parse("showtell.evaluator.cli", _container(replicated["evaluator"])["args"])
+    assert evaluator.exit_when_trained and evaluator.poll_secs  # it ends, so the set can succeed
+    assert evaluator.export_best == "cider:max"
+
+
+def _expanded(args: list[str], env: dict[str, str]) -> list[str]:
+    """Kubernetes' $(VAR) expansion of container args from the container's env."""
+    return [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in args]
+
+
+def test_each_task_is_given_the_cluster_by_flags_from_jobset_hostnames(jobset, replicated):
+    subdomain = jobset["spec"]["network"]["subdomain"]
+    assert jobset["spec"]["network"]["enableDNSHostnames"] is True
+    name = jobset["metadata"]["name"]
+    expected_hosts = {job: [f"{name}-{job}-{i}-0.{subdomain}:2222"
+                            for i in range(replicated[job]["replicas"])]
+                      for job in ("chief", "ps", "worker")}
+    for job in ("chief", "ps", "worker"):
+        container = _container(replicated[job])
+        assert container["command"] == ["showtell", "train"]
+        fields = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+        assert fields == {"JOB_NAME": "metadata.labels['jobset.sigs.k8s.io/replicatedjob-name']",
+                          "TASK": "metadata.annotations['jobset.sigs.k8s.io/job-index']"}
+        assert replicated[job]["template"]["spec"].get("parallelism", 1) == 1  # pod index is 0
+        for index in range(replicated[job]["replicas"]):
+            # What JobSet puts in the label and annotation of this Job's pod.
+            args = _parse("showtell.trainer.cli",
+                          _expanded(container["args"], {"JOB_NAME": job, "TASK": str(index)}))
+            assert args.strategy == "parameter_server"
+            cluster = from_flags(args.ps_hosts, args.worker_hosts, args.chief_host, args.job_name,
+                                 args.task_index)
+            assert (cluster.task_type, cluster.task_index) == (job, index)
+            assert cluster.jobs == expected_hosts
+
+
+def test_evaluator_reads_the_checkpoints_read_only_and_trainers_write_them(replicated):
+    def mounts(job: str) -> dict[str, dict]:
+        pod = replicated[job]["template"]["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        return {m["mountPath"]: {**m, "claim": volumes[m["name"]].get("persistentVolumeClaim", {})}
+                for m in _container(replicated[job])["volumeMounts"]}
+
+    evaluator = mounts("evaluator")["/checkpoints"]
+    assert evaluator["readOnly"] is True and evaluator["claim"]["readOnly"] is True
+    for job in ("chief", "ps", "worker"):
+        trainer = mounts(job)["/checkpoints"]
+        assert not trainer.get("readOnly")
+        assert trainer["claim"]["claimName"] == evaluator["claim"]["claimName"]
