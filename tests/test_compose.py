@@ -151,6 +151,9 @@ def test_presets_render_the_im2txt_recipe_as_commands_our_clis_accept(compose_to
     evaluator = _parse("showtell.evaluator.cli", services["evaluator"]["command"])
     assert (evaluator.export_best, evaluator.export_keep, evaluator.beam_size) == ("cider:max", 3, 3)
     assert "/srv/showtell:/data:ro" in services["trainer"]["volumes"]
+    # Phase 1 builds the feature cache: not in the read-only data, on the trainer's own volume.
+    assert trainer.cache_dir.startswith("/checkpoints/") and "checkpoints:/checkpoints:rw" in \
+        services["trainer"]["volumes"]
 
 
 def test_defaults_leave_phase_2_early_stop_and_export_to_their_flags(compose_tools):
