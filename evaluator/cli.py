@@ -25,6 +25,7 @@ from showtell.common.flags import (
     run_command,
     setup_logging,
 )
+from showtell.common.locks import DirectoryLock
 
 PROG = "showtell evaluate"
 
@@ -121,10 +122,13 @@ def run(args: argparse.Namespace) -> int:
         if args.checkpoint or args.json:
             raise SystemExit(f"{PROG}: error: --checkpoint and --json go with --once (see --help)")
         security = ServerSecurity.from_args(args).load()  # bad flags/files: one line, before TensorFlow
-        check_listen_address(args.host, args.port)
-        from showtell.evaluator.daemon import serve
+        work_dir = args.work_dir or default_work_dir(args.model_dir)
+        # One evaluator per work dir (its history, exports): a second one is refused by name.
+        with DirectoryLock(directory=work_dir, role="evaluator", flag="--work-dir"):
+            check_listen_address(args.host, args.port)
+            from showtell.evaluator.daemon import serve
 
-        return serve(args, args.work_dir or default_work_dir(args.model_dir), security)
+            return serve(args, work_dir, security)
 
     return run_command(PROG, body)
 

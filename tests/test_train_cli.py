@@ -76,7 +76,8 @@ def test_schedule_keep_sigterm_and_resume(tiny_data: Path, tmp_path: Path, procs
 
 
 def _snapshot(directory: Path) -> dict[str, bytes]:
-    files = sorted(p for p in directory.rglob("*") if p.is_file())
+    """Every file's bytes — but the lock file, which names whichever trainer last held the dir."""
+    files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name != ".showtell-trainer.lock")
     return {str(p.relative_to(directory)): p.read_bytes() for p in files}
 
 

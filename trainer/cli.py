@@ -37,6 +37,7 @@ from showtell.common.flags import (
     run_command,
     setup_logging,
 )
+from showtell.common.locks import DirectoryLock
 from showtell.trainer.cluster import STRATEGIES  # no TensorFlow import: --help stays instant
 
 PROG = "showtell train"
@@ -143,8 +144,6 @@ def run(args: argparse.Namespace) -> int:
     def _train(stop) -> int:
         from showtell.trainer import strategy as strategies
         from showtell.trainer.cluster import check_for_strategy, from_flags, from_tf_config
-        from showtell.trainer.task import CaptionTask
-        from showtell.trainer.training import Trainer
 
         cluster = from_flags(args.ps_hosts, args.worker_hosts, args.chief_host, args.job_name,
                              args.task_index) or from_tf_config(os.environ.get("TF_CONFIG"))
@@ -155,6 +154,18 @@ def run(args: argparse.Namespace) -> int:
             log.info("this task: %s", cluster.describe())
         if name == "parameter_server" and cluster.task_type != "chief":
             return _serve(cluster, stop)
+        if cluster is not None and not cluster.is_chief:  # a multi-worker worker: writes scratch copies
+            return _train_task(stop, cluster, name)
+        # One trainer per model dir, and the chief is the one that writes it.  Held until this
+        # process ends, however it ends.
+        with DirectoryLock(directory=args.model_dir, role="trainer", flag="--model-dir"):
+            return _train_task(stop, cluster, name)
+
+    def _train_task(stop, cluster, name) -> int:
+        from showtell.trainer import strategy as strategies
+        from showtell.trainer.task import CaptionTask
+        from showtell.trainer.training import Trainer
+
         chosen = strategies.choose(name, args.devices, cluster)
         task = CaptionTask(data_dir=args.data, model_dir=args.model_dir, **configs(args),
                            strategy=chosen.strategy, image_size=args.image_size,
