@@ -9,14 +9,21 @@ an evaluation cut short by a crash (no row) simply runs again.
 
 Readers (gRPC threads) and the single writer share one connection behind a lock; WAL
 keeps reads cheap while a write is in progress from another process (e.g. a backup).
+
+A history that is not a sound SQLite database (overwritten, truncated by a disk) is moved aside
+with one loud log line, and a fresh one starts: the evaluator keeps serving instead of
+crash-looping, and the checkpoints the state file names are evaluated again.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import os
 import sqlite3
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,7 +56,7 @@ DROP TABLE evaluations_v1;
 """
 STATUSES = ("ok", "failed", "skipped")
 
-
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -73,13 +80,39 @@ class Store:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        columns = [row[1] for row in self._db.execute("PRAGMA table_info(evaluations)")]
-        if columns and "run" not in columns:
-            self._db.executescript("BEGIN;" + MIGRATE_V1.format(schema=SCHEMA) + "COMMIT;")
-        self._db.executescript(SCHEMA)
+        try:
+            self._db = self._open()
+        except sqlite3.DatabaseError as exc:
+            aside = self._move_aside()
+            log.error("%s is not a sound SQLite history (%s): moved aside to %s; starting a fresh one, "
+                      "and the checkpoints the state file names are evaluated again", path, exc, aside)
+            self._db = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            problems = [row[0] for row in db.execute("PRAGMA quick_check")]
+            if problems != ["ok"]:
+                raise sqlite3.DatabaseError("; ".join(problems[:3]))
+            columns = [row[1] for row in db.execute("PRAGMA table_info(evaluations)")]
+            if columns and "run" not in columns:
+                db.executescript("BEGIN;" + MIGRATE_V1.format(schema=SCHEMA) + "COMMIT;")
+            db.executescript(SCHEMA)
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _move_aside(self) -> Path:
+        """The bad file (and its WAL and shared-memory files) renamed, kept for a post-mortem."""
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+        for suffix in ("", "-wal", "-shm"):
+            source = Path(f"{self.path}{suffix}")
+            if source.exists():
+                os.replace(source, f"{aside}{suffix}")
+        return aside
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,64 @@
+"""A corrupt evaluation history (garbage over the SQLite file, or a truncated one): the evaluator
+moves it aside with one loud line, starts a fresh history and evaluates again what the state
+file names — it serves on instead of crash-looping."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from showtell.evaluator.store import Record, Store
+from showtell.v1 import metrics_pb2 as pb
+from tests.conftest import metrics_stub, start_evaluator, wait_for
+
+
+def _filled(path: Path, rows: int) -> None:
+    store = Store(path)
+    for step in range(1, rows + 1):
+        store.add(Record(step, f"ckpt-{step}", 0.0, 0.0, 1.0, 4, metrics={"loss": 1.0 / step},
+                         samples=[{"caption": "x" * 2000}]))  # enough pages to truncate into
+    store.close()
+
+
+def test_a_truncated_history_is_moved_aside_and_a_fresh_one_starts(tmp_path: Path, caplog):
+    path = tmp_path / "evaluations.sqlite"
+    _filled(path, 200)
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) // 2])  # a disk that lost the file's second half
+    with caplog.at_level("ERROR"):
+        store = Store(path)
+    [line] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert line.startswith(f"{path} is not a sound SQLite history (")
+    aside = Path(re.search(r"moved aside to (\S+);", line).group(1))
+    assert aside.read_bytes() == whole[: len(whole) // 2]  # kept for a post-mortem, untouched
+    assert store.latest() is None and store.counts() == (0, 0)
+    store.add(Record(7, "ckpt-7", 0.0, 0.0, 1.0, 4, metrics={"loss": 0.5}))
+    assert [r.step for r in store.after(-1)] == [7]
+    [check] = sqlite3.connect(path).execute("PRAGMA integrity_check").fetchone()
+    assert check == "ok"
+
+
+@pytest.mark.e2e
+def test_an_evaluator_on_a_garbage_history_serves_and_evaluates_again(tiny_data: Path, tiny_model: Path,
+                                                                       tmp_path: Path, procs):
+    work = tmp_path / "eval"
+    work.mkdir()
+    garbage = b"this is not a database\n" * 200
+    (work / "evaluations.sqlite").write_bytes(garbage)
+    log = tmp_path / "eval.log"
+    _, port = start_evaluator(procs, tiny_model, tiny_data, work, log, "--policy", "all",
+                              "--max-eval-examples", "2")
+    channel, stub = metrics_stub(port)
+    with channel:
+        wait_for(lambda: stub.GetStatus(pb.GetStatusRequest(), timeout=10).evaluations >= 2, 300,
+                 "ckpt-2 and ckpt-4 evaluated again")
+        listed = stub.ListEvaluations(pb.ListEvaluationsRequest(), timeout=10).evaluations
+    steps = [e.global_step for e in listed]
+    assert steps == [2, 4]
+    [line] = [x for x in log.read_text().splitlines() if "is not a sound SQLite history" in x]
+    assert "file is not a database" in line and "moved aside to" in line
+    [aside] = work.glob("evaluations.sqlite.corrupt-*")
+    assert aside.read_bytes() == garbage
