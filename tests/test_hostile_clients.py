@@ -1,0 +1,133 @@
+"""Hostile and broken clients against a real evaluator (token required): garbage bytes and HTTP/1
+on the gRPC port, an oversized request, two thousand connections opened and dropped, Watch
+clients that never read a 4-MB replay, wrong tokens.  The service stays up, answers health within
+a second throughout, keeps its threads, descriptors and memory bounded, and never logs a token."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from showtell.captioning.model.modeldir import read_run_id
+from showtell.common.processes import figures
+from showtell.evaluator.store import Record, Store
+from showtell.v1 import metrics_pb2 as pb
+from showtell.v1 import metrics_pb2_grpc as pb_grpc
+from tests.conftest import ROOT, start_evaluator, wait_for
+
+pytestmark = pytest.mark.e2e
+
+TOKEN = "s3cret-token-for-the-test"
+WRONG = "wrong-token-that-must-not-appear-in-logs"
+HISTORY = 2000  # records × ~2 KB of samples: a replay far beyond HTTP/2's flow-control window
+
+# A client that starts a Watch replay and never reads it, until killed.
+_NEVER_READS = """
+import sys, time, grpc
+from showtell.v1 import metrics_pb2 as pb, metrics_pb2_grpc as pb_grpc
+channel = grpc.insecure_channel(sys.argv[1])
+stream = pb_grpc.MetricsStub(channel).Watch(pb.WatchRequest(after_step=-1),
+                                            metadata=[("authorization", "Bearer " + sys.argv[2])])
+print("started", flush=True)
+time.sleep(3600)
+"""
+
+
+def _health_within_a_second(port: int) -> None:
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        started = time.monotonic()
+        answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+        assert time.monotonic() - started < 1.0
+
+
+def _raw(port: int, data: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(data)
+        s.settimeout(2)
+        try:
+            return s.recv(4096)
+        except (TimeoutError, ConnectionResetError):
+            return b""
+
+
+def test_the_service_survives_hostile_clients(tiny_data: Path, tiny_model: Path, tmp_path: Path, procs):
+    work = tmp_path / "eval"
+    store = Store(work / "evaluations.sqlite")  # a long history of this run, as after weeks of checkpoints
+    run = read_run_id(str(tiny_model))
+    for step in range(1, HISTORY + 1):
+        store.add(Record(step, f"old/ckpt-{step}", 0.0, float(step), 1.0, 4, metrics={"loss": 1.0},
+                         samples=[{"image_id": step, "caption": "a red circle " * 150, "references": []}],
+                         run=run))
+    store.close()
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    log = tmp_path / "eval.log"
+    proc, port = start_evaluator(procs, tiny_model, tiny_data, work, log, "--auth-token-file",
+                                 str(tmp_path / "token"), "--max-eval-examples", "2", "--policy", "all")
+    auth = [("authorization", f"Bearer {TOKEN}")]
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    stub = pb_grpc.MetricsStub(channel)
+    wait_for(lambda: stub.GetStatus(pb.GetStatusRequest(), metadata=auth, timeout=10).evaluations
+             >= HISTORY + 2, 300, "the tiny model's two checkpoints evaluated")
+    before = figures(proc.pid)
+    rows = [("start", before)]
+
+    # Garbage and HTTP/1 on the HTTP/2 port: refused connections, not a dead service.
+    _raw(port, b"\x00\xff" * 512)
+    _raw(port, b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    _raw(port, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\xde\xad" * 4096)  # a preface, then nonsense
+    _health_within_a_second(port)
+
+    # Oversized request: refused by gRPC before our code sees it.
+    with pytest.raises(grpc.RpcError) as big:
+        stub.GetBest(pb.GetBestRequest(metric="x" * (2 << 20)), metadata=auth, timeout=10)
+    assert big.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+    # Wrong and missing tokens: refused; the token never reaches the log.
+    with pytest.raises(grpc.RpcError) as wrong:
+        stub.GetLatest(pb.GetLatestRequest(), metadata=[("authorization", f"Bearer {WRONG}")], timeout=10)
+    assert wrong.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+    # Two thousand connections opened and dropped, 500 at a time.
+    for _ in range(4):
+        sockets = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(500)]
+        for s in sockets:
+            s.close()
+    _health_within_a_second(port)
+    rows.append(("after 2000 dropped connections", figures(proc.pid)))
+
+    # Watch clients that never read a replay of the whole history.
+    readers = [subprocess.Popen([sys.executable, "-c", _NEVER_READS, f"127.0.0.1:{port}", TOKEN],
+                                stdout=subprocess.PIPE, text=True, cwd=ROOT) for _ in range(4)]
+    try:
+        for reader in readers:
+            assert reader.stdout.readline().strip() == "started"
+        time.sleep(3)  # the replays fill their windows and stall
+        _health_within_a_second(port)
+        latest = stub.GetLatest(pb.GetLatestRequest(), metadata=auth, timeout=2)
+        assert latest.global_step == HISTORY
+        rows.append(("4 Watch clients that never read", figures(proc.pid)))
+    finally:
+        for reader in readers:
+            reader.kill()
+            reader.wait(timeout=30)
+    wait_for(lambda: figures(proc.pid)["fds"] <= before["fds"] + 4, 60, "the stalled streams' sockets closed")
+    _health_within_a_second(port)
+    after = figures(proc.pid)
+    rows.append(("end", after))
+    channel.close()
+
+    print("\n".join(f"{what}: {numbers}" for what, numbers in rows))
+    assert proc.poll() is None
+    assert after["threads"] <= before["threads"] + 2
+    assert after["rss_mb"] <= before["rss_mb"] + 150, rows  # bounded: no per-client copy kept
+    text = log.read_text()
+    assert WRONG not in text and TOKEN not in text
+    assert "Traceback" not in text
