@@ -7,7 +7,9 @@ evaluator watches) never names an incomplete checkpoint.
 
 from __future__ import annotations
 
+import errno
 import logging
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +17,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from showtell.captioning.model.modeldir import RESTORE_ERRORS, checkpoint_step, restore
-from showtell.common.errors import ModelDirError, first_line
+from showtell.common.errors import ModelDirError, ShowtellError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +93,28 @@ class Checkpoints:
         step = int(self.step.numpy())
         if self.manager.latest_checkpoint and checkpoint_step(self.manager.latest_checkpoint) == step:
             return self.manager.latest_checkpoint  # this step is already on disk
-        path = self.manager.save(checkpoint_number=step)
+        try:
+            path = self.manager.save(checkpoint_number=step)
+        except (tf.errors.OpError, OSError) as exc:
+            if "No space left on device" not in str(exc) and getattr(exc, "errno", None) != errno.ENOSPC:
+                raise
+            raise self._out_of_space(step) from None
         log.info("saved checkpoint %s", path)
         return path
+
+    def _out_of_space(self, step: int) -> ShowtellError:
+        """A save that hit a full disk: its partial files go (the state file never named them);
+        the newest complete checkpoint stays what it was, and the error says so in one line."""
+        directory = Path(self.manager.directory)
+        for partial in directory.glob(f"ckpt-{step}[._]*"):
+            if partial.is_dir():
+                shutil.rmtree(partial, ignore_errors=True)
+            else:
+                partial.unlink(missing_ok=True)
+        usage = shutil.disk_usage(directory)
+        kept = self.manager.latest_checkpoint
+        return ShowtellError(
+            f"--model-dir {directory}: no space left on its device saving ckpt-{step} "
+            f"({usage.free / 2**20:.0f} MB free of {usage.total / 2**20:.0f} MB); "
+            f"{Path(kept).name + ' is still the newest complete checkpoint' if kept else 'nothing was saved'}"
+            " — free space and start the trainer again: it resumes from there")
