@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import math
 import os
+import shutil
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +32,9 @@ from showtell.evaluator.summaries import EvalSummaries
 log = logging.getLogger(__name__)
 POLICIES = ("latest", "all")
 MAX_RETRY_SECS = 10.0  # longest wait between looks at a checkpoint whose files are still arriving
+# The work dir's own trouble (a full disk, an I/O error): the evaluation is not recorded, the
+# service says so in its status and tries again after this long.
+WORK_DIR_RETRY_SECS = 10.0
 
 
 @dataclass
@@ -39,7 +44,12 @@ class Status:
     evaluating_step: int = -1
     pending_steps: list[int] = field(default_factory=list)
     state_error: str = ""
+    work_error: str = ""  # the work dir's trouble, until an evaluation is recorded again
     run_id: str = ""  # the model dir's current run
+
+    @property
+    def last_error(self) -> str:
+        return self.state_error or self.work_error
 
 
 class Broadcast:
@@ -183,7 +193,11 @@ class EvalRunner:
             for step, prefix in self.pending():
                 if self.stopping.is_set():
                     return None
-                record = self.evaluate_one(step, prefix)
+                try:
+                    record = self.evaluate_one(step, prefix)
+                except (OSError, sqlite3.Error, tf.errors.ResourceExhaustedError) as exc:
+                    self._work_dir_trouble(step, exc)
+                    break
                 if record is None:
                     break  # files still arriving: look again after the backoff, in step order
                 if record.status != "skipped":
@@ -199,6 +213,23 @@ class EvalRunner:
                 log.info("done: %s", self.done)
                 return self.done
         return None
+
+    def _work_dir_trouble(self, step: int, exc: Exception) -> None:
+        """Not the checkpoint's fault: nothing is recorded (so nothing is lost or half-written —
+        SQLite rolls the row back), the status says what, and the same checkpoint is tried
+        again shortly: the service stays up and recovers by itself once space is back."""
+        self.status.evaluating_step = -1
+        try:
+            free = f"{shutil.disk_usage(self.work_dir).free / 2**20:.0f} MB free"
+        except OSError:
+            free = "free space unknown"
+        message = (f"step {step} not evaluated: --work-dir {self.work_dir} ({free}): "
+                   f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; "
+                   f"retrying every {WORK_DIR_RETRY_SECS:g} s")
+        if message != self.status.work_error:
+            log.error("%s", message)
+        self.status.work_error = message
+        self._retry_at = time.monotonic() + WORK_DIR_RETRY_SECS
 
     def _trained(self) -> str | None:
         """--exit-when-trained: the trainer marked its final checkpoint, and it is recorded."""
@@ -280,6 +311,9 @@ class EvalRunner:
 
     def _record(self, record: Record) -> Record:
         stored = self.store.add(record)
+        if self.status.work_error:
+            log.info("--work-dir %s takes records again", self.work_dir)
+            self.status.work_error = ""
         if stored is not None:
             log.info("step %d: %s %s", record.step, record.status,
                      " ".join(f"{k} {v:.4f}" for k, v in sorted(record.metrics.items())) or record.reason)

@@ -173,7 +173,7 @@ class MetricsService(pb_grpc.MetricsServicer):
             last_seen_step=status.last_seen_step, evaluating_step=status.evaluating_step,
             pending_steps=status.pending_steps, evaluations=total, failures=bad,
             uptime_seconds=time.monotonic() - status.started, observer=self.observer,
-            last_error=status.state_error,
+            last_error=status.last_error,
             best_export=self.runner.exporter.describe() if self.runner.exporter else "",
             run_id=status.run_id, runs=self.store.runs(),
         )

@@ -1,13 +1,18 @@
-"""The model dir's disk fills up (a size-limited tmpfs, mounted by this test as root and unmounted
-after): the save fails in one line naming the directory and the space, its partial files go, the
-previous checkpoint stays complete and named by the state file, the evaluator watching never sees
-the partial one; with space back, a restarted trainer resumes and the evaluator goes on."""
+"""Full disks (size-limited tmpfs mounts, made by these tests as root and unmounted after).
+
+The model dir's: the save fails in one line naming the directory and the space, its partial files
+go, the previous checkpoint stays complete and named by the state file, the evaluator watching
+never sees the partial one; with space back, a restarted trainer resumes and the evaluator goes on.
+The evaluator's work dir's: nothing is recorded, the status says why, the service stays up, and it
+evaluates by itself once space is back, its history intact."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -21,16 +26,21 @@ pytestmark = [pytest.mark.e2e,
 MIB = 1 << 20
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path):
-    mount = tmp_path / "small"
+@contextlib.contextmanager
+def _tmpfs(mount: Path, size: str):
     mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300m", "tmpfs", str(mount)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], check=True)
     try:
         yield mount
     finally:
         if subprocess.run(["umount", str(mount)]).returncode != 0:
             subprocess.run(["umount", "-l", str(mount)], check=True)  # a straggler: detach it anyway
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    with _tmpfs(tmp_path / "small", "300m") as mount:
+        yield mount
 
 
 def _files(model_dir: Path) -> list[str]:
@@ -77,3 +87,34 @@ def test_a_full_disk_fails_the_save_in_one_line_and_loses_nothing(tiny_data: Pat
     assert [e.global_step for e in listed] == [2, 4, 5]
     os.kill(evaluator.pid, signal.SIGTERM)  # before the unmount
     evaluator.wait(timeout=60)
+
+
+def test_a_full_work_dir_is_reported_and_recovered_from(tiny_data: Path, tiny_model: Path, tmp_path: Path,
+                                                        procs):
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with _tmpfs(tmp_path / "work", "4m") as work:  # far less than one pinned checkpoint copy (84 MiB)
+        evaluator, port = start_evaluator(procs, tiny_model, tiny_data, work / "eval", tmp_path / "eval.log",
+                                          "--policy", "all", "--max-eval-examples", "2")
+        channel, stub = metrics_stub(port)
+        with channel:
+            status = wait_for(lambda: (s := stub.GetStatus(pb.GetStatusRequest(), timeout=10)).last_error
+                              and s, 300, "the full work dir reported")
+            assert status.last_error.startswith(f"step 2 not evaluated: --work-dir {work / 'eval'} (")
+            assert "No space left on device" in status.last_error and status.evaluations == 0
+            health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
+            assert health.status == health_pb2.HealthCheckResponse.SERVING and evaluator.poll() is None
+
+            subprocess.run(["mount", "-o", "remount,size=400m", str(work)], check=True)  # space is back
+            wait_for(lambda: stub.GetStatus(pb.GetStatusRequest(), timeout=10).evaluations >= 2, 300,
+                     "ckpt-2 and ckpt-4 evaluated once space is back")
+            status = stub.GetStatus(pb.GetStatusRequest(), timeout=10)
+            assert status.last_error == "" and status.failures == 0
+        os.kill(evaluator.pid, signal.SIGTERM)
+        evaluator.wait(timeout=60)
+        history = sqlite3.connect(work / "eval" / "evaluations.sqlite")
+        assert history.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        history.close()
+        log = (tmp_path / "eval.log").read_text()
+        assert log.count("not evaluated: --work-dir") == 1  # one line, not one per retry
+        assert "Traceback" not in log
