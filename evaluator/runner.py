@@ -139,8 +139,27 @@ class EvalRunner:
         self._arrivals: dict[str, tuple[float, int]] = {}  # prefix → (first seen incomplete, attempts)
         self._retry_at: float | None = None  # monotonic time of the next look at an incomplete one
         self._run_known = False
+        # policy all: every checkpoint a state file named, with its run, as the watcher saw it —
+        # so one named and deleted (--keep) while an evaluation ran is recorded skipped, not lost.
+        self._seen: dict[str, tuple[int, str]] = {}
+        self._seen_lock = threading.Lock()
 
     def on_change(self) -> None:
+        if self.policy == "all":
+            try:
+                named, run = read_state(self.model_dir), read_run_id(self.model_dir)
+            except (ShowtellError, OSError, tf.errors.OpError):
+                named, run = [], None  # being replaced: the runner reads it again anyway
+            if run is not None:
+                with self._seen_lock:
+                    for prefix in named:
+                        self._seen.setdefault(prefix, (checkpoint_step(prefix), run))
+                # Recorded now, from the watcher's thread, not when the runner is next free: an
+                # evaluator killed meanwhile would otherwise forget what it saw.
+                try:
+                    self._record_vanished(set(named))
+                except (sqlite3.Error, OSError) as exc:  # the runner reports the work dir's trouble
+                    log.debug("recording vanished checkpoints later: %s", exc)
         self.wake.set()
 
     def pending(self) -> list[tuple[int, str]]:
@@ -154,6 +173,7 @@ class EvalRunner:
             self.status.state_error = str(exc)
             return []
         run = self._current_run()
+        self._record_vanished(set(named))
         todo = sorted((checkpoint_step(p), p) for p in named
                       if not self.store.has(run, checkpoint_step(p), p))
         if named:
@@ -163,6 +183,20 @@ class EvalRunner:
             todo = [t for t in todo[-1:] if latest is None or t[0] > latest.step]
         self.status.pending_steps = [s for s, _ in todo]
         return todo
+
+    def _record_vanished(self, named: set[str]) -> None:
+        """Checkpoints the watcher saw named that are no longer named and were never recorded:
+        the trainer's --keep deleted them while this evaluator was busy.  Recorded skipped."""
+        with self._seen_lock:
+            gone = [(prefix, step, run) for prefix, (step, run) in self._seen.items() if prefix not in named]
+            for prefix, _, _ in gone:
+                del self._seen[prefix]
+        for prefix, step, run in sorted(gone, key=lambda g: g[1]):
+            if not self.store.has(run, step, prefix):
+                self._record(Record(step, prefix, 0.0, time.time(), 0.0, 0, status="skipped", run=run,
+                                    reason=f"{prefix}: deleted by the trainer before it could be evaluated "
+                                           "(named by the state file, then no longer: --keep)"),
+                             evaluating=False)
 
     def _current_run(self) -> str:
         """The model dir's run (its ``showtell-model.json``); logs when a new one begins."""
@@ -309,7 +343,9 @@ class EvalRunner:
         return self._record(Record(step, prefix, mtime, time.time(), 0.0, 0, status="skipped", reason=why,
                                    run=self.status.run_id))
 
-    def _record(self, record: Record) -> Record:
+    def _record(self, record: Record, evaluating: bool = True) -> Record:
+        """Store, log, summarise and broadcast a record.  ``evaluating``: it ends this runner's
+        evaluation (not a skip recorded from the watcher's thread meanwhile)."""
         stored = self.store.add(record)
         if self.status.work_error:
             log.info("--work-dir %s takes records again", self.work_dir)
@@ -319,7 +355,8 @@ class EvalRunner:
                      " ".join(f"{k} {v:.4f}" for k, v in sorted(record.metrics.items())) or record.reason)
             if self.summaries is not None and record.status == "ok":
                 self.summaries.write(record)
-        self.status.evaluating_step = -1
+        if evaluating:
+            self.status.evaluating_step = -1
         self.broadcast.notify(stored)
         return stored or record
 

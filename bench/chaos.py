@@ -1,0 +1,291 @@
+"""Chaos soak: a trainer and an evaluator (policy ``all``, ``--keep 2`` so the trainer's garbage
+collection races the evaluator) run for a fixed time while the harness SIGKILLs or SIGTERMs one
+of them at random moments — some chosen to land during a save (a ``ckpt-N_temp`` directory
+exists) or during an evaluation (the evaluator has just logged "evaluating") — and restarts it.
+Stops by itself; then checks, from the model dir, the evaluator's history and the logs:
+
+* every checkpoint the state file ever named is evaluated exactly once, or recorded ``skipped``
+  with its reason — except one deleted (``--keep``) while the evaluator was down, whose deletion
+  no evaluator was there to record (counted apart as *unseen while down*);
+* no evaluation failed (a partial checkpoint read would fail);
+* the trainer resumed each time at the newest checkpoint the state file named when it died;
+* the history passes ``PRAGMA integrity_check``;
+* the evaluator answered health within a second whenever it was up and serving.
+
+    .venv/bin/python bench/chaos.py [--seconds 600] [--kills 20] [--seed 0] [--dir DIR]
+
+Prints one JSON line of figures; exit 1 if any invariant is violated.  ``tests/test_chaos.py``
+runs a short version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import socket
+import sqlite3
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from showtell.common import processes  # noqa: E402
+
+TINY = ["--embedding-size", "32", "--lstm-units", "32", "--batch-size", "4", "--shuffle-buffer", "64",
+        "--train-inception", "false"]
+RESUMED = re.compile(r"resumed from \S*ckpt-(\d+) at step (\d+)")
+NAMED = re.compile(r'all_model_checkpoint_paths: "(?:.*/)?ckpt-(\d+)"')
+
+
+@dataclass
+class Soak:
+    base: Path
+    seconds: float
+    kills: int
+    seed: int
+    port: int = 0
+    named: dict[int, list[float]] = field(default_factory=dict)  # step → [first, last] seen named
+    down: list[list[float]] = field(default_factory=list)  # evaluator down intervals [from, to]
+    resumes: list[tuple[int, int | None]] = field(default_factory=list)  # (expected, log file index)
+    events: list[dict] = field(default_factory=list)
+    health_failures: int = 0
+    serving: bool = False
+    done: bool = False
+    recoveries: list[float] = field(default_factory=list)
+
+    @property
+    def data(self) -> Path:
+        return self.base / "data"
+
+    @property
+    def model(self) -> Path:
+        return self.base / "model"
+
+    @property
+    def work(self) -> Path:
+        return self.base / "eval"
+
+    # ---------------------------------------------------------------- processes
+    def start_trainer(self, n: int):
+        return processes.start(["train", "--data", str(self.data), "--model-dir", str(self.model), *TINY,
+                                "--steps", "1000000", "--save-every-steps", "5", "--save-every-secs", "0",
+                                "--keep", "2", "--log-every-steps", "10"], self.base / f"trainer-{n:02d}.log")
+
+    def start_evaluator(self, n: int):
+        return processes.start(["evaluate", "--model-dir", str(self.model), "--data", str(self.data),
+                                "--work-dir", str(self.work), "--port", str(self.port), "--policy", "all",
+                                "--max-eval-examples", "2", "--beam-size", "1", "--meteor", "false",
+                                "--threads", "1"], self.base / f"evaluator-{n:02d}.log")
+
+    # ---------------------------------------------------------------- observers
+    def watch_state(self) -> None:
+        while not self.done:
+            try:
+                text = (self.model / "checkpoint").read_text()
+            except OSError:
+                text = ""
+            now = time.monotonic()
+            for step in map(int, NAMED.findall(text)):
+                self.named.setdefault(step, [now, now])[1] = now
+            time.sleep(0.05)
+
+    def probe_health(self) -> None:
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
+        stub = health_pb2_grpc.HealthStub(channel)
+        while not self.done:
+            was_serving = self.serving
+            try:
+                ok = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0).status == 1
+            except grpc.RpcError:
+                ok = False
+            if was_serving and self.serving and not ok:
+                self.health_failures += 1
+            if ok and not self.serving and self.down and self.down[-1][1] is None:
+                self.down[-1][1] = time.monotonic()
+                self.recoveries.append(self.down[-1][1] - self.down[-1][0])
+                self.serving = True
+            time.sleep(0.5)
+        channel.close()
+
+    # ---------------------------------------------------------------- faults
+    def wait_moment(self, victim: str, moment: str, evaluator_log: Path) -> str:
+        """Wait (up to 20 s) for the chosen moment; 'random' if it did not come."""
+        deadline = time.monotonic() + 20
+        if moment == "save":
+            while time.monotonic() < deadline:
+                if any(self.model.glob("ckpt-*_temp")):
+                    return "during a save"
+                time.sleep(0.005)
+        elif moment == "evaluation":
+            seen = evaluator_log.read_text().count("evaluating ") if evaluator_log.exists() else 0
+            while time.monotonic() < deadline:
+                if evaluator_log.exists() and evaluator_log.read_text().count("evaluating ") > seen:
+                    time.sleep(0.3)
+                    return "during an evaluation"
+                time.sleep(0.05)
+        return "at a random moment"
+
+    def run(self) -> dict:
+        from showtell.captioning.config import SyntheticConfig
+        from showtell.captioning.data import synthetic
+
+        rng = random.Random(self.seed)
+        synthetic.build(self.data, SyntheticConfig(train_images=40, val_images=4, image_size=75, seed=3,
+                                                   train_shards=4))
+        if not self.port:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                self.port = s.getsockname()[1]
+        counts = {"trainer": 0, "evaluator": 0}
+        procs = {"trainer": self.start_trainer(0), "evaluator": self.start_evaluator(0)}
+        self.down.append([time.monotonic(), None])
+        threads = [threading.Thread(target=f, daemon=True) for f in (self.watch_state, self.probe_health)]
+        for t in threads:
+            t.start()
+        started = time.monotonic()
+        gap = self.seconds / (self.kills + 1)
+        try:
+            for k in range(self.kills):
+                time.sleep(max(0.0, started + gap * (k + 1) * rng.uniform(0.8, 1.0) - time.monotonic()))
+                victim = rng.choice(["trainer", "evaluator"])
+                sig = rng.choice([signal.SIGKILL, signal.SIGKILL, signal.SIGTERM])
+                moment = rng.choice(["save", "random"] if victim == "trainer" else ["evaluation", "random"])
+                log = self.base / f"evaluator-{counts['evaluator']:02d}.log"
+                when = self.wait_moment(victim, moment, log)
+                if victim == "evaluator":
+                    self.serving = False
+                    self.down.append([time.monotonic(), None])
+                os.kill(procs[victim].pid, sig)
+                code = procs[victim].wait(timeout=120)
+                counts[victim] += 1
+                if victim == "trainer":
+                    named = [int(s) for s in NAMED.findall((self.model / "checkpoint").read_text())] \
+                        if (self.model / "checkpoint").exists() else []
+                    self.resumes.append((max(named) if named else 0, counts["trainer"]))
+                procs[victim] = (self.start_trainer if victim == "trainer" else self.start_evaluator)(
+                    counts[victim])
+                self.events.append({"victim": victim, "signal": signal.Signals(sig).name, "when": when,
+                                    "exit": code, "at": round(time.monotonic() - started, 1)})
+            time.sleep(max(0.0, started + self.seconds - time.monotonic()))
+            # The end: the trainer stops, the evaluator catches up with what is still named.
+            os.kill(procs["trainer"].pid, signal.SIGTERM)
+            procs["trainer"].wait(timeout=300)
+            self.catch_up(procs["evaluator"], timeout=180)
+        finally:
+            self.done = True
+            for proc in procs.values():
+                if proc.poll() is None:
+                    os.kill(proc.pid, signal.SIGTERM)
+                    try:
+                        proc.wait(timeout=60)
+                    except Exception:
+                        os.kill(proc.pid, signal.SIGKILL)
+                        proc.wait()
+        return self.check()
+
+    def catch_up(self, evaluator, timeout: float) -> None:
+        """Wait until every checkpoint the final state file names has a row (or time runs out)."""
+        final = {int(s) for s in NAMED.findall((self.model / "checkpoint").read_text())}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and evaluator.poll() is None:
+            try:
+                db = sqlite3.connect(f"file:{self.work / 'evaluations.sqlite'}?mode=ro", uri=True)
+                recorded = {row[0] for row in db.execute("SELECT step FROM evaluations")}
+                db.close()
+            except sqlite3.Error:
+                recorded = set()
+            if final <= recorded:
+                return
+            time.sleep(1)
+
+    # ---------------------------------------------------------------- invariants
+    def check(self) -> dict:
+        violations = []
+        db = sqlite3.connect(self.work / "evaluations.sqlite")
+        integrity = db.execute("PRAGMA integrity_check").fetchone()[0]
+        if integrity != "ok":
+            violations.append(f"integrity_check: {integrity}")
+        rows = db.execute("SELECT run, step, status, reason FROM evaluations").fetchall()
+        db.close()
+        runs = {r[0] for r in rows}
+        by_step: dict[int, list[tuple[str, str]]] = {}
+        for _, step, status, reason in rows:
+            by_step.setdefault(step, []).append((status, reason))
+        unseen, skipped = [], {}
+        for step, (first, last) in sorted(self.named.items()):
+            recorded = by_step.get(step, [])
+            if len(recorded) > 1:
+                violations.append(f"step {step} recorded {len(recorded)} times")
+            elif not recorded:
+                # It went while the evaluator was down (the harness sees the state file every
+                # 50 ms): no evaluator can record a deletion it was not there to see.
+                if any(a - 0.1 <= last and (b is None or last <= b) for a, b in self.down):
+                    unseen.append(step)
+                else:
+                    violations.append(f"step {step} was named but never recorded")
+            elif recorded[0][0] == "skipped":
+                reason = recorded[0][1]
+                kind = "deleted by the trainer" if "deleted by the trainer" in reason else reason[:60]
+                skipped[kind] = skipped.get(kind, 0) + 1
+        failed = [(s, r) for s, rs in by_step.items() for st, r in rs if st == "failed"]
+        violations += [f"step {s} failed: {r}" for s, r in failed]
+        resumed, killed_starting = 0, 0
+        for expected, n in self.resumes:
+            text = (self.base / f"trainer-{n:02d}.log").read_text()
+            match = RESUMED.search(text)
+            if expected == 0 and "starting from scratch" in text:
+                resumed += 1
+            elif match is None:
+                killed_starting += 1  # killed again before it got as far as restoring
+            elif int(match.group(2)) != expected:
+                violations.append(f"trainer-{n:02d} resumed at {match.group(2)}, newest named was {expected}")
+            else:
+                resumed += 1
+        if self.health_failures:
+            violations.append(f"health unanswered {self.health_failures} times while serving")
+        return {
+            "seconds": self.seconds, "kills": len(self.events),
+            "kills_by": _tally(f"{e['victim']} {e['signal']} {e['when']}" for e in self.events),
+            "restarts": len(self.events), "checkpoints_named": len(self.named), "runs": len(runs),
+            "evaluated": sum(1 for rs in by_step.values() for st, _ in rs if st == "ok"),
+            "skipped": skipped, "unseen_while_down": len(unseen), "trainer_resumes_checked": resumed,
+            "trainer_killed_before_restoring": killed_starting,
+            "worst_evaluator_recovery_s": round(max(self.recoveries, default=0.0), 1),
+            "violations": violations,
+        }
+
+
+def _tally(items) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in items:
+        out[item] = out.get(item, 0) + 1
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=600)
+    p.add_argument("--kills", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dir", type=Path, help="where the run's files go (default: a temporary directory)")
+    args = p.parse_args(argv)
+    base = args.dir or Path(tempfile.mkdtemp(prefix="showtell-chaos-"))
+    base.mkdir(parents=True, exist_ok=True)
+    result = Soak(base=base, seconds=args.seconds, kills=args.kills, seed=args.seed).run()
+    print(json.dumps({**result, "dir": str(base)}))
+    return 1 if result["violations"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
