@@ -223,7 +223,7 @@ class Soak:
         for _, step, status, reason in rows:
             by_step.setdefault(step, []).append((status, reason))
         unseen, skipped = [], {}
-        for step, (first, last) in sorted(self.named.items()):
+        for step, (_first, last) in sorted(self.named.items()):
             recorded = by_step.get(step, [])
             if len(recorded) > 1:
                 violations.append(f"step {step} recorded {len(recorded)} times")
