@@ -236,7 +236,8 @@ class Soak:
                     violations.append(f"step {step} was named but never recorded")
             elif recorded[0][0] == "skipped":
                 reason = recorded[0][1]
-                kind = "deleted by the trainer" if "deleted by the trainer" in reason else reason[:60]
+                kind = ("evaluation cut short, then deleted" if "cut short" in reason else
+                        "deleted by the trainer" if "deleted by the trainer" in reason else reason[:60])
                 skipped[kind] = skipped.get(kind, 0) + 1
         failed = [(s, r) for s, rs in by_step.items() for st, r in rs if st == "failed"]
         violations += [f"step {s} failed: {r}" for s, r in failed]

@@ -143,6 +143,7 @@ class EvalRunner:
         # so one named and deleted (--keep) while an evaluation ran is recorded skipped, not lost.
         self._seen: dict[str, tuple[int, str]] = {}
         self._seen_lock = threading.Lock()
+        self._evaluating: str | None = None  # pinned and being evaluated: the runner records it
 
     def on_change(self) -> None:
         if self.policy == "all":
@@ -187,16 +188,16 @@ class EvalRunner:
     def _record_vanished(self, named: set[str]) -> None:
         """Checkpoints the watcher saw named that are no longer named and were never recorded:
         the trainer's --keep deleted them while this evaluator was busy.  Recorded skipped."""
-        with self._seen_lock:
-            gone = [(prefix, step, run) for prefix, (step, run) in self._seen.items() if prefix not in named]
-            for prefix, _, _ in gone:
+        with self._seen_lock:  # held while recording: the runner never starts on one recorded here
+            gone = [(prefix, step, run) for prefix, (step, run) in self._seen.items()
+                    if prefix not in named and prefix != self._evaluating]  # a pinned one is evaluated
+            for prefix, step, run in sorted(gone, key=lambda g: g[1]):
                 del self._seen[prefix]
-        for prefix, step, run in sorted(gone, key=lambda g: g[1]):
-            if not self.store.has(run, step, prefix):
-                self._record(Record(step, prefix, 0.0, time.time(), 0.0, 0, status="skipped", run=run,
-                                    reason=f"{prefix}: deleted by the trainer before it could be evaluated "
-                                           "(named by the state file, then no longer: --keep)"),
-                             evaluating=False)
+                if not self.store.has(run, step, prefix):
+                    self._record(Record(step, prefix, 0.0, time.time(), 0.0, 0, status="skipped", run=run,
+                                        reason=f"{prefix}: deleted by the trainer before it could be "
+                                               "evaluated (named by the state file, then no longer: --keep)"),
+                                 evaluating=False)
 
     def _current_run(self) -> str:
         """The model dir's run (its ``showtell-model.json``); logs when a new one begins."""
@@ -217,6 +218,7 @@ class EvalRunner:
         returned).  Sleeps between watcher wake-ups; the fallback timer only guards against a
         lost event."""
         self.wake.set()
+        self._settle_leftover_pins()
         while not self.stopping.is_set():
             timeout = poll_fallback_secs
             if self._retry_at is not None:
@@ -247,6 +249,26 @@ class EvalRunner:
                 log.info("done: %s", self.done)
                 return self.done
         return None
+
+    def _settle_leftover_pins(self) -> None:
+        """Pins a stopped evaluator left behind, each an evaluation cut short: one still named is
+        simply evaluated again (it is pending); one the trainer deleted since is recorded skipped
+        here — no later look at the state file would ever name it again."""
+        root = self.work_dir / "pinned"
+        try:
+            leftovers, named = list(root.iterdir()), set(read_state(self.model_dir))
+        except (OSError, ShowtellError):
+            return
+        run = self._current_run()
+        for leftover in leftovers:
+            prefix = os.path.join(self.model_dir, leftover.name)
+            if leftover.name.startswith("ckpt-") and prefix not in named:
+                step = checkpoint_step(prefix)
+                if not self.store.has(run, step, prefix):
+                    self._record(Record(step, prefix, 0.0, time.time(), 0.0, 0, status="skipped", run=run,
+                                        reason=f"{prefix}: its evaluation was cut short (the evaluator "
+                                               "stopped) and the trainer deleted it since"))
+            shutil.rmtree(leftover, ignore_errors=True)
 
     def _work_dir_trouble(self, step: int, exc: Exception) -> None:
         """Not the checkpoint's fault: nothing is recorded (so nothing is lost or half-written —
@@ -283,6 +305,17 @@ class EvalRunner:
     def evaluate_one(self, step: int, prefix: str) -> Record | None:
         """Pin, evaluate, record, unpin.  None: the checkpoint's files are not all there yet
         (or were changing while read) and it is still named — a retry is scheduled."""
+        with self._seen_lock:
+            run = self.status.run_id
+            if self.store.has(run, step, prefix):  # the watcher recorded it meanwhile
+                return Record(step, prefix, 0.0, time.time(), 0.0, 0, status="skipped", run=run)
+            self._evaluating = prefix
+        try:
+            return self._evaluate_one(step, prefix)
+        finally:
+            self._evaluating = None
+
+    def _evaluate_one(self, step: int, prefix: str) -> Record | None:
         self.status.evaluating_step = step
         started = time.time()
         mtime = _mtime(prefix + ".index")
