@@ -12,7 +12,14 @@ Stops by itself; then checks, from the model dir, the evaluator's history and th
 * the history passes ``PRAGMA integrity_check``;
 * the evaluator answered health within a second whenever it was up and serving.
 
-    .venv/bin/python bench/chaos.py [--seconds 600] [--kills 20] [--seed 0] [--dir DIR]
+``--cluster ps`` runs the trainer as a parameter-server cluster (a ps, two workers and the chief
+that coordinates them, separate processes on 127.0.0.1) and kills any of them or the evaluator:
+
+* a killed worker is restarted and the chief trains on without it meanwhile (it must not exit);
+* a killed ps fails the chief with one line naming the ps (exit 1) — then the harness restarts
+  the ps and the chief, which must resume at the newest named checkpoint like any trainer.
+
+    .venv/bin/python bench/chaos.py [--seconds 600] [--kills 20] [--seed 0] [--cluster single|ps] [--dir DIR]
 
 Prints one JSON line of figures; exit 1 if any invariant is violated.  ``tests/test_chaos.py``
 runs a short version.
@@ -41,6 +48,7 @@ from showtell.common import processes  # noqa: E402
 
 TINY = ["--embedding-size", "32", "--lstm-units", "32", "--batch-size", "4", "--shuffle-buffer", "64",
         "--train-inception", "false"]
+PS_FAILED = "showtell train: error: the training cluster failed: parameter server"
 RESUMED = re.compile(r"resumed from \S*ckpt-(\d+) at step (\d+)")
 NAMED = re.compile(r'all_model_checkpoint_paths: "(?:.*/)?ckpt-(\d+)"')
 
@@ -51,7 +59,9 @@ class Soak:
     seconds: float
     kills: int
     seed: int
+    cluster: str = "single"
     port: int = 0
+    hosts: dict[str, str] = field(default_factory=dict)  # ps / worker0 / worker1 / chief → host:port
     named: dict[int, list[float]] = field(default_factory=dict)  # step → [first, last] seen named
     down: list[list[float]] = field(default_factory=list)  # evaluator down intervals [from, to]
     resumes: list[tuple[int, int | None]] = field(default_factory=list)  # (expected, log file index)
@@ -60,6 +70,8 @@ class Soak:
     serving: bool = False
     done: bool = False
     recoveries: list[float] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)  # processes that failed when they should not
+    ps_failures_named: int = 0
 
     @property
     def data(self) -> Path:
@@ -74,10 +86,28 @@ class Soak:
         return self.base / "eval"
 
     # ---------------------------------------------------------------- processes
-    def start_trainer(self, n: int):
-        return processes.start(["train", "--data", str(self.data), "--model-dir", str(self.model), *TINY,
-                                "--steps", "1000000", "--save-every-steps", "5", "--save-every-secs", "0",
-                                "--keep", "2", "--log-every-steps", "10"], self.base / f"trainer-{n:02d}.log")
+    @property
+    def roles(self) -> list[str]:
+        """Who can be killed; 'trainer' is the process that writes checkpoints (the chief)."""
+        return ["trainer", "evaluator"] if self.cluster == "single" else \
+            ["trainer", "ps", "worker0", "worker1", "evaluator"]
+
+    def start(self, role: str, n: int):
+        return self.start_evaluator(n) if role == "evaluator" else self.start_training(role, n)
+
+    def start_training(self, role: str, n: int):
+        log = self.base / f"{role}-{n:02d}.log"
+        common = ["train", "--data", str(self.data), "--model-dir", str(self.model), *TINY]
+        if self.cluster == "ps":
+            common += ["--strategy", "parameter_server", "--ps-hosts", self.hosts["ps"],
+                       "--worker-hosts", f"{self.hosts['worker0']},{self.hosts['worker1']}",
+                       "--chief-host", self.hosts["chief"]]
+            if role != "trainer":
+                job, index = (role, "0") if role == "ps" else ("worker", role[-1])
+                return processes.start([*common, "--job-name", job, "--task-index", index], log)
+            common += ["--job-name", "chief", "--task-index", "0"]
+        return processes.start([*common, "--steps", "1000000", "--save-every-steps", "5",
+                                "--save-every-secs", "0", "--keep", "2", "--log-every-steps", "10"], log)
 
     def start_evaluator(self, n: int):
         return processes.start(["evaluate", "--model-dir", str(self.model), "--data", str(self.data),
@@ -144,11 +174,13 @@ class Soak:
         synthetic.build(self.data, SyntheticConfig(train_images=40, val_images=4, image_size=75, seed=3,
                                                    train_shards=4))
         if not self.port:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                self.port = s.getsockname()[1]
-        counts = {"trainer": 0, "evaluator": 0}
-        procs = {"trainer": self.start_trainer(0), "evaluator": self.start_evaluator(0)}
+            self.port = _free_ports(1)[0]
+        if self.cluster == "ps":
+            self.hosts = dict(zip(["ps", "worker0", "worker1", "chief"],
+                                  (f"127.0.0.1:{p}" for p in _free_ports(4)), strict=True))
+        counts = dict.fromkeys(self.roles, 0)
+        procs = {role: self.start(role, 0) for role in self.roles if role != "trainer"}
+        procs["trainer"] = self.start("trainer", 0)  # the chief after its servers
         self.down.append([time.monotonic(), None])
         threads = [threading.Thread(target=f, daemon=True) for f in (self.watch_state, self.probe_health)]
         for t in threads:
@@ -158,23 +190,30 @@ class Soak:
         try:
             for k in range(self.kills):
                 time.sleep(max(0.0, started + gap * (k + 1) * rng.uniform(0.8, 1.0) - time.monotonic()))
-                victim = rng.choice(["trainer", "evaluator"])
+                self.restart_the_fallen(procs, counts)
+                victim = rng.choice(self.roles)
                 sig = rng.choice([signal.SIGKILL, signal.SIGKILL, signal.SIGTERM])
-                moment = rng.choice(["save", "random"] if victim == "trainer" else ["evaluation", "random"])
+                moment = {"trainer": ["save", "random"], "evaluator": ["evaluation", "random"]}.get(
+                    victim, ["save", "random"])
                 log = self.base / f"evaluator-{counts['evaluator']:02d}.log"
-                when = self.wait_moment(victim, moment, log)
+                when = self.wait_moment(victim, rng.choice(moment), log)
                 if victim == "evaluator":
                     self.serving = False
                     self.down.append([time.monotonic(), None])
                 os.kill(procs[victim].pid, sig)
                 code = procs[victim].wait(timeout=120)
                 counts[victim] += 1
-                if victim == "trainer":
-                    named = [int(s) for s in NAMED.findall((self.model / "checkpoint").read_text())] \
-                        if (self.model / "checkpoint").exists() else []
-                    self.resumes.append((max(named) if named else 0, counts["trainer"]))
-                procs[victim] = (self.start_trainer if victim == "trainer" else self.start_evaluator)(
-                    counts[victim])
+                if victim == "ps":
+                    # The chief cannot train without its variables: it must fail, in one line.
+                    self.ps_lost(procs["trainer"], counts["trainer"])
+                    counts["trainer"] += 1
+                    procs["ps"] = self.start("ps", counts["ps"])
+                    self.note_resume(counts["trainer"])
+                    procs["trainer"] = self.start("trainer", counts["trainer"])
+                else:
+                    if victim == "trainer":
+                        self.note_resume(counts["trainer"])
+                    procs[victim] = self.start(victim, counts[victim])
                 self.events.append({"victim": victim, "signal": signal.Signals(sig).name, "when": when,
                                     "exit": code, "at": round(time.monotonic() - started, 1)})
             time.sleep(max(0.0, started + self.seconds - time.monotonic()))
@@ -193,6 +232,41 @@ class Soak:
                         os.kill(proc.pid, signal.SIGKILL)
                         proc.wait()
         return self.check()
+
+    def restart_the_fallen(self, procs: dict, counts: dict) -> None:
+        """Nothing should exit unless killed (a lost worker must not stop the chief): each that did
+        is a violation, and is restarted so the soak goes on."""
+        for role, proc in procs.items():
+            if proc.poll() is not None:
+                self.lost.append(f"{role}-{counts[role]:02d} exited {proc.returncode} unkilled")
+                counts[role] += 1
+                if role == "trainer":
+                    self.note_resume(counts[role])
+                procs[role] = self.start(role, counts[role])
+
+    def note_resume(self, n: int) -> None:
+        """The trainer about to start as number ``n`` must resume at the newest named checkpoint."""
+        state = self.model / "checkpoint"
+        named = [int(s) for s in NAMED.findall(state.read_text())] if state.exists() else []
+        self.resumes.append((max(named) if named else 0, n))
+
+    def ps_lost(self, chief, n: int) -> None:
+        """After the ps is killed: the chief exits 1 with one line naming the ps (or is stopped)."""
+        try:
+            code = chief.wait(timeout=180)
+        except Exception:
+            os.kill(chief.pid, signal.SIGKILL)
+            chief.wait()
+            self.lost.append(f"trainer-{n:02d} still running 180 s after the ps was killed")
+            return
+        text = (self.base / f"trainer-{n:02d}.log").read_text()
+        if PS_FAILED in text:
+            self.ps_failures_named += 1
+        elif RESUMED.search(text) or "starting from scratch" in text:
+            self.lost.append(f"trainer-{n:02d} exited {code} without naming the lost ps")
+        # else: the chief had not got as far as the cluster; nothing to name.
+        if code == 0:
+            self.lost.append(f"trainer-{n:02d} exited 0 after the ps was killed")
 
     def catch_up(self, evaluator, timeout: float) -> None:
         """Wait until every checkpoint the final state file names has a row (or time runs out)."""
@@ -253,18 +327,30 @@ class Soak:
                 violations.append(f"trainer-{n:02d} resumed at {match.group(2)}, newest named was {expected}")
             else:
                 resumed += 1
+        violations += self.lost
         if self.health_failures:
             violations.append(f"health unanswered {self.health_failures} times while serving")
         return {
-            "seconds": self.seconds, "kills": len(self.events),
+            "cluster": self.cluster, "seconds": self.seconds, "kills": len(self.events),
             "kills_by": _tally(f"{e['victim']} {e['signal']} {e['when']}" for e in self.events),
             "restarts": len(self.events), "checkpoints_named": len(self.named), "runs": len(runs),
             "evaluated": sum(1 for rs in by_step.values() for st, _ in rs if st == "ok"),
             "skipped": skipped, "unseen_while_down": len(unseen), "trainer_resumes_checked": resumed,
             "trainer_killed_before_restoring": killed_starting,
+            **({"ps_losses_named_by_the_chief": self.ps_failures_named} if self.cluster == "ps" else {}),
             "worst_evaluator_recovery_s": round(max(self.recoveries, default=0.0), 1),
             "violations": violations,
         }
+
+
+def _free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
 
 
 def _tally(items) -> dict[str, int]:
@@ -279,11 +365,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=600)
     p.add_argument("--kills", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cluster", choices=["single", "ps"], default="single",
+                   help="the trainer as one process, or as a parameter-server cluster (ps, 2 workers, chief)")
     p.add_argument("--dir", type=Path, help="where the run's files go (default: a temporary directory)")
     args = p.parse_args(argv)
     base = args.dir or Path(tempfile.mkdtemp(prefix="showtell-chaos-"))
     base.mkdir(parents=True, exist_ok=True)
-    result = Soak(base=base, seconds=args.seconds, kills=args.kills, seed=args.seed).run()
+    result = Soak(base=base, seconds=args.seconds, kills=args.kills, seed=args.seed,
+                  cluster=args.cluster).run()
     print(json.dumps({**result, "dir": str(base)}))
     return 1 if result["violations"] else 0
 
