@@ -52,7 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arrival-timeout", type=positive_float, default=300.0, metavar="S",
                    help="how long a checkpoint the state file names may stay incomplete (a synced copy "
                         "still arriving) before it is recorded skipped (default 300)")
-    p.add_argument("--max-eval-examples", type=positive_int, help="cap on validation records/images")
+    p.add_argument("--max-eval-examples", type=positive_int,
+                   help="evaluate the first N validation images (each with all its captions); default all")
     p.add_argument("--beam-size", type=positive_int, default=3)
     p.add_argument("--threads", type=positive_int, help="TensorFlow threads (share a host politely)")
     p.add_argument("--meteor", type=boolean, default=True, help="compute METEOR when java is present")

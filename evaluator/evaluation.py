@@ -89,8 +89,8 @@ class CheckpointEvaluator:
         validator = self._prepare()
         restore(tf.train.Checkpoint(model=self._model), path,
                 "the checkpoint is corrupt or from another model", partial=True)
-        loss = validator.loss()
-        captions = validator.captions()
+        validation = validator.run()
+        loss, captions = validation.loss, validation.captions
         metrics = {names.LOSS: loss.loss, names.PERPLEXITY: loss.perplexity,
                    names.EXACT_MATCH: exact_match(captions, self.references)}
         if validator.id_map is not None:  # another vocabulary: say how much of it the model lacks

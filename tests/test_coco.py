@@ -95,7 +95,7 @@ def records(out: Path, split: str) -> list[tuple[int, list[int]]]:
     for shard in sorted(out.glob(f"{split}-?????-of-?????")):
         for serialized in tf.data.TFRecordDataset(str(shard)):
             record = parse_example(serialized)
-            found.append((int(record["image_id"]), record["caption"].numpy().tolist()))
+            found += [(int(record["image_id"]), c) for c in record["captions"].to_list()]
     return found
 
 
@@ -116,7 +116,7 @@ def test_split_proportions_determinism_and_counts(layout, built, tmp_path):
     again = coco.split_im2txt(coco.load_captions(layout["captions"]))
     assert {s: [i.image_id for i in v] for s, v in planned.items()} == \
         {s: [i.image_id for i in v] for s, v in again.items()}
-    assert splits["train"].records == 5 * splits["train"].images
+    assert splits["train"].captions == 5 * splits["train"].images
     source = manifest.source
     assert [c["size"] for c in source["captions"]] == [p.stat().st_size for p in layout["captions"]]
     assert source["split"] == "im2txt" and manifest.vocab_size == len(Vocabulary.load(built / "vocab.txt"))

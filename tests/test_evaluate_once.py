@@ -24,7 +24,7 @@ def test_once_json_reports_loss_perplexity_and_captions(tiny_data: Path, tiny_mo
     assert math.isclose(metrics["perplexity"], math.exp(metrics["loss"]), rel_tol=1e-6)
     assert 0 < metrics["loss"] < 10 and 0.0 <= metrics["exact_match"] <= 1.0
     manifest = json.loads((tiny_data / "dataset.json").read_text())
-    assert report["examples"] == manifest["splits"]["val"]["records"]
+    assert report["examples"] == manifest["splits"]["val"]["captions"]
     assert report["samples"] and all(len(s["references"]) >= 3 for s in report["samples"])
 
 

@@ -70,7 +70,8 @@ def test_policy_all_evaluates_every_checkpoint_once_in_order_and_streams_live(
     assert all(e.status == pb.Evaluation.OK for e in records)
     assert [e.global_step for e in streamed] == [2, 4, 6]
     assert {"loss", "perplexity", "bleu4", "cider", "rouge_l"} <= set(records[0].metrics)
-    assert records[0].checkpoint_path.endswith("ckpt-2") and records[0].num_examples == 8
+    assert records[0].checkpoint_path.endswith("ckpt-2")
+    assert records[0].num_examples == 8 * 3  # captions scored: 8 images × 3 captions
     latest = stub.GetLatest(pb.GetLatestRequest(), timeout=10)
     assert latest.global_step == 6
     best = stub.GetBest(pb.GetBestRequest(metric="loss"), timeout=10)
@@ -158,7 +159,7 @@ def test_garbage_collection_race_never_breaks_an_evaluation(tiny_data: Path, tmp
     assert proc.poll() is None  # still up
     assert not [e for e in records if e.status == pb.Evaluation.FAILED], records
     ok = [e for e in records if e.status == pb.Evaluation.OK]
-    assert ok and all(e.num_examples == 8 and "loss" in e.metrics for e in ok)
+    assert ok and all(e.num_examples == 8 * 3 and "loss" in e.metrics for e in ok)  # images × captions
     skipped = [e for e in records if e.status == pb.Evaluation.SKIPPED]
     assert all("deleted" in e.reason or "no longer there" in e.reason or "incomplete" in e.reason
                for e in skipped)

@@ -73,7 +73,7 @@ def test_built_once_reused_and_rebuilt_when_the_key_changes(data: Path, weights:
     assert info["key"]["image_size"] == 80 and info["feature_size"] == 2048
     assert sorted(p.name for p in cache.glob("train-*")) == sorted(p.name for p in data.glob("train-*"))
     manifest = json.loads((data / "dataset.json").read_text())
-    assert sum(info["records"]) == manifest["splits"]["train"]["records"]
+    assert sum(info["records"]) == manifest["splits"]["train"]["images"]  # one record per image
     before = snapshot(cache)
 
     second = train(data, tmp_path / "b", "--steps", "2", *w1)

@@ -13,7 +13,7 @@ import tensorflow as tf
 from showtell.captioning.config import InputConfig
 from showtell.captioning.data import inputs
 from showtell.captioning.data.manifest import load_dataset
-from showtell.captioning.data.records import ShardedWriter, make_example, shard_files
+from showtell.captioning.data.records import ShardedWriter, shard_files
 from showtell.common.errors import DataError
 
 
@@ -45,15 +45,37 @@ def test_eval_images_yield_each_image_once_with_all_references(tiny_data: Path):
     assert len(ids) == len(set(ids)) == manifest.splits["val"].images
     refs = inputs.load_references(files, vocab)
     assert set(refs) == set(ids)
-    assert sum(len(r) for r in refs.values()) == manifest.splits["val"].records
+    assert sum(len(r) for r in refs.values()) == manifest.splits["val"].captions
     assert all(len(r) >= 3 for r in refs.values())
+    # every caption of every image comes with it, once: the teacher-forcing rows are the references
+    rows = []
+    for batch in inputs.eval_images(files, 75, batch_size=3):
+        pairs = inputs.teacher_forcing(batch["captions"])
+        owners = batch["image_id"].numpy()[pairs["owner"].numpy()]
+        rows += [(int(owner), vocab.decode(target[: int(mask.sum())]))
+                 for owner, target, mask in zip(owners, pairs["target_ids"].numpy(), pairs["mask"].numpy(),
+                                                strict=True)]
+    assert sorted(rows) == sorted((i, r) for i, refs_ in refs.items() for r in refs_)
 
 
-def test_eval_dataset_covers_every_record_once(tiny_data: Path):
-    files = shard_files(tiny_data, "val")
-    manifest, _ = load_dataset(tiny_data)
-    count = sum(int(b["image"].shape[0]) for b in inputs.eval_dataset(files, 75, batch_size=5))
-    assert count == manifest.splits["val"].records
+def test_training_shows_each_caption_once_per_as_many_passes_as_an_image_has_captions(tiny_data: Path):
+    """One record per image: each pass shows an image once, with its captions in turn."""
+    files = shard_files(tiny_data, "train")
+    manifest, vocab = load_dataset(tiny_data)
+    refs = inputs.load_references(files, vocab)
+    per_image = {len(r) for r in refs.values()}
+    assert len(per_image) == 1  # synthetic: the same number of captions for every image
+    passes = per_image.pop()
+    # one shard at a time: the first passes × images examples are exactly those passes
+    config = InputConfig(batch_size=1, seed=0, augment=False, shuffle_buffer=1, deterministic=True,
+                         interleave_cycle=1)
+    ds = inputs.train_dataset(files, 75, config).take(passes * manifest.splits["train"].images)
+    seen = {}
+    for batch in ds:
+        n = int(batch["mask"].numpy().sum())
+        caption = vocab.decode(np.concatenate([[vocab.start_id], batch["target_ids"].numpy()[0, :n]]))
+        seen.setdefault(int(batch["image_id"].numpy()[0]), []).append(caption)
+    assert {i: sorted(c) for i, c in seen.items()} == {i: sorted(r) for i, r in refs.items()}
 
 
 def test_truncated_shard_is_named(tiny_data: Path, tmp_path: Path):
@@ -70,12 +92,11 @@ def test_truncated_shard_is_named(tiny_data: Path, tmp_path: Path):
 
 def test_undecodable_image_is_named(tmp_path: Path):
     with ShardedWriter(tmp_path, "val", 1) as writer:
-        writer.write_image([make_example(tf.io.encode_png(np.zeros((80, 80, 3), np.uint8)).numpy(), 1,
-                                         [0, 3, 1])])
-        writer.write_image([make_example(b"not an image at all", 77, [0, 3, 1])])
+        writer.write_image(tf.io.encode_png(np.zeros((80, 80, 3), np.uint8)).numpy(), 1, [[0, 3, 1]])
+        writer.write_image(b"not an image at all", 77, [[0, 3, 1]])
     files = shard_files(tmp_path, "val")
     with pytest.raises(DataError, match=r"val-00000-of-00001: record 1 \(image_id 77\) holds an undecodable"):
-        list(inputs.checked(inputs.eval_dataset(files, 75, batch_size=1), files))
+        list(inputs.checked(inputs.eval_images(files, 75, batch_size=1), files))
 
 
 def test_missing_data_dir_is_clear(tmp_path: Path):

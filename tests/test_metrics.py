@@ -66,7 +66,7 @@ def test_perplexity_is_exp_of_mean_token_loss(tiny_data: Path):
     model = build_model(ModelConfig(vocab_size=manifest.vocab_size, image_size=75, embedding_size=16,
                                     lstm_units=16))
     files = shard_files(tiny_data, "val")
-    result = Validator(model, files, vocab, batch_size=7).loss()  # padded batches, a short last one
+    result = Validator(model, files, vocab, batch_size=7).run().loss  # padded batches, a short last one
 
     # independently: one unpadded example at a time, log-softmax in numpy
     total, words = 0.0, 0
@@ -74,13 +74,14 @@ def test_perplexity_is_exp_of_mean_token_loss(tiny_data: Path):
         record = parse_example(serialized)
         image = inputs.preprocess_image(inputs.decode_image(record["image_data"]), 75, False,
                                         inputs.InputConfig())
-        caption = record["caption"].numpy().astype(np.int32)
-        logits = model((image[None], caption[None, :-1]), training=False).numpy()[0].astype(np.float64)
-        log_probs = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
-            - logits.max(-1, keepdims=True)
-        total -= log_probs[np.arange(len(caption) - 1), caption[1:]].sum()
-        words += len(caption) - 1
+        for caption in record["captions"].to_list():
+            caption = np.array(caption, np.int32)
+            logits = model((image[None], caption[None, :-1]), training=False).numpy()[0].astype(np.float64)
+            top = logits.max(-1, keepdims=True)
+            log_probs = logits - np.log(np.exp(logits - top).sum(-1, keepdims=True)) - top
+            total -= log_probs[np.arange(len(caption) - 1), caption[1:]].sum()
+            words += len(caption) - 1
     assert result.words == words
-    assert result.examples == manifest.splits["val"].records
+    assert result.examples == manifest.splits["val"].captions
     assert math.isclose(result.loss, total / words, rel_tol=1e-4)
     assert math.isclose(result.perplexity, math.exp(total / words), rel_tol=1e-4)

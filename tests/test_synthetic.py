@@ -41,8 +41,9 @@ def test_manifest_counts_match_shards(tmp_path: Path):
     assert manifest.vocab_size == len(vocab)
     for split in ("train", "val"):
         files = shard_files(tmp_path / "d", split)
-        records = sum(1 for f in files for _ in tf.data.TFRecordDataset(f))
-        assert records == manifest.splits[split].records
+        records = [parse_example(r) for f in files for r in tf.data.TFRecordDataset(f)]
+        assert len(records) == manifest.splits[split].images  # one record per image
+        assert sum(int(r["captions"].nrows()) for r in records) == manifest.splits[split].captions
         assert len(files) == manifest.splits[split].shards
     assert manifest.splits["train"].images == SMALL.train_images
     assert json.loads((tmp_path / "d" / "dataset.json").read_text())["builder"] == "synthetic"
@@ -100,11 +101,12 @@ def test_parsed_records_match_the_scene_they_came_from(tmp_path: Path):
             image_id = int(record["image_id"])
             split = "val" if image_id >= 10_000_000 else "train"
             scene = synthetic.make_scene(SMALL.seed, split, image_id % 10_000_000, SMALL.image_size)
-            caption = vocab.decode(record["caption"].numpy())
             image = tf.io.decode_png(record["image_data"]).numpy()
             assert image.shape == (75, 75, 3)
-            assert caption in synthetic.captions(scene)
-            assert _caption_is_true(caption, image, scene), (caption, scene)
+            captions = [vocab.decode(c) for c in record["captions"].to_list()]
+            assert captions == synthetic.captions(scene)
+            for caption in captions:
+                assert _caption_is_true(caption, image, scene), (caption, scene)
             for shape in scene.shapes:  # the named size matches the drawn area
                 mask = synthetic.shape_mask(shape, SMALL.image_size)
                 assert (mask.sum() > 200) == (shape.size == "large"), (shape, mask.sum())
@@ -159,3 +161,20 @@ def test_rebuild_same_is_noop_different_is_refused(tmp_path: Path):
     with pytest.raises(DataError, match="already holds a different dataset"):
         synthetic.build(tmp_path / "f", SyntheticConfig(**{**SMALL.__dict__, "seed": 99}))
     assert _digest(tmp_path / "f") == before
+
+
+def test_a_dataset_of_the_per_caption_format_is_refused_in_one_line_and_rebuilt_in_place(tmp_path: Path):
+    out = tmp_path / "old"
+    synthetic.build(out, SMALL)
+    manifest = json.loads((out / "dataset.json").read_text())
+    manifest["version"] = 1  # as showtell wrote it when a record was one (image, caption) pair
+    manifest["splits"] = {k: {"images": v["images"], "records": v["captions"], "shards": v["shards"]}
+                          for k, v in manifest["splits"].items()}
+    (out / "dataset.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataError) as error:
+        load_dataset(out)
+    assert str(error.value) == (
+        f"{out}/dataset.json: dataset format 1 (one record per caption), this showtell reads 2 (one record "
+        f"per image); rebuild it with `showtell data synthetic --out {out}` (and the same inputs)")
+    synthetic.build(out, SMALL)  # the builder replaces its own older format in place
+    assert load_dataset(out)[0].version == 2

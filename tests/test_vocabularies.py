@@ -83,7 +83,8 @@ def test_words_the_model_lacks_become_unknown_and_are_counted(tiny_data: Path):
                    for ref in refs for word in dropped)
     assert expected > 0
     counted, unknown_targets = 0, 0
-    for batch in inputs.eval_dataset(files, 75, 16, id_map=id_map):
+    for batch in inputs.eval_images(files, 75, 16, id_map=id_map):
         counted += int(batch["unknown"].numpy().sum())
-        unknown_targets += int(((batch["target_ids"].numpy() == UNKNOWN_ID) * batch["mask"].numpy()).sum())
+        pairs = inputs.teacher_forcing(batch["captions"])
+        unknown_targets += int(((pairs["target_ids"].numpy() == UNKNOWN_ID) * pairs["mask"].numpy()).sum())
     assert counted == expected == unknown_targets

@@ -98,7 +98,10 @@ class CaptionTask:
         # --batch-size is per replica; a step consumes batch × replicas examples (the global
         # batch).  Under parameter_server each worker step is one replica's batch.
         self.batch_size = input_config.batch_size * self.strategy.num_replicas_in_sync
-        self.steps_per_epoch = max(1, self.manifest.splits["train"].records // self.batch_size)
+        # An epoch (of the learning-rate schedule) is one pass over the captions, as in im2txt:
+        # with one caption per image visit, that is as many passes over the images as an image
+        # has captions.
+        self.steps_per_epoch = max(1, self.manifest.splits["train"].captions // self.batch_size)
         self.cache_build: BuildStats | None = None  # set when a feature cache is built
 
         tf.keras.utils.set_random_seed(train.seed)

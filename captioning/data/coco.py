@@ -4,13 +4,13 @@ Reads the MSCOCO captions layout (``images``: id + file_name, ``annotations``: i
 caption) from one or more files, splits images like im2txt (train = every image of the train
 pools + 85 % of the val pool, val 5 %, test 10 %, shuffled with im2txt's fixed seed) or by a
 Karpathy split file, builds the vocabulary from the training captions only, and writes one record
-per (image, caption) with all captions of an image consecutive in one shard — so evaluation sees
-every reference of an image.
+per image holding all its captions (``records.make_example``) — so evaluation reads every
+reference of an image from its record.
 
 Images are read and validated in parallel (threads; TensorFlow's decoder releases the GIL).
 Missing, empty and undecodable images are skipped and listed in ``bad-images.tsv``.  Shards are
 planned up front (image k of a split → shard k mod S), each written under a temporary name and
-renamed, then its sidecar ``.<shard>.json`` (records, skipped) is written: a shard counts as done
+renamed, then its sidecar ``.<shard>.json`` (images, captions, skipped) is written: a shard counts as done
 only when its sidecar exists and its record count matches, so an interrupted build resumes by
 redoing only unfinished shards — and produces the same bytes as an uninterrupted one.
 """
@@ -32,7 +32,7 @@ import tensorflow as tf
 from tqdm import tqdm
 
 from showtell.captioning.config import CocoConfig
-from showtell.captioning.data.manifest import MANIFEST, VOCAB, Manifest, SplitInfo
+from showtell.captioning.data.manifest import VOCAB, Manifest, SplitInfo, existing_build
 from showtell.captioning.data.records import make_example, shard_name
 from showtell.captioning.data.vocab import Vocabulary
 from showtell.common.errors import DataError, first_line
@@ -127,16 +127,16 @@ def check_image(image: CocoImage, image_dirs: Sequence[Path]) -> tuple[bytes | N
 
 @dataclass
 class ShardResult:
-    records: int
-    images: int
+    captions: int
+    images: int  # = records
     bad: list[tuple[str, str]]  # (path, reason)
 
 
 def build(out_dir: Path, config: CocoConfig) -> Manifest:
     """Write train/val/test shards, ``vocab.txt``, ``bad-images.tsv`` and ``dataset.json``."""
     source = _source(config)
-    if (out_dir / MANIFEST).is_file():
-        existing = Manifest.load(out_dir)
+    existing = existing_build(out_dir, BUILDER)
+    if existing is not None:
         if existing.builder == BUILDER and existing.source == source:
             log.info("%s already holds this COCO dataset; nothing to do", out_dir)
             return existing
@@ -156,7 +156,7 @@ def build(out_dir: Path, config: CocoConfig) -> Manifest:
                  mininterval=2 if sys.stderr.isatty() else 30) as bar:
         for split in SPLITS:
             count = max(1, min(shard_counts[split], len(splits[split]) or 1))
-            records = images_written = 0
+            captions = images_written = 0
             for index in range(count):
                 plan = splits[split][index::count]
                 result = _finished(out_dir, split, index, count)
@@ -164,17 +164,18 @@ def build(out_dir: Path, config: CocoConfig) -> Manifest:
                     result = _write_shard(out_dir, split, index, count, plan, vocab, config, pool)
                 else:
                     kept += 1
-                records += result.records
+                captions += result.captions
                 images_written += result.images
                 bad += [(split, path, reason) for path, reason in result.bad]
                 bar.update(len(plan))
-            infos[split] = SplitInfo(images=images_written, records=records, shards=count)
+            infos[split] = SplitInfo(images=images_written, captions=captions, shards=count)
     _write_report(out_dir, bad)
     manifest = Manifest(builder=BUILDER, image_size=0, vocab_size=len(vocab), splits=infos, source=source)
     manifest.save(out_dir)
     reasons = Counter(reason.split(" (")[0] for _, _, reason in bad)
     log.info("wrote %s: %s; vocabulary %d words (min count %d)%s; %d image(s) skipped%s — listed in %s",
-             out_dir, ", ".join(f"{s} {infos[s].images} images / {infos[s].records} records" for s in SPLITS),
+             out_dir, ", ".join(f"{s}: {infos[s].images} images, {infos[s].captions} captions"
+                                for s in SPLITS),
              len(vocab), config.min_word_count, f"; kept {kept} finished shard(s)" if kept else "",
              len(bad), f" ({', '.join(f'{r}: {n}' for r, n in sorted(reasons.items()))})" if bad else "",
              out_dir / REPORT)
@@ -192,9 +193,8 @@ def _write_shard(out_dir: Path, split: str, index: int, count: int, plan: list[C
             if reason is not None:
                 result.bad.append((file_path, reason))
                 continue
-            for caption in image.captions:
-                writer.write(make_example(data, image.image_id, vocab.encode(caption)))
-                result.records += 1
+            writer.write(make_example(data, image.image_id, [vocab.encode(c) for c in image.captions]))
+            result.captions += len(image.captions)
             result.images += 1
     tmp.replace(path)
     write_atomic(_sidecar(out_dir, path.name), json.dumps(asdict(result)) + "\n")
@@ -209,11 +209,11 @@ def _finished(out_dir: Path, split: str, index: int, count: int) -> ShardResult 
         return None
     try:
         raw = json.loads(sidecar.read_text())
-        result = ShardResult(raw["records"], raw["images"], [tuple(b) for b in raw["bad"]])
+        result = ShardResult(raw["captions"], raw["images"], [tuple(b) for b in raw["bad"]])
         found = sum(1 for _ in tf.data.TFRecordDataset(str(path)))
     except (ValueError, KeyError, TypeError, tf.errors.OpError):
         return None
-    return result if found == result.records else None
+    return result if found == result.images else None
 
 
 def _sidecar(out_dir: Path, shard: str) -> Path:

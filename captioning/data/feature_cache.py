@@ -11,10 +11,11 @@ of variants and the dataset (its manifest and every shard's name, size and mtime
 them and a new cache is built; nothing is ever half-used: a build writes into a temporary
 directory and renames it into place after ``cache.json`` is written.
 
-One record per image: ``image/image_id``, ``features`` ([variants × 2048] floats), and every
-caption of the image (``captions/ids`` flattened, ``captions/lengths``), in the order of the
-source shard — so with a fixed seed and ``InputConfig.deterministic`` training on the cache sees
-exactly the examples, in exactly the order, that training on images would.
+One record per image, the dataset's own format (``records``) with ``features`` ([variants × 2048]
+floats) in place of the image: ``image/image_id``, ``features``, every caption of the image
+(``captions/ids`` flattened, ``captions/lengths``), in the order of the source shard — so with a
+fixed seed and ``InputConfig.deterministic`` training on the cache sees exactly the examples, in
+exactly the order, that training on images would.
 """
 
 from __future__ import annotations
@@ -36,17 +37,22 @@ from tqdm import tqdm
 from showtell.captioning.config import InputConfig
 from showtell.captioning.data import inputs
 from showtell.captioning.data.manifest import MANIFEST
-from showtell.captioning.data.records import parse_example
+from showtell.captioning.data.records import (
+    CAPTIONS_SPEC,
+    IMAGE_ID,
+    caption_features,
+    caption_for_visit,
+    parse_example,
+)
 from showtell.common.errors import DataError
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+FORMAT = 2  # 2: captions chosen per visit, like image records (1 expanded every caption per visit)
 # Bump when ``inputs.preprocess_image`` changes what the encoder is shown: old caches then miss.
 PREPROCESSING_VERSION = 1
 INFO = "cache.json"
-IMAGE_ID, FEATURES = "image/image_id", "features"
-CAPTION_IDS, CAPTION_LENGTHS = "captions/ids", "captions/lengths"
+FEATURES = "features"
 
 Encoder = Callable[[tf.Tensor], tf.Tensor]  # images [N, S, S, 3] in [-1, 1] → features [N, D]
 
@@ -126,7 +132,7 @@ class FeatureCache:
             stats = BuildStats(total, passes, time.monotonic() - started, first[0], first[1] - started)
             info = {"key": self.key, "images": total, "forward_passes": passes, "feature_size": feature_size,
                     "build_seconds": round(stats.seconds, 3),
-                    "records": [sum(len(c) for _, c in g) for g in groups]}
+                    "records": [len(g) for g in groups]}
             (tmp / INFO).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
             self._publish(tmp)
         finally:
@@ -146,7 +152,7 @@ class FeatureCache:
                 out.append(inputs.preprocess_image(image, image_size, True, config, seed=seed))
             return record["image_id"], tf.stack(out)
 
-        images = inputs.first_per_image(tf.data.TFRecordDataset(list(files)).map(parse_example))
+        images = tf.data.TFRecordDataset(list(files)).map(parse_example)
         ds = images.map(views, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         return ds.batch(max(1, batch_size // variants)).prefetch(2)
 
@@ -178,8 +184,8 @@ class FeatureCache:
                 for image_id, image_features in zip(image_ids.numpy(), features, strict=True):
                     shard, expected_id, captions = order[position]
                     if int(image_id) != expected_id:
-                        raise DataError(f"{files[shard]}: records of image {expected_id} are not "
-                                        "consecutive; rebuild the dataset")
+                        raise DataError(f"{files[shard]}: image {expected_id} was not where the first "
+                                        "read found it (the shard changed?); rebuild the dataset")
                     writers[shard].write(_make_record(expected_id, image_features, captions))
                     position += 1
                 bar.update(len(image_ids))
@@ -205,23 +211,23 @@ class FeatureCache:
 
     def train_dataset(self, config: InputConfig, batch_size: int) -> tf.data.Dataset:
         """Endless shuffled padded batches of {features, image_id, input_ids, target_ids, mask}."""
-        return inputs.train_pipeline(self.files(), self._examples, _split, config, batch_size)
+        return inputs.train_pipeline(self.files(), tf.data.TFRecordDataset, self._example_fn(), config,
+                                     batch_size)
 
-    def _examples(self, path: tf.Tensor) -> tf.data.Dataset:
-        """One element per caption of each image, with one (random) variant's features."""
+    def _example_fn(self):
+        """(visit, record) → one example: a (random) variant's features and the visit's caption."""
         variants = self.variants
         feature_size = json.loads((self.dir / INFO).read_text())["feature_size"]
 
-        def per_caption(record: dict[str, tf.Tensor]) -> tf.data.Dataset:
+        def example(visit: tf.Tensor, serialized: tf.Tensor) -> dict[str, tf.Tensor]:
+            record = _parse_record(serialized)
             features = tf.reshape(record[FEATURES], [variants, feature_size])
             pick = 0 if variants == 1 else tf.random.uniform([], 0, variants, tf.int32)
-            captions = tf.RaggedTensor.from_row_lengths(record[CAPTION_IDS], record[CAPTION_LENGTHS])
-            image_id, chosen = record[IMAGE_ID], features[pick]
-            return tf.data.Dataset.from_tensor_slices(captions).map(
-                lambda caption: {"features": chosen, "image_id": image_id, "caption": caption}
-            )
+            caption = caption_for_visit(record["captions"], record[IMAGE_ID], visit)
+            return {"features": features[pick], "image_id": record[IMAGE_ID],
+                    **inputs.split_caption(caption)}
 
-        return tf.data.TFRecordDataset(path).map(_parse_record).flat_map(per_caption)
+        return example
 
 
 def ensure_cache(root: Path, key: dict, encoder: Encoder, source_files: Sequence[str], image_size: int,
@@ -246,23 +252,16 @@ def ensure_cache(root: Path, key: dict, encoder: Encoder, source_files: Sequence
 # -- records ------------------------------------------------------------------------------------
 
 def _captions_by_image(path: str) -> list[tuple[int, list]]:
-    """[(image id, [caption ids…])] in shard order; records of an image are consecutive."""
-    groups: list[tuple[int, list]] = []
-    ds = tf.data.TFRecordDataset(path).map(parse_example).map(lambda r: (r["image_id"], r["caption"]))
-    for image_id, caption in inputs.checked(ds, [path]):
-        image_id = int(image_id)
-        if not groups or groups[-1][0] != image_id:
-            groups.append((image_id, []))
-        groups[-1][1].append(caption.numpy().tolist())
-    return groups
+    """[(image id, [caption ids…])] in shard order."""
+    ds = tf.data.TFRecordDataset(path).map(parse_example).map(lambda r: (r["image_id"], r["captions"]))
+    return [(int(image_id), captions.to_list()) for image_id, captions in inputs.checked(ds, [path])]
 
 
 def _make_record(image_id: int, features, captions: list[list[int]]) -> bytes:
     feature = {
         IMAGE_ID: tf.train.Feature(int64_list=tf.train.Int64List(value=[image_id])),
         FEATURES: tf.train.Feature(float_list=tf.train.FloatList(value=features.reshape(-1))),
-        CAPTION_IDS: tf.train.Feature(int64_list=tf.train.Int64List(value=[i for c in captions for i in c])),
-        CAPTION_LENGTHS: tf.train.Feature(int64_list=tf.train.Int64List(value=[len(c) for c in captions])),
+        **caption_features(captions),
     }
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True)
 
@@ -271,16 +270,10 @@ def _parse_record(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
     parsed = tf.io.parse_single_example(serialized, {
         IMAGE_ID: tf.io.FixedLenFeature([], tf.int64),
         FEATURES: tf.io.VarLenFeature(tf.float32),
-        CAPTION_IDS: tf.io.VarLenFeature(tf.int64),
-        CAPTION_LENGTHS: tf.io.VarLenFeature(tf.int64),
+        "captions": CAPTIONS_SPEC,
     })
-    return {IMAGE_ID: parsed[IMAGE_ID], **{k: tf.sparse.to_dense(parsed[k])
-                                          for k in (FEATURES, CAPTION_IDS, CAPTION_LENGTHS)}}
-
-
-def _split(element: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-    return {"features": element["features"], "image_id": element["image_id"],
-            **inputs.split_caption(element["caption"])}
+    return {IMAGE_ID: parsed[IMAGE_ID], FEATURES: tf.sparse.to_dense(parsed[FEATURES]),
+            "captions": parsed["captions"]}
 
 
 def _file_sha256(path: Path) -> str:

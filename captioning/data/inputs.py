@@ -1,8 +1,10 @@
 """``tf.data`` input pipelines: training batches, validation batches, validation images.
 
 Everything runs inside TensorFlow (no Python feeding): shards are read in parallel and
-interleaved, records shuffled, parsed, decoded and augmented in parallel, captions padded
-per batch (dynamic padding: a batch is as long as its longest caption), then prefetched.
+interleaved, records (one per image) shuffled, parsed, decoded and augmented in parallel,
+captions padded per batch (dynamic padding: a batch is as long as its longest caption), then
+prefetched.  Training shows each image once per pass with one of its captions, in turn
+(``records.caption_for_visit``); evaluation decodes each image once and scores every caption.
 
 Errors from a corrupt shard or undecodable image surface from the iterator as
 TensorFlow's anonymous ``DataLossError``/``InvalidArgumentError``; ``checked`` turns them
@@ -16,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import tensorflow as tf
 
 from showtell.captioning.config import InputConfig
-from showtell.captioning.data.records import find_bad_record, parse_example
+from showtell.captioning.data.records import caption_for_visit, find_bad_record, parse_example
 from showtell.captioning.data.vocab import UNKNOWN_ID, Vocabulary
 from showtell.common.errors import DataError
 
@@ -70,20 +72,14 @@ def split_caption(caption: tf.Tensor) -> dict[str, tf.Tensor]:
     return {"input_ids": caption[:-1], "target_ids": target, "mask": tf.ones_like(target, tf.float32)}
 
 
-def _example_fn(image_size: int, training: bool, config: InputConfig, id_map: Sequence[int] | None = None):
-    table = None if id_map is None else tf.constant(list(id_map), tf.int64)
+def _example_fn(image_size: int, config: InputConfig):
+    """(visit, serialized image record) → one augmented training example."""
 
-    def fn(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
+    def fn(visit: tf.Tensor, serialized: tf.Tensor) -> dict[str, tf.Tensor]:
         record = parse_example(serialized)
-        image = preprocess_image(decode_image(record["image_data"]), image_size, training, config)
-        caption = record["caption"]
-        extra = {}
-        if table is not None:
-            mapped = tf.gather(table, caption)
-            became_unknown = tf.logical_and(tf.equal(mapped, UNKNOWN_ID), tf.not_equal(caption, UNKNOWN_ID))
-            extra["unknown"] = tf.reduce_sum(tf.cast(became_unknown, tf.int32))
-            caption = mapped
-        return {"image": image, "image_id": record["image_id"], **split_caption(caption), **extra}
+        image = preprocess_image(decode_image(record["image_data"]), image_size, True, config)
+        caption = caption_for_visit(record["captions"], record["image_id"], visit)
+        return {"image": image, "image_id": record["image_id"], **split_caption(caption)}
 
     return fn
 
@@ -92,25 +88,27 @@ def train_dataset(
     files: Sequence[str], image_size: int, config: InputConfig, batch_size: int | None = None
 ) -> tf.data.Dataset:
     """An endless stream of shuffled, augmented, padded training batches."""
-    return train_pipeline(files, tf.data.TFRecordDataset, _example_fn(image_size, True, config), config,
-                          batch_size)
+    return train_pipeline(files, tf.data.TFRecordDataset, _example_fn(image_size, config), config, batch_size)
 
 
 def train_pipeline(
     files: Sequence[str], read_file: Callable[[tf.Tensor], tf.data.Dataset],
-    example_fn: Callable[[tf.Tensor], dict[str, tf.Tensor]], config: InputConfig,
+    example_fn: Callable[[tf.Tensor, tf.Tensor], dict[str, tf.Tensor]], config: InputConfig,
     batch_size: int | None = None,
 ) -> tf.data.Dataset:
-    """Shard order shuffled each epoch, shards interleaved, elements shuffled, mapped, padded.
+    """Shard order shuffled each pass, shards interleaved, records shuffled, mapped, padded.
 
-    Shared by image shards and feature-cache shards: given elements in the same order per file,
-    both yield the same example order (exactly, with ``config.deterministic``).
+    ``example_fn(visit, record)`` gets the number of the pass over the data the record comes
+    from (which caption it shows).  Shared by image shards and feature-cache shards: given
+    records in the same order per file, both yield the same examples in the same order
+    (exactly, with ``config.deterministic``).
     """
     batch_size = batch_size or config.batch_size
+    count = len(files)
     ds = tf.data.Dataset.from_tensor_slices(list(files))
-    ds = ds.shuffle(len(files), seed=config.seed, reshuffle_each_iteration=True).repeat()
+    ds = ds.shuffle(count, seed=config.seed, reshuffle_each_iteration=True).repeat().enumerate()
     ds = ds.interleave(
-        read_file,
+        lambda index, path: read_file(path).map(lambda record: (index // count, record)),
         cycle_length=min(config.interleave_cycle, len(files)),
         num_parallel_calls=AUTOTUNE,
         deterministic=config.deterministic,
@@ -121,62 +119,57 @@ def train_pipeline(
     return ds.prefetch(AUTOTUNE)
 
 
-def eval_dataset(
-    files: Sequence[str], image_size: int, batch_size: int, config: InputConfig | None = None,
-    one_per_image: bool = False, max_examples: int | None = None, id_map: Sequence[int] | None = None,
-) -> tf.data.Dataset:
-    """Every validation record once (or each image's first), in file order, as padded batches.
-
-    ``id_map`` re-encodes captions into a model's own vocabulary (``Vocabulary.id_map``); each
-    batch then counts, in ``unknown``, the reference words that became ``<UNK>`` on the way.
-    """
-    ds = tf.data.TFRecordDataset(list(files))
-    if one_per_image:
-        ds = first_per_image(ds.map(parse_example)).map(lambda r: r["serialized"])
-    if max_examples:
-        ds = ds.take(max_examples)
-    example_fn = _example_fn(image_size, False, config or InputConfig(), id_map)
-    ds = ds.map(example_fn, num_parallel_calls=AUTOTUNE)
-    return ds.padded_batch(batch_size).prefetch(AUTOTUNE)
-
-
-def first_per_image(records: tf.data.Dataset) -> tf.data.Dataset:
-    """Keep the first of each run of records with the same image id.
-
-    Builders write all records of an image consecutively, so this yields each image once.
-    """
-    flagged = records.scan(
-        tf.constant(-1, tf.int64),
-        lambda previous, record: (record["image_id"], (record, record["image_id"] != previous)),
-    )
-    return flagged.filter(lambda record, is_first: is_first).map(lambda record, _: record)
-
-
 def eval_images(
     files: Sequence[str], image_size: int, batch_size: int, config: InputConfig | None = None,
-    max_images: int | None = None,
+    max_images: int | None = None, id_map: Sequence[int] | None = None,
 ) -> tf.data.Dataset:
-    """Each validation image once, batched, for captioning."""
+    """Each validation image once, in file order, batched with all its captions.
+
+    Batches hold ``image`` [B, S, S, 3], ``image_id`` [B] and ``captions``, ragged
+    [B, (captions), (words)].  ``id_map`` re-encodes captions into a model's own vocabulary
+    (``Vocabulary.id_map``); each batch then counts, in ``unknown``, the reference words that
+    became ``<UNK>`` on the way.
+    """
     fn_config = config or InputConfig()
-    ds = first_per_image(tf.data.TFRecordDataset(list(files)).map(parse_example))
+    table = None if id_map is None else tf.constant(list(id_map), tf.int64)
+    ds = tf.data.TFRecordDataset(list(files))
     if max_images:
         ds = ds.take(max_images)
-    ds = ds.map(
-        lambda r: {
-            "image": preprocess_image(decode_image(r["image_data"]), image_size, False, fn_config),
-            "image_id": r["image_id"],
-        },
-        num_parallel_calls=AUTOTUNE,
-    )
+
+    def example(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
+        record = parse_example(serialized)
+        captions, extra = record["captions"], {}
+        if table is not None:
+            mapped = tf.gather(table, captions.flat_values)
+            became_unknown = tf.logical_and(tf.equal(mapped, UNKNOWN_ID),
+                                            tf.not_equal(captions.flat_values, UNKNOWN_ID))
+            extra["unknown"] = tf.reduce_sum(tf.cast(became_unknown, tf.int32))
+            captions = captions.with_flat_values(mapped)
+        image = preprocess_image(decode_image(record["image_data"]), image_size, False, fn_config)
+        return {"image": image, "image_id": record["image_id"], "captions": captions, **extra}
+
+    ds = ds.map(example, num_parallel_calls=AUTOTUNE)
     return ds.batch(batch_size).prefetch(AUTOTUNE)
 
 
+def teacher_forcing(captions: tf.RaggedTensor) -> dict[str, tf.Tensor]:
+    """Ragged [B, (captions), (words)] → one padded row per caption and the image it belongs to.
+
+    ``owner`` [M] indexes the batch, so an image is encoded once however many captions it has.
+    """
+    flat = tf.cast(captions.values, tf.int32)  # [M, (words)], <S> … </S>
+    inputs, targets = flat[:, :-1], flat[:, 1:]
+    return {"owner": tf.cast(captions.value_rowids(), tf.int32), "input_ids": inputs.to_tensor(),
+            "target_ids": targets.to_tensor(),
+            "mask": tf.ones_like(targets, tf.float32).to_tensor()}
+
+
 def load_references(files: Sequence[str], vocab: Vocabulary) -> dict[int, list[str]]:
-    """All reference captions per image id, as text."""
+    """All reference captions per image id, as text, straight from the records."""
     refs: dict[int, list[str]] = {}
-    ds = tf.data.TFRecordDataset(list(files)).map(parse_example).map(lambda r: (r["image_id"], r["caption"]))
-    for image_id, caption in checked(ds, files):
-        refs.setdefault(int(image_id), []).append(vocab.decode(caption.numpy()))
+    ds = tf.data.TFRecordDataset(list(files)).map(parse_example).map(lambda r: (r["image_id"], r["captions"]))
+    for image_id, captions in checked(ds, files):
+        refs[int(image_id)] = [vocab.decode(c) for c in captions.to_list()]
     return refs
 
 

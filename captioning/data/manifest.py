@@ -7,6 +7,7 @@ message naming the directory instead of deep inside ``tf.data``.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -14,15 +15,18 @@ from showtell.captioning.data.vocab import Vocabulary
 from showtell.common.errors import DataError
 from showtell.common.files import write_atomic
 
+log = logging.getLogger(__name__)
+
 MANIFEST = "dataset.json"
 VOCAB = "vocab.txt"
-FORMAT_VERSION = 1
+# 2: one record per image with all its captions (1 was one record per caption, as im2txt).
+FORMAT_VERSION = 2
 
 
 @dataclass(frozen=True)
 class SplitInfo:
-    images: int
-    records: int
+    images: int  # records: one per image
+    captions: int
     shards: int
 
 
@@ -53,16 +57,36 @@ class Manifest:
             )
         try:
             raw = json.loads(path.read_text())
+            version = raw.get("version")
+            if version != FORMAT_VERSION:
+                raise DataError(
+                    f"{path}: dataset format {version}"
+                    f"{' (one record per caption)' if version == 1 else ''}, this showtell reads "
+                    f"{FORMAT_VERSION} (one record per image); rebuild it with `showtell data "
+                    f"{raw.get('builder', 'synthetic')} --out {data_dir}` (and the same inputs)")
             raw["splits"] = {k: SplitInfo(**v) for k, v in raw["splits"].items()}
-            manifest = cls(**raw)
-        except (ValueError, TypeError, KeyError) as exc:
+            return cls(**raw)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise DataError(f"{path}: unreadable manifest ({exc}); rebuild the dataset") from exc
-        if manifest.version != FORMAT_VERSION:
-            raise DataError(
-                f"{path}: format version {manifest.version}, this showtell reads {FORMAT_VERSION}; "
-                "rebuild the dataset"
-            )
-        return manifest
+
+
+def existing_build(out_dir: Path, builder: str) -> Manifest | None:
+    """The manifest of a dataset a builder finds in its ``--out``; None when there is none — or
+    when it is this builder's in an older format, which the build then replaces in place (its
+    shards have the same names; the manifest, written last, is removed first)."""
+    path = out_dir / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        raw = json.loads(path.read_text())
+    except ValueError:
+        raw = {}
+    if raw.get("builder") == builder and raw.get("version") != FORMAT_VERSION:
+        log.warning("%s: dataset format %s, rebuilding it in format %d (one record per image)",
+                    out_dir, raw.get("version"), FORMAT_VERSION)
+        path.unlink()
+        return None
+    return Manifest.load(out_dir)
 
 
 def load_dataset(data_dir: Path) -> tuple[Manifest, Vocabulary]:

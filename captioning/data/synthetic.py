@@ -20,8 +20,8 @@ import numpy as np
 from tqdm import tqdm
 
 from showtell.captioning.config import MIN_IMAGE_SIZE, SyntheticConfig
-from showtell.captioning.data.manifest import MANIFEST, VOCAB, Manifest, SplitInfo
-from showtell.captioning.data.records import ShardedWriter, make_example
+from showtell.captioning.data.manifest import VOCAB, Manifest, SplitInfo, existing_build
+from showtell.captioning.data.records import ShardedWriter
 from showtell.captioning.data.vocab import Vocabulary
 from showtell.common.errors import DataError
 
@@ -216,8 +216,8 @@ def build(out_dir: Path, config: SyntheticConfig) -> Manifest:
     if config.image_size < MIN_IMAGE_SIZE:
         raise DataError(f"--image-size {config.image_size}: Inception v3 needs at least {MIN_IMAGE_SIZE} px")
     source = {"config": asdict(config)}
-    if (out_dir / MANIFEST).is_file():
-        existing = Manifest.load(out_dir)
+    existing = existing_build(out_dir, BUILDER)
+    if existing is not None:
         if existing.builder == BUILDER and existing.source == source:
             log.info("%s already holds this synthetic dataset; nothing to do", out_dir)
             return existing
@@ -242,10 +242,8 @@ def build(out_dir: Path, config: SyntheticConfig) -> Manifest:
         with ShardedWriter(out_dir, split, shards[split]) as writer:
             for index, scene in enumerate(tqdm(split_scenes, desc=f"synthetic {split}", unit="img")):
                 data = encode_png(draw(scene, config.image_size))
-                writer.write_image(
-                    [make_example(data, image_id(split, index), vocab.encode(c)) for c in captions(scene)]
-                )
-        splits[split] = SplitInfo(images=writer.images, records=writer.records, shards=shards[split])
+                writer.write_image(data, image_id(split, index), [vocab.encode(c) for c in captions(scene)])
+        splits[split] = SplitInfo(images=writer.images, captions=writer.captions, shards=shards[split])
     vocab.save(out_dir / VOCAB)
     manifest = Manifest(
         builder=BUILDER,
