@@ -1,6 +1,7 @@
 """COCO preparation rate vs. its limit: ``showtell data coco`` images/s on a generated
 MSCOCO-layout set (640×480 JPEGs, 5 captions each, train2014 + val2014 pools) ÷ the rate of
-plainly reading and decoding the same JPEGs with the same number of threads — one run.
+plainly reading and decoding the same JPEGs with the same number of threads — one run; and the
+bytes of shards written ÷ the bytes of the JPEGs (one record per image: ≈1).
 
     .venv/bin/python bench/coco_prep.py [--images 2000] [--workers 2]
 """
@@ -82,11 +83,14 @@ def main() -> int:
         started = time.perf_counter()
         coco.build(Path(tmp) / "out", config)
         prep = args.images / (time.perf_counter() - started)
+        written = sum(p.stat().st_size for p in (Path(tmp) / "out").glob("*-?????-of-?????")) / 2**20
     print(json.dumps({
         "images": args.images, "jpeg_mb": round(mb, 1), "workers": args.workers,
         "read_decode_images_per_sec": round(limit, 1),
         "coco_prep_images_per_sec": round(prep, 1),
         "ratio_prep_over_read_decode": round(prep / limit, 3),
+        "shards_mb": round(written, 1),
+        "ratio_shard_bytes_over_jpeg_bytes": round(written / mb, 3),
     }, indent=2))
     return 0
 
