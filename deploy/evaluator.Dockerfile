@@ -28,6 +28,10 @@ COPY evaluator evaluator
 COPY showtell showtell
 COPY protos protos
 RUN deploy/install.sh "${EXTRA}"
+# A headless JRE: COCO's PTB tokenizer and METEOR (pycocoevalcap's jars) need Java — with it the
+# scores are comparable with published ones (GetLatest's `scoring` says which tokenizer ran).
+RUN apt-get update && apt-get install -y --no-install-recommends default-jre-headless \
+    && rm -rf /var/lib/apt/lists/* && java -version
 
 USER showtell
 WORKDIR /home/showtell

@@ -57,6 +57,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beam-size", type=positive_int, default=3)
     p.add_argument("--threads", type=positive_int, help="TensorFlow threads (share a host politely)")
     p.add_argument("--meteor", type=boolean, default=True, help="compute METEOR when java is present")
+    p.add_argument("--tokenizer", choices=("auto", "ptb", "regex"), default="auto",
+                   help="how captions are tokenized for scoring: ptb (COCO's PTBTokenizer, needs java; "
+                        "scores comparable with published ones), regex, or auto: ptb when java is "
+                        "present (default)")
     p.add_argument("--export-best", metavar="METRIC[:max|min]",
                    help="export each better evaluation's model as a SavedModel version "
                         "<work-dir>/export/best/<step>/, TensorFlow Serving's layout "
@@ -92,7 +96,7 @@ def run_once(args: argparse.Namespace) -> int:
     from showtell.evaluator.evaluation import CheckpointEvaluator
     from showtell.evaluator.scorers import CaptionScorer
 
-    scorer = CaptionScorer(meteor=args.meteor)
+    scorer = CaptionScorer(meteor=args.meteor, tokenizer=args.tokenizer)
     try:
         evaluator = CheckpointEvaluator(args.model_dir, args.data, args.max_eval_examples,
                                         args.beam_size, scorer=scorer)
@@ -103,7 +107,8 @@ def run_once(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(asdict(result)) + "\n")
         return 0
     metrics = "  ".join(f"{k} {v:.4f}" for k, v in result.metrics.items())
-    sys.stdout.write(f"step {result.step}  {metrics}  ({result.examples} examples, {result.seconds:.1f} s)\n")
+    sys.stdout.write(f"step {result.step}  {metrics}  ({result.examples} examples, {result.seconds:.1f} s; "
+                     f"{result.scoring or 'no scorers'})\n")
     for s in result.samples:
         sys.stdout.write(f"  {s['caption']!r}  refs: {' | '.join(s['references'])}\n")
     return 0
@@ -114,6 +119,9 @@ def run(args: argparse.Namespace) -> int:
     setup_logging()
 
     def body() -> int:
+        from showtell.evaluator.scorers import resolve_tokenizer
+
+        resolve_tokenizer(args.tokenizer)  # --tokenizer ptb without Java: one line, before anything starts
         _limit_threads(args.threads)
         if args.once:
             if args.until_step is not None or args.max_evaluations or args.exit_when_trained:

@@ -75,7 +75,7 @@ async def _serve(args: argparse.Namespace, work_dir: Path, security: LoadedSecur
         nonlocal exit_code
         try:
             # METEOR's JVM takes seconds to start: do it here, not before the server answers.
-            evaluator.scorer = CaptionScorer(meteor=args.meteor)
+            evaluator.scorer = CaptionScorer(meteor=args.meteor, tokenizer=args.tokenizer)
             watcher.start()
             runner.run()
         except Exception:

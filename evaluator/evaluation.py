@@ -36,6 +36,7 @@ class EvalResult:
     examples: int
     seconds: float
     samples: list[dict] = field(default_factory=list)
+    scoring: str = ""  # the tokenizer and scorers behind the caption metrics (CaptionScorer.scoring)
 
 
 class CheckpointEvaluator:
@@ -101,4 +102,4 @@ class CheckpointEvaluator:
                  for i, c in list(captions.items())[: self.samples]]
         return EvalResult(step=checkpoint_step(path) if step is None else step, checkpoint=path,
                           metrics=metrics, examples=loss.examples, seconds=time.monotonic() - started,
-                          samples=shown)
+                          samples=shown, scoring=self.scorer.scoring if self.scorer is not None else "")

@@ -328,7 +328,8 @@ class EvalRunner:
             log.info("evaluating %s (step %d)", prefix, step)
             result = self.evaluator.evaluate(pinned, step=step)
             record = Record(step, prefix, mtime, time.time(), result.seconds, result.examples,
-                            metrics=result.metrics, samples=result.samples, run=self.status.run_id)
+                            metrics=result.metrics, samples=result.samples, run=self.status.run_id,
+                            scoring=result.scoring)
         except ModelDirIncomplete as exc:  # e.g. showtell-model.json not synced yet
             return self._not_there(step, prefix, mtime, str(exc))
         except ShowtellError as exc:

@@ -1,44 +1,109 @@
 """COCO caption metrics from the standard implementation (``pycocoevalcap``).
 
 BLEU-1..4, ROUGE-L and CIDEr run in-process; METEOR runs in a Java subprocess whose JVM
-takes ≈11 s to start, so one scorer is kept warm for the evaluator's lifetime (and
-skipped, with a log line, where no ``java`` is installed).  ``COCOEvalCap`` is not used: it
-also runs SPICE, which downloads Stanford CoreNLP and fails offline.  Captions are already
-tokenized by ``showtell.captioning.data.vocab.tokenize`` (lower-case, punctuation split), which stands in
-for PTBTokenizer (also Java).
+takes ≈11 s to start, so one scorer is kept warm for the evaluator's lifetime.  ``COCOEvalCap``
+is not used: it also runs SPICE, which downloads Stanford CoreNLP and fails offline.
+
+Tokenization decides the scores.  Where Java runs, captions and references are tokenized the way
+the COCO evaluation (and the Show-and-Tell paper's numbers) did — Stanford's PTBTokenizer from
+the jar pycocoevalcap ships, lower-cased, punctuation dropped — but run here, on a temporary file
+of our own: pycocoevalcap's ``PTBTokenizer`` writes its temporary file into its own package
+directory, which fails on read-only installs and in non-root containers.  Without Java the
+regex tokenizer (``vocab.tokenize``) stands in; its scores are not comparable with published
+ones.  ``CaptionScorer.scoring`` names the tokenizer and the scorers, and every evaluation
+records it.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+import subprocess
+import tempfile
 import threading
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from pycocoevalcap.bleu.bleu import Bleu
 from pycocoevalcap.cider.cider import Cider
 from pycocoevalcap.rouge.rouge import Rouge
+from pycocoevalcap.tokenizer import ptbtokenizer
 
 from showtell.captioning.data.vocab import tokenize
+from showtell.common.errors import ShowtellError
 from showtell.evaluator import metric_names as names
 
 log = logging.getLogger(__name__)
 
+TOKENIZERS = ("auto", "ptb", "regex")
+EMPTY = "<empty>"  # what an empty caption is scored as (no words cannot be scored)
 
-def _normalise(text: str) -> str:
-    return " ".join(tokenize(text))
+
+def resolve_tokenizer(requested: str) -> str:
+    """``auto`` → ``ptb`` where Java runs, else ``regex``; ``ptb`` without Java is refused."""
+    if requested not in TOKENIZERS:
+        raise ShowtellError(f"--tokenizer {requested}: choose one of {', '.join(TOKENIZERS)}")
+    java = shutil.which("java") is not None
+    if requested == "ptb" and not java:
+        raise ShowtellError("--tokenizer ptb needs Java (`java` on PATH): install a JRE (Debian: "
+                            "default-jre-headless) or use --tokenizer regex")
+    return "ptb" if java and requested != "regex" else "regex"
+
+
+def ptb_tokenize(sentences: Sequence[str]) -> list[str]:
+    """PTB-tokenize ``sentences`` exactly as pycocoevalcap's ``PTBTokenizer`` (same jar, class,
+    flags and punctuation list), reading a temporary file outside the package directory."""
+    jar = Path(ptbtokenizer.__file__).with_name(ptbtokenizer.STANFORD_CORENLP_3_4_1_JAR)
+    with tempfile.TemporaryDirectory(prefix="showtell-ptb-") as tmp:
+        source = Path(tmp) / "sentences.txt"
+        source.write_bytes("\n".join(s.replace("\n", " ") for s in sentences).encode())
+        done = subprocess.run(["java", "-cp", str(jar), "edu.stanford.nlp.process.PTBTokenizer",
+                               "-preserveLines", "-lowerCase", str(source)],
+                              cwd=tmp, capture_output=True, check=False)
+    if done.returncode != 0:
+        why = done.stderr.decode(errors="replace").strip()[-300:]
+        raise RuntimeError(f"PTBTokenizer ({jar}) failed: {why}")
+    lines = done.stdout.decode().split("\n")
+    if len(lines) < len(sentences):
+        raise RuntimeError(f"PTBTokenizer returned {len(lines)} lines for {len(sentences)} sentences")
+    drop = set(ptbtokenizer.PUNCTUATIONS)
+    return [" ".join(w for w in line.rstrip().split(" ") if w not in drop) for line in lines[:len(sentences)]]
 
 
 class CaptionScorer:
-    def __init__(self, meteor: bool = True) -> None:
+    """BLEU-1..4, ROUGE-L, CIDEr (and METEOR) of generated captions against references.
+
+    ``tokenizer``: ``ptb`` (needs ``java``), ``regex``, or ``auto`` — PTB where Java runs.
+    References are tokenized once and remembered: only new captions cost a tokenizer run.
+    """
+
+    def __init__(self, meteor: bool = True, tokenizer: str = "auto") -> None:
+        self.tokenizer = resolve_tokenizer(tokenizer)
+        java = shutil.which("java") is not None
+        if tokenizer == "auto" and not java:
+            log.warning("no java on PATH: captions are tokenized by a regex, not COCO's PTB tokenizer — "
+                        "scores are not comparable with published ones; METEOR is not computed")
         self._meteor = None
         self._lock = threading.Lock()
-        if meteor and shutil.which("java"):
+        self._tokens: dict[str, str] = {}
+        if meteor and java:
             from pycocoevalcap.meteor.meteor import Meteor
 
             self._meteor = Meteor()
-        elif meteor:
-            log.info("no java on PATH: METEOR is not computed")
+
+    @property
+    def scoring(self) -> str:
+        """Which tokenizer and scorers produce the scores, e.g. ``tokenizer=ptb scorers=bleu,…``."""
+        scorers = ["bleu", names.ROUGE_L, names.CIDER] + ([names.METEOR] if self._meteor else [])
+        return f"tokenizer={self.tokenizer} scorers={','.join(scorers)}"
+
+    def _tokenized(self, texts: Sequence[str]) -> list[str]:
+        if self.tokenizer == "regex":
+            return [" ".join(tokenize(t)) for t in texts]
+        new = sorted({t for t in texts if t not in self._tokens})
+        if new:
+            self._tokens.update(zip(new, ptb_tokenize(new), strict=True))
+        return [self._tokens[t] for t in texts]
 
     def score(self, predictions: Mapping[int, str], references: Mapping[int, Sequence[str]]
               ) -> dict[str, float]:
@@ -46,8 +111,10 @@ class CaptionScorer:
         ids = [i for i in predictions if references.get(i)]
         if not ids:
             return {}
-        res = {i: [_normalise(predictions[i]) or "<empty>"] for i in ids}
-        gts = {i: [_normalise(r) for r in references[i]] for i in ids}
+        texts = [predictions[i] for i in ids] + [r for i in ids for r in references[i]]
+        tokens = iter(self._tokenized(texts))
+        res = {i: [next(tokens) or EMPTY] for i in ids}
+        gts = {i: [next(tokens) for _ in references[i]] for i in ids}
         bleu, _ = Bleu(4).compute_score(gts, res, verbose=0)
         scores = {name: float(b) for name, b in zip(names.BLEU, bleu, strict=True)}
         scores[names.ROUGE_L] = float(Rouge().compute_score(gts, res)[0])

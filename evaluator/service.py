@@ -50,6 +50,7 @@ def to_proto(record: Record) -> pb.Evaluation:
         status=_STATUS[record.status],
         reason=record.reason,
         run_id=record.run,
+        scoring=record.scoring,
     )
 
 

@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS evaluations (
     samples TEXT NOT NULL,
     status TEXT NOT NULL,
     reason TEXT NOT NULL,
+    scoring TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (run, step, checkpoint)
 );
 """
@@ -73,6 +74,7 @@ class Record:
     reason: str = ""
     rowid: int = 0  # arrival order, assigned by the store
     run: str = ""  # the training run (see the module docstring)
+    scoring: str = ""  # the tokenizer and scorers behind the caption metrics ('' before it was kept)
 
 
 class Store:
@@ -99,6 +101,8 @@ class Store:
             columns = [row[1] for row in db.execute("PRAGMA table_info(evaluations)")]
             if columns and "run" not in columns:
                 db.executescript("BEGIN;" + MIGRATE_V1.format(schema=SCHEMA) + "COMMIT;")
+            elif columns and "scoring" not in columns:  # a history from before it was kept
+                db.execute("ALTER TABLE evaluations ADD COLUMN scoring TEXT NOT NULL DEFAULT ''")
             db.executescript(SCHEMA)
         except BaseException:
             db.close()
@@ -125,10 +129,10 @@ class Store:
             raise ValueError(f"status {record.status!r}")
         with self._lock:
             cursor = self._db.execute(
-                "INSERT OR IGNORE INTO evaluations VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT OR IGNORE INTO evaluations VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (record.run, record.step, record.checkpoint, record.checkpoint_mtime, record.evaluated_at,
                  record.eval_seconds, record.num_examples, json.dumps(record.metrics),
-                 json.dumps(record.samples), record.status, record.reason),
+                 json.dumps(record.samples), record.status, record.reason, record.scoring),
             )
             return dataclasses.replace(record, rowid=cursor.lastrowid) if cursor.rowcount == 1 else None
 
@@ -211,4 +215,5 @@ def _record(row: tuple) -> Record:
     rowid, run, *row = row
     return Record(step=row[0], checkpoint=row[1], checkpoint_mtime=row[2], evaluated_at=row[3],
                   eval_seconds=row[4], num_examples=row[5], metrics=json.loads(row[6]),
-                  samples=json.loads(row[7]), status=row[8], reason=row[9], rowid=rowid, run=run)
+                  samples=json.loads(row[7]), status=row[8], reason=row[9], rowid=rowid, run=run,
+                  scoring=row[10])

@@ -44,6 +44,8 @@ class EvalSummaries:
         with self.writer.as_default(step=record.step):
             for name, value in record.metrics.items():
                 tf.summary.scalar(name, value)
+            if record.scoring:  # which tokenizer and scorers: PTB scores compare with published ones
+                tf.summary.text("scoring", record.scoring)
             if record.samples:
                 lines = [f"| {s['caption']} | {' / '.join(s['references'])} |" for s in record.samples]
                 tf.summary.text("samples", "\n".join(["| caption | references |", "|---|---|", *lines]))

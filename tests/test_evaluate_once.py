@@ -26,6 +26,18 @@ def test_once_json_reports_loss_perplexity_and_captions(tiny_data: Path, tiny_mo
     manifest = json.loads((tiny_data / "dataset.json").read_text())
     assert report["examples"] == manifest["splits"]["val"]["captions"]
     assert report["samples"] and all(len(s["references"]) >= 3 for s in report["samples"])
+    assert report["scoring"] == "tokenizer=ptb scorers=bleu,rouge_l,cider,meteor"
+
+
+def test_ptb_without_java_is_one_line(tiny_data: Path, tiny_model: Path, tmp_path: Path, showtell_main,
+                                      monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no java on it
+    result = showtell_main("evaluate", "--once", "--model-dir", str(tiny_model), "--data", str(tiny_data),
+                           "--tokenizer", "ptb")
+    assert result.returncode == 1
+    assert error_lines(result.stderr) == [
+        "showtell evaluate: error: --tokenizer ptb needs Java (`java` on PATH): install a JRE (Debian: "
+        "default-jre-headless) or use --tokenizer regex"]
 
 
 def test_once_without_checkpoint_is_one_clear_line(tiny_data: Path, tmp_path: Path, showtell_main):

@@ -72,6 +72,8 @@ def test_policy_all_evaluates_every_checkpoint_once_in_order_and_streams_live(
     assert {"loss", "perplexity", "bleu4", "cider", "rouge_l"} <= set(records[0].metrics)
     assert records[0].checkpoint_path.endswith("ckpt-2")
     assert records[0].num_examples == 8 * 3  # captions scored: 8 images × 3 captions
+    # Java is here: COCO's PTB tokenizer, and every record says so (no METEOR: --meteor false)
+    assert {e.scoring for e in records} == {"tokenizer=ptb scorers=bleu,rouge_l,cider"}
     latest = stub.GetLatest(pb.GetLatestRequest(), timeout=10)
     assert latest.global_step == 6
     best = stub.GetBest(pb.GetBestRequest(metric="loss"), timeout=10)

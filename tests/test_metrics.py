@@ -37,7 +37,7 @@ REFERENCES = {
 
 def test_coco_scores_equal_pycocoevalcap():
     java = shutil.which("java") is not None
-    scorer = CaptionScorer(meteor=java)
+    scorer = CaptionScorer(meteor=java, tokenizer="regex")
     try:
         got = scorer.score(PREDICTIONS, REFERENCES)
     finally:
@@ -59,6 +59,65 @@ def test_coco_scores_equal_pycocoevalcap():
             meteor.meteor_p.kill()
             meteor.meteor_p.wait()
     assert exact_match(PREDICTIONS, REFERENCES) == 0.25  # only image 1 is word for word
+
+
+# COCO-style raw text: capitals, punctuation, contractions, hyphens — where PTB and a regex differ.
+RAW_PREDICTIONS = {
+    7: "A man riding a wave on top of a surfboard.",
+    8: "Two dogs play with a frisbee in the park",
+    9: "A kitchen with a stove, a sink and a refrigerator.",
+    10: "",  # an empty caption is scored, not dropped
+}
+RAW_REFERENCES = {
+    7: ["A surfer rides a large wave in the ocean.", "A man on a surfboard riding a wave!",
+        "Surfer catching a wave -- on his board."],
+    8: ["Two dogs playing with a Frisbee in a grassy park.", "The dog's frisbee is in the air.",
+        "Dogs chase a frisbee; it's a sunny day."],
+    9: ["A kitchen that has a stove, sink, and fridge.", "An old-fashioned kitchen with white cabinets."],
+    10: ["A cat sleeping on a couch."],
+}
+
+
+def test_ptb_scores_equal_pycocoevalcap_on_its_own_ptb_tokenizer_and_touch_no_package_file():
+    """The paper-comparable path: pycocoevalcap's PTBTokenizer then its Bleu/Cider/Rouge/Meteor
+    (SPICE excluded) give exactly showtell's scores — and showtell writes nothing into the
+    package (pycocoevalcap's own tokenizer writes a temporary file beside its jar)."""
+    from pycocoevalcap.meteor.meteor import Meteor
+    from pycocoevalcap.tokenizer import ptbtokenizer
+
+    assert shutil.which("java"), "this machine has OpenJDK 17; the PTB path needs it"
+    package = Path(ptbtokenizer.__file__).parents[1]
+    before = {p: p.stat().st_mtime_ns for p in [package, *package.rglob("*")] if p.is_dir()}
+    scorer = CaptionScorer(meteor=True, tokenizer="auto")
+    try:
+        assert scorer.scoring == "tokenizer=ptb scorers=bleu,rouge_l,cider,meteor"
+        got = scorer.score(RAW_PREDICTIONS, RAW_REFERENCES)
+        again = scorer.score(RAW_PREDICTIONS, RAW_REFERENCES)  # references remembered, same scores
+    finally:
+        scorer.close()
+    assert again == got
+    after = {p: p.stat().st_mtime_ns for p in [package, *package.rglob("*")] if p.is_dir()}
+    assert after == before  # no file created or removed in any of the package's directories
+
+    tokenizer = ptbtokenizer.PTBTokenizer()
+    gts = tokenizer.tokenize({i: [{"caption": r} for r in refs] for i, refs in RAW_REFERENCES.items()})
+    res = tokenizer.tokenize({i: [{"caption": c or "<empty>"}] for i, c in RAW_PREDICTIONS.items()})
+    assert gts[7][2] == "surfer catching a wave on his board"  # PTB: lower-cased, punctuation gone
+    assert gts[8][1] == "the dog 's frisbee is in the air"  # … and the possessive split off
+    bleu, _ = Bleu(4).compute_score(gts, res, verbose=0)
+    for n in range(4):
+        assert got[f"bleu{n + 1}"] == bleu[n]
+    assert got["rouge_l"] == Rouge().compute_score(gts, res)[0]
+    assert got["cider"] == Cider().compute_score(gts, res)[0]
+    meteor = Meteor()
+    try:
+        assert got["meteor"] == meteor.compute_score(gts, res)[0]
+    finally:
+        meteor.meteor_p.kill()
+        meteor.meteor_p.wait()
+    # The regex stand-in scores the same captions differently: why each evaluation records which ran.
+    regex = CaptionScorer(meteor=False, tokenizer="regex")
+    assert regex.score(RAW_PREDICTIONS, RAW_REFERENCES)["cider"] != got["cider"]
 
 
 def test_perplexity_is_exp_of_mean_token_loss(tiny_data: Path):

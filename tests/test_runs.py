@@ -97,3 +97,26 @@ def test_a_history_from_before_run_ids_is_kept(tmp_path: Path):
         assert store.best("loss", False, run="").step == 4 and store.runs() == 2
     finally:
         store.close()
+
+
+def test_a_history_from_before_scoring_was_kept_gains_the_column(tmp_path: Path):
+    path = tmp_path / "evaluations.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE evaluations (run TEXT NOT NULL, step INTEGER NOT NULL, checkpoint TEXT NOT NULL,
+            checkpoint_mtime REAL NOT NULL, evaluated_at REAL NOT NULL, eval_seconds REAL NOT NULL,
+            num_examples INTEGER NOT NULL,
+            metrics TEXT NOT NULL, samples TEXT NOT NULL, status TEXT NOT NULL, reason TEXT NOT NULL,
+            PRIMARY KEY (run, step, checkpoint));
+        INSERT INTO evaluations VALUES ('r', 2, '/m/ckpt-2', 1, 2, 3, 8, '{"cider": 0.5}', '[]', 'ok', '');
+    """)
+    db.close()
+    store = Store(path)
+    try:
+        assert [(r.step, r.scoring) for r in store.after(-1)] == [(2, "")]  # unknown: not made up
+        store.add(Record(4, "/m/ckpt-4", 1, 5, 3, 8, {"cider": 0.7}, run="r",
+                         scoring="tokenizer=ptb scorers=bleu"))
+        assert store.latest("r").scoring == "tokenizer=ptb scorers=bleu"
+    finally:
+        store.close()
+    assert Store(path).latest("r").step == 4  # reopened: the migrated schema is the current one

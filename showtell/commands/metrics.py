@@ -67,7 +67,9 @@ def format_evaluation(e: pb.Evaluation) -> str:
     if e.status != pb.Evaluation.OK:
         return f"step {e.global_step:>7}  {status}: {e.reason}"
     metrics = "  ".join(f"{k} {v:.4f}" for k, v in sorted(e.metrics.items()))
-    return f"step {e.global_step:>7}  {metrics}  ({e.num_examples} examples, {e.eval_seconds:.1f} s, {when})"
+    scoring = f"; {e.scoring}" if e.scoring else ""
+    return (f"step {e.global_step:>7}  {metrics}  "
+            f"({e.num_examples} examples, {e.eval_seconds:.1f} s, {when}{scoring})")
 
 
 def _explain(error: grpc.RpcError, server: str, security: ClientSecurity) -> ShowtellError:
