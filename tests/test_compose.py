@@ -298,6 +298,8 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: 
         assert evaluation["checkpoint_path"] == f"/checkpoints/model/ckpt-{step}"
         assert step in _saved_steps(stack.logs("trainer"))  # a checkpoint the trainer container wrote
         assert {"loss", "perplexity", "bleu4", "cider"} <= set(evaluation["metrics"])
+        # the image's JRE: COCO's PTB tokenizer ran, as a non-root user over a root-owned install
+        assert evaluation["scoring"].startswith("tokenizer=ptb scorers="), evaluation["scoring"]
 
         # the evaluator cannot write the checkpoint volume
         evaluator = stack.container("evaluator")
