@@ -72,6 +72,7 @@ class Soak:
     recoveries: list[float] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)  # processes that failed when they should not
     ps_failures_named: int = 0
+    chief_waited: int = 0  # ps kills while the chief was starting
 
     @property
     def data(self) -> Path:
@@ -203,7 +204,14 @@ class Soak:
                 os.kill(procs[victim].pid, sig)
                 code = procs[victim].wait(timeout=120)
                 counts[victim] += 1
-                if victim == "ps":
+                if victim == "ps" and not self.training(counts["trainer"]):
+                    # A chief still starting waits for its ps (and says so), then trains.
+                    procs["ps"] = self.start("ps", counts["ps"])
+                    if self.starting_chief_waits(procs["trainer"], counts["trainer"]):
+                        counts["trainer"] += 1
+                        self.note_resume(counts["trainer"])
+                        procs["trainer"] = self.start("trainer", counts["trainer"])
+                elif victim == "ps":
                     # The chief cannot train without its variables: it must fail, in one line.
                     self.ps_lost(procs["trainer"], counts["trainer"])
                     counts["trainer"] += 1
@@ -249,6 +257,29 @@ class Soak:
         state = self.model / "checkpoint"
         named = [int(s) for s in NAMED.findall(state.read_text())] if state.exists() else []
         self.resumes.append((max(named) if named else 0, n))
+
+    def training(self, n: int) -> bool:
+        """Trainer ``n`` has restored (or started from scratch): it is past connecting."""
+        text = (self.base / f"trainer-{n:02d}.log").read_text()
+        return bool(RESUMED.search(text)) or "starting from scratch" in text
+
+    def starting_chief_waits(self, chief, n: int) -> bool:
+        """The ps was lost while chief ``n`` was starting: it must get going once the ps is back
+        (or, if it had connected to the old ps just before, fail naming it like a running one).
+        True when it exited and is to be restarted."""
+        self.chief_waited += 1
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and chief.poll() is None and not self.training(n):
+            time.sleep(0.5)
+        if chief.poll() is None and not self.training(n):
+            self.lost.append(f"trainer-{n:02d} did not start training within 180 s of its ps coming back")
+        elif chief.poll() is not None:
+            if PS_FAILED in (self.base / f"trainer-{n:02d}.log").read_text():
+                self.ps_failures_named += 1
+                return True
+            self.lost.append(f"trainer-{n:02d} exited {chief.returncode} while starting, not naming the ps")
+            return True
+        return False
 
     def ps_lost(self, chief, n: int) -> None:
         """After the ps is killed: the chief exits 1 with one line naming the ps (or is stopped)."""
@@ -337,7 +368,8 @@ class Soak:
             "evaluated": sum(1 for rs in by_step.values() for st, _ in rs if st == "ok"),
             "skipped": skipped, "unseen_while_down": len(unseen), "trainer_resumes_checked": resumed,
             "trainer_killed_before_restoring": killed_starting,
-            **({"ps_losses_named_by_the_chief": self.ps_failures_named} if self.cluster == "ps" else {}),
+            **({"ps_losses_named_by_the_chief": self.ps_failures_named,
+                "ps_lost_while_the_chief_started": self.chief_waited} if self.cluster == "ps" else {}),
             "worst_evaluator_recovery_s": round(max(self.recoveries, default=0.0), 1),
             "violations": violations,
         }

@@ -2,7 +2,8 @@
 
 * parameter_server: 1 ps, 2 workers, a chief, and an evaluator following the checkpoints; a
   worker killed mid-training is survived; a killed ps fails the chief in one line, and the
-  restarted cluster resumes from the last checkpoint with the global step intact; every process
+  restarted cluster (the chief first: it says it waits for its ps) resumes from the last
+  checkpoint with the global step intact; every process
   started is stopped cleanly (SIGTERM → exit 0).
 * multi_worker: 2 worker processes train synchronously; only the chief (worker 0) writes.
 """
@@ -90,8 +91,12 @@ def test_parameter_server_cluster(tiny_data: Path, tmp_path: Path, procs: Procs)
     saved = step_of(tf.train.latest_checkpoint(str(model_dir)))
     assert 20 <= saved < 48
 
-    new_ps, new_ps_log = task("ps", 0)
+    # The chief restarted before its ps (a rescheduled pod): it says it waits, then trains.
     coordinator, chief_log = task("chief", 0, "--steps", str(saved + 4), "--save-every-steps", "4")
+    wait_for(lambda: "waiting for ps:0" in chief_log.read_text() or coordinator.poll() is not None, 120,
+             "the chief to say it waits for its ps")
+    assert f"waiting for ps:0 ({ps}) to answer" in chief_log.read_text()
+    new_ps, new_ps_log = task("ps", 0)
     assert coordinator.wait(timeout=600) == 0, chief_log.read_text()[-3000:]
     assert f"ckpt-{saved} at step {saved}" in chief_log.read_text()
     assert step_of(tf.train.latest_checkpoint(str(model_dir))) == saved + 4

@@ -10,10 +10,15 @@ told to run ``showtell evaluate``.
 from __future__ import annotations
 
 import json
+import logging
 import re
+import socket
+import time
 from dataclasses import dataclass
 
 from showtell.common.errors import ShowtellError, first_line
+
+log = logging.getLogger(__name__)
 
 JOBS = ("chief", "worker", "ps")
 STRATEGIES = ("auto", "one_device", "mirrored", "parameter_server", "multi_worker")
@@ -52,6 +57,35 @@ class Cluster:
         jobs = ", ".join(f"{len(hosts)} {job}" for job, hosts in self.jobs.items())
         return (f"{self.task_type}:{self.task_index} ({self.address}) of a cluster of {jobs} "
                 f"(from {self.source})")
+
+
+def wait_for_ps(cluster: Cluster, every: float = 1.0, say_every: float = 15.0) -> None:
+    """Block until every parameter server accepts connections, saying who is awaited.
+
+    TensorFlow's own connect waits for an unreachable ps silently and without end; a chief
+    started while its ps restarts (a rescheduled pod, a crashed task) then looks hung.  This waits
+    the same (the ps is usually coming back), but says so.  Sleeps between probes.
+    """
+    def answers(address: str) -> bool:
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+                return True
+        except OSError:
+            return False
+
+    started = last_said = time.monotonic()
+    while True:
+        missing = [f"ps:{i} ({a})" for i, a in enumerate(cluster.jobs.get("ps", [])) if not answers(a)]
+        if not missing:
+            if time.monotonic() - started >= say_every:
+                log.info("every parameter server answers (waited %.0f s)", time.monotonic() - started)
+            return
+        if time.monotonic() - last_said >= say_every:
+            log.warning("waiting for %s to answer (%.0f s so far): training starts when it does",
+                        ", ".join(missing), time.monotonic() - started)
+            last_said = time.monotonic()
+        time.sleep(every)
 
 
 def host_port(text: str, what: str) -> str:
