@@ -6,6 +6,7 @@ Inception v3 → ``image_embedding`` → ``BasicLSTMCell`` fed the image first, 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -121,7 +122,7 @@ def test_missing_or_misshapen_tensors_are_named_in_one_line(im2txt, tmp_path: Pa
         import_checkpoint(im2txt["prefix"], tmp_path / "bad.txt", image_size=SIZE)
 
 
-def test_import_then_caption(im2txt, tmp_path: Path, showtell_main):
+def test_import_then_caption_and_evaluate(im2txt, tmp_path: Path, showtell_main, tiny_data: Path):
     model_dir = tmp_path / "imported"
     result = showtell_main("import-im2txt", "--im2txt-checkpoint", im2txt["prefix"], "--im2txt-vocab",
                            str(im2txt["word_counts"]), "--model-dir", str(model_dir),
@@ -136,6 +137,12 @@ def test_import_then_caption(im2txt, tmp_path: Path, showtell_main):
     caption = result.stdout.strip().split("\t")[1].split()  # "<path>\t<caption>"
     known = {w for w, _ in read_word_counts(im2txt["word_counts"])} | {"<UNK>"}
     assert caption and all(w in known or w.startswith("<unused-") for w in caption), result.stdout
+    # the evaluator scores it on a dataset of another vocabulary (references re-encoded into its own)
+    result = showtell_main("evaluate", "--once", "--json", "--model-dir", str(model_dir),
+                           "--data", str(tiny_data), "--meteor", "false", "--tokenizer", "regex")
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["step"] == 3000000 and report["metrics"]["unknown_reference_words"] > 0
     again = showtell_main("import-im2txt", "--im2txt-checkpoint", im2txt["prefix"], "--im2txt-vocab",
                           str(im2txt["word_counts"]), "--model-dir", str(model_dir))
     assert again.returncode == 1
