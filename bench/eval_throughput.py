@@ -14,7 +14,7 @@ worst case.  Both sides run once to trace, then are timed.  Reports minutes per 
 evaluation here and what ``--max-eval-examples`` keeps an evaluation within half of a 10-minute
 checkpoint interval.
 
-    .venv/bin/python bench/eval_throughput.py [--images 96] [--batch-size 32] [--beam-size 3]
+    .venv/bin/python bench/eval_throughput.py [--images 128] [--batch-size 64] [--beam-size 3]
 """
 
 from __future__ import annotations
@@ -86,8 +86,8 @@ def coco_like(files: list[str], out: Path) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images", type=int, default=96)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--images", type=int, default=128)
+    parser.add_argument("--batch-size", type=int, default=64, help="the evaluator's (64)")
     parser.add_argument("--beam-size", type=int, default=3)
     parser.add_argument("--image-size", type=int, default=299)
     args = parser.parse_args()
@@ -116,7 +116,8 @@ def main() -> int:
         "inception_forward_images_per_sec": round(forward, 2),
         "inception_forward_images_per_sec_after": round(forward_again, 2),
         "evaluator_images_per_sec": round(evaluator, 2),
-        "ratio_evaluator_over_forward": round(evaluator / ((forward + forward_again) / 2), 3),
+        # against the faster of the two forward passes: the machine is shared, be conservative
+        "ratio_evaluator_over_forward": round(evaluator / max(forward, forward_again), 3),
         **detail,
         "minutes_per_5000_images": round(minutes, 1),
         "max_eval_examples_for_half_of_10_minutes": int(evaluator * 300),

@@ -87,12 +87,17 @@ class ShowAndTell(keras.Model):
         _, h, c = self.lstm(x, training=training)
         return [h, c]
 
-    def decode(self, image_embedding: tf.Tensor, input_ids: tf.Tensor, training: bool = False) -> tf.Tensor:
-        """Teacher forcing: logits over the vocabulary for every input word."""
+    def decoder_outputs(self, image_embedding: tf.Tensor, input_ids: tf.Tensor, training: bool = False
+                        ) -> tf.Tensor:
+        """Teacher forcing: the LSTM's output for every input word (before the logits)."""
         state = self.start_state(image_embedding, training)
         words = self.input_dropout(self.word_embedding(input_ids), training=training)
         outputs, _, _ = self.lstm(words, initial_state=state, training=training)
-        return self.logits(self.output_dropout(outputs, training=training))
+        return self.output_dropout(outputs, training=training)
+
+    def decode(self, image_embedding: tf.Tensor, input_ids: tf.Tensor, training: bool = False) -> tf.Tensor:
+        """Teacher forcing: logits over the vocabulary for every input word."""
+        return self.logits(self.decoder_outputs(image_embedding, input_ids, training))
 
     def call(self, inputs: tuple[tf.Tensor, tf.Tensor], training: bool = False) -> tf.Tensor:
         """(images, input word ids) → logits over the vocabulary for every position."""

@@ -57,8 +57,13 @@ class Validator:
         def evaluate_batch(images, captions):
             embedding = model.encode(images, training=False)
             pairs = inputs.teacher_forcing(captions)
-            logits = model.decode(tf.gather(embedding, pairs["owner"]), pairs["input_ids"], training=False)
-            loss_sum, count = masked_loss_sum(logits, pairs["target_ids"], pairs["mask"])
+            outputs = model.decoder_outputs(tf.gather(embedding, pairs["owner"]), pairs["input_ids"])
+            # Logits only where there is a word: the vocabulary-wide matmul and softmax are most of
+            # the loss's cost, and padding to the batch's longest caption would waste a third.
+            real = pairs["mask"] > 0
+            words = tf.boolean_mask(outputs, real)
+            loss_sum, count = masked_loss_sum(model.logits(words), tf.boolean_mask(pairs["target_ids"], real),
+                                              tf.ones(tf.shape(words)[:1]))
             ids, _ = beam_search(model.start_state(embedding), model.step, vocab.start_id, vocab.end_id,
                                  beam_size, max_length)
             return loss_sum, count, tf.shape(pairs["owner"])[0], ids[:, 0]
