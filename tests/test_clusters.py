@@ -14,12 +14,14 @@ import os
 import re
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import grpc
 import pytest
 import tensorflow as tf
 
+from showtell.common.processes import cpu_seconds
 from showtell.v1 import metrics_pb2
 from tests.conftest import Procs, error_lines, free_ports, metrics_stub, start_evaluator, wait_for
 
@@ -104,6 +106,27 @@ def test_parameter_server_cluster(tiny_data: Path, tmp_path: Path, procs: Procs)
     for proc, log in (servers["w0"], w1, (new_ps, new_ps_log)):
         stop_cleanly(proc, log)
     stop_cleanly(evaluator, tmp_path / "eval.log")
+
+
+def test_a_chief_waiting_for_its_ps_sleeps_and_stops_when_asked(tiny_data: Path, tmp_path: Path,
+                                                                 procs: Procs):
+    """No ps yet: the chief says whom it waits for, costs no CPU meanwhile, and a SIGTERM ends it
+    (TensorFlow's own connect would wait on, deaf to the signal)."""
+    ps, w0, w1, chief = (f"127.0.0.1:{p}" for p in free_ports(4))
+    log = tmp_path / "chief.log"
+    proc = procs.start("train", "--data", str(tiny_data), "--model-dir", str(tmp_path / "model"), *MODEL,
+                       "--strategy", "parameter_server", "--ps-hosts", ps, "--worker-hosts", f"{w0},{w1}",
+                       "--chief-host", chief, "--job-name", "chief", "--steps", "4", log=log)
+    wait_for(lambda: "waiting for ps:0" in log.read_text() or proc.poll() is not None, 120,
+             "the chief to say it waits for its ps")
+    before, started = cpu_seconds(proc.pid), time.monotonic()
+    time.sleep(10)
+    share = (cpu_seconds(proc.pid) - before) / (time.monotonic() - started)
+    assert share < 0.05, f"a chief waiting for its ps used {share:.0%} of a core"
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0, log.read_text()[-2000:]
+    assert "SIGTERM) while waiting for the parameter servers: nothing was trained" in log.read_text()
+    assert not (tmp_path / "model").exists() or not list((tmp_path / "model").glob("ckpt-*"))
 
 
 def _latest(stub, step: int):

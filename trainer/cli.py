@@ -163,9 +163,14 @@ def run(args: argparse.Namespace) -> int:
 
     def _train_task(stop, cluster, name) -> int:
         from showtell.trainer import strategy as strategies
+        from showtell.trainer.cluster import wait_for_ps
         from showtell.trainer.task import CaptionTask
         from showtell.trainer.training import Trainer
 
+        if name == "parameter_server" and not wait_for_ps(cluster, stop):
+            log.info("stopped (%s) while waiting for the parameter servers: nothing was trained, "
+                     "nothing to save", stop.reason)
+            return 0
         chosen = strategies.choose(name, args.devices, cluster)
         task = CaptionTask(data_dir=args.data, model_dir=args.model_dir, **configs(args),
                            strategy=chosen.strategy, image_size=args.image_size,

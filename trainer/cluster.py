@@ -59,12 +59,14 @@ class Cluster:
                 f"(from {self.source})")
 
 
-def wait_for_ps(cluster: Cluster, every: float = 1.0, say_every: float = 15.0) -> None:
-    """Block until every parameter server accepts connections, saying who is awaited.
+def wait_for_ps(cluster: Cluster, stop, every: float = 1.0, say_every: float = 15.0) -> bool:
+    """Block until every parameter server accepts connections, saying who is awaited; False if
+    ``stop`` (a ``StopRequest``: SIGTERM, Ctrl-C) came first.
 
-    TensorFlow's own connect waits for an unreachable ps silently and without end; a chief
-    started while its ps restarts (a rescheduled pod, a crashed task) then looks hung.  This waits
-    the same (the ps is usually coming back), but says so.  Sleeps between probes.
+    TensorFlow's own connect waits for an unreachable ps silently and without end, deaf to
+    SIGTERM; a chief started while its ps restarts (a rescheduled pod, a crashed task) then looks
+    hung.  This waits the same (the ps is usually coming back), but says so, sleeps between
+    probes, and stops when asked.
     """
     def answers(address: str) -> bool:
         host, _, port = address.rpartition(":")
@@ -80,12 +82,13 @@ def wait_for_ps(cluster: Cluster, every: float = 1.0, say_every: float = 15.0) -
         if not missing:
             if time.monotonic() - started >= say_every:
                 log.info("every parameter server answers (waited %.0f s)", time.monotonic() - started)
-            return
+            return True
         if time.monotonic() - last_said >= say_every:
             log.warning("waiting for %s to answer (%.0f s so far): training starts when it does",
                         ", ".join(missing), time.monotonic() - started)
             last_said = time.monotonic()
-        time.sleep(every)
+        if stop.wait(every):
+            return False
 
 
 def host_port(text: str, what: str) -> str:

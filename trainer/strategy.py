@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from showtell.trainer.cluster import Cluster, ClusterError, wait_for_ps
+from showtell.trainer.cluster import Cluster, ClusterError
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,6 @@ def _cluster_strategy(name: str, cluster: Cluster | None) -> Chosen:
     if name == "multi_worker":
         strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
         return Chosen(strategy, name, f"{why}, {cluster.count('worker') + cluster.count('chief')} workers")
-    wait_for_ps(cluster)
     strategy = tf.distribute.ParameterServerStrategy(resolver)  # whole variables, round-robin
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     return Chosen(strategy, name, f"{why}, {cluster.count('ps')} ps, {cluster.count('worker')} workers",
