@@ -41,6 +41,7 @@ bench: install
 	$(BIN)/python bench/strategies.py
 	$(BIN)/python bench/ps_cluster.py
 	$(BIN)/python bench/coco_prep.py
+	$(BIN)/python bench/eval_throughput.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache
