@@ -33,7 +33,6 @@ import os
 import random
 import re
 import signal
-import socket
 import sqlite3
 import sys
 import tempfile
@@ -175,10 +174,10 @@ class Soak:
         synthetic.build(self.data, SyntheticConfig(train_images=40, val_images=4, image_size=75, seed=3,
                                                    train_shards=4))
         if not self.port:
-            self.port = _free_ports(1)[0]
+            self.port = processes.free_ports(1)[0]
         if self.cluster == "ps":
             self.hosts = dict(zip(["ps", "worker0", "worker1", "chief"],
-                                  (f"127.0.0.1:{p}" for p in _free_ports(4)), strict=True))
+                                  (f"127.0.0.1:{p}" for p in processes.free_ports(4)), strict=True))
         counts = dict.fromkeys(self.roles, 0)
         procs = {role: self.start(role, 0) for role in self.roles if role != "trainer"}
         procs["trainer"] = self.start("trainer", 0)  # the chief after its servers
@@ -373,16 +372,6 @@ class Soak:
             "worst_evaluator_recovery_s": round(max(self.recoveries, default=0.0), 1),
             "violations": violations,
         }
-
-
-def _free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def _tally(items) -> dict[str, int]:

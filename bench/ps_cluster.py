@@ -16,7 +16,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
@@ -26,19 +25,9 @@ from showtell.captioning.data import synthetic
 from showtell.common import processes
 
 
-def free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 def run_cluster(data: Path, model_dir: Path, workers: int, steps: int, batch: int, log_every: int) -> float:
     """Train ``steps`` steps on a fresh cluster; mean examples/s per window after the first."""
-    ports = free_ports(2 + workers)
+    ports = processes.free_ports(2 + workers)
     ps, chief, worker_hosts = f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}", \
         ",".join(f"127.0.0.1:{p}" for p in ports[2:])
     base = [*processes.command(), "train", "--data", str(data), "--model-dir", str(model_dir),

@@ -19,6 +19,8 @@ import pytest
 from showtell.captioning.config import SyntheticConfig
 from showtell.common import processes
 
+free_ports = processes.free_ports  # tests import it from here
+
 ROOT = Path(__file__).resolve().parents[1]
 # Small decoder and batch so a CPU step takes milliseconds; 75 px is Inception's minimum.
 # The encoder stays frozen (phase 1, on the feature cache the first run builds in the session's
@@ -96,17 +98,6 @@ def procs() -> Iterator[Procs]:
     finally:
         p.stop_all()
 
-
-def free_ports(n: int = 1) -> list[int]:
-    """Ports free on 127.0.0.1 right now (held together, so they differ)."""
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):

@@ -9,6 +9,7 @@ service is checked for sleeping.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +38,18 @@ def start(args: list[str], log_path: Path, **kwargs) -> subprocess.Popen:
                                 env=kwargs.pop("env", environment()), start_new_session=True, **kwargs)
     finally:
         handle.close()
+
+
+def free_ports(n: int = 1) -> list[int]:
+    """Ports free on 127.0.0.1 right now (held together, so they differ): for local clusters."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def cpu_seconds(pid: int) -> float:
