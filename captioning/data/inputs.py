@@ -1,4 +1,4 @@
-"""``tf.data`` input pipelines: training batches, validation batches, validation images.
+"""``tf.data`` input pipelines: training batches, and validation images with all their captions.
 
 Everything runs inside TensorFlow (no Python feeding): shards are read in parallel and
 interleaved, records (one per image) shuffled, parsed, decoded and augmented in parallel,
