@@ -79,7 +79,7 @@ class CaptionScorer:
 
     def __init__(self, meteor: bool = True, tokenizer: str = "auto") -> None:
         self.tokenizer = resolve_tokenizer(tokenizer)
-        java = shutil.which("java") is not None
+        java = self.tokenizer == "ptb" or shutil.which("java") is not None
         if tokenizer == "auto" and not java:
             log.warning("no java on PATH: captions are tokenized by a regex, not COCO's PTB tokenizer — "
                         "scores are not comparable with published ones; METEOR is not computed")

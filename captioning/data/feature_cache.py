@@ -211,8 +211,7 @@ class FeatureCache:
 
     def train_dataset(self, config: InputConfig, batch_size: int) -> tf.data.Dataset:
         """Endless shuffled padded batches of {features, image_id, input_ids, target_ids, mask}."""
-        return inputs.train_pipeline(self.files(), tf.data.TFRecordDataset, self._example_fn(), config,
-                                     batch_size)
+        return inputs.train_pipeline(self.files(), self._example_fn(), config, batch_size)
 
     def _example_fn(self):
         """(visit, record) → one example: a (random) variant's features and the visit's caption."""

@@ -88,13 +88,12 @@ def train_dataset(
     files: Sequence[str], image_size: int, config: InputConfig, batch_size: int | None = None
 ) -> tf.data.Dataset:
     """An endless stream of shuffled, augmented, padded training batches."""
-    return train_pipeline(files, tf.data.TFRecordDataset, _example_fn(image_size, config), config, batch_size)
+    return train_pipeline(files, _example_fn(image_size, config), config, batch_size)
 
 
 def train_pipeline(
-    files: Sequence[str], read_file: Callable[[tf.Tensor], tf.data.Dataset],
-    example_fn: Callable[[tf.Tensor, tf.Tensor], dict[str, tf.Tensor]], config: InputConfig,
-    batch_size: int | None = None,
+    files: Sequence[str], example_fn: Callable[[tf.Tensor, tf.Tensor], dict[str, tf.Tensor]],
+    config: InputConfig, batch_size: int | None = None,
 ) -> tf.data.Dataset:
     """Shard order shuffled each pass, shards interleaved, records shuffled, mapped, padded.
 
@@ -108,7 +107,7 @@ def train_pipeline(
     ds = tf.data.Dataset.from_tensor_slices(list(files))
     ds = ds.shuffle(count, seed=config.seed, reshuffle_each_iteration=True).repeat().enumerate()
     ds = ds.interleave(
-        lambda index, path: read_file(path).map(lambda record: (index // count, record)),
+        lambda index, path: tf.data.TFRecordDataset(path).map(lambda record: (index // count, record)),
         cycle_length=min(config.interleave_cycle, len(files)),
         num_parallel_calls=AUTOTUNE,
         deterministic=config.deterministic,

@@ -5,7 +5,6 @@ it like any trained one (``captioning.weights.im2txt`` says how the weights map)
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
@@ -13,7 +12,6 @@ from showtell.common.errors import ModelDirError
 from showtell.common.flags import Parser, positive_int, quiet_tensorflow, run_command, setup_logging
 
 PROG = "showtell import-im2txt"
-log = logging.getLogger(__name__)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
