@@ -180,6 +180,16 @@ def pytest_collection_modifyitems(config, items) -> None:
         items.sort(key=lambda item: item.get_closest_marker("docker") is not None)
 
 
+def pytest_runtest_setup(item) -> None:
+    """A grouped test run outside its group fails: xdist marks a grouped test by a suffix on its
+    node id, and a pytest that drops the suffix (9.2, pytest-xdist#1386) spreads a group over
+    both workers without a word (two `apt-get`s at once, shared fixtures built twice)."""
+    if _xdist_worker() and item.config.getoption("loadgroup", False) \
+            and item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
+        pytest.fail("--dist loadgroup ignored this test's xdist_group: this pytest breaks "
+                    "pytest-xdist's groups (see the pin in pyproject.toml)", pytrace=False)
+
+
 def pytest_collection_finish(session) -> None:
     """In one process: start the docker prebuild (niced dockerd, base image, both images) in the
     background when a docker test is selected and an engine can be had; the test waits for it.

@@ -1,7 +1,8 @@
 """A private Docker engine for the tests, started the way ``../shared/FIELD-NOTES.md`` says.
 
 No engine runs on these machines until a test starts one: ``apt-get`` installs Debian's
-``docker.io``, ``docker-compose`` (v1.29) and ``debootstrap`` when missing; ``dockerd`` runs
+``docker.io``, ``docker-compose`` (v1.29) and ``debootstrap`` when missing
+(``tests/system_packages.py``: safe when two test processes ask at once); ``dockerd`` runs
 with its data and exec roots under a temp dir and flags that leave the host's networking
 alone (no iptables, no bridge, no ip_forward), on its own socket; it is stopped by its PID
 (and its mounts released) whatever happens.  No registry is reachable, so the base image is
@@ -21,38 +22,25 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests import system_packages
+
 CACHE_DIR = Path(os.environ.get("SHOWTELL_DOCKER_CACHE", "/var/cache/showtell-docker"))
 BASE_IMAGE = "showtell-base:bookworm"
 # What the Dockerfiles need from a base: python3 (3.11 in bookworm), venv, pip, CA handling.
 BASE_PACKAGES = "python3,python3-venv,python3-pip,ca-certificates"
 BASE_TARBALL = CACHE_DIR / f"bookworm-minbase-{BASE_PACKAGES.replace(',', '+')}.tar"
-APT_PACKAGES = {"dockerd": "docker.io", "docker-compose": "docker-compose", "debootstrap": "debootstrap"}
 
 
 def unavailable() -> str | None:
     """Why no engine can be had here (None: it can)."""
     if os.geteuid() != 0:
         return "needs root to install and start dockerd"
-    missing = [tool for tool in APT_PACKAGES if not shutil.which(tool)]
-    if missing and not shutil.which("apt-get"):
-        return f"{', '.join(missing)} missing and no apt-get to install them"
-    return None
-
-
-_apt_lock = threading.Lock()  # the background prebuild and the static tests both ask
+    return system_packages.unavailable(system_packages.DOCKER_TOOLS)
 
 
 def ensure_tools() -> None:
-    """Install what is missing with apt-get (once; ≈10 s)."""
-    with _apt_lock:
-        missing = sorted({pkg for tool, pkg in APT_PACKAGES.items() if not shutil.which(tool)})
-        if not missing:
-            return
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]
-        if subprocess.run(install, env=env, capture_output=True, timeout=900).returncode != 0:
-            subprocess.run(["apt-get", "update", "-q"], env=env, check=True, capture_output=True, timeout=900)
-            subprocess.run(install, env=env, check=True, capture_output=True, timeout=900)
+    """Install what is missing with apt-get (once; ≈10 s), whoever else is installing."""
+    system_packages.ensure(system_packages.DOCKER_TOOLS)
 
 
 class Engine:
