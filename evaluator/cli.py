@@ -17,13 +17,13 @@ from showtell.api.transport import ServerSecurity, add_server_arguments, check_l
 from showtell.common.files import is_url
 from showtell.common.flags import (
     Parser,
+    add_verbose_flag,
     boolean,
     non_negative_int,
     positive_float,
     positive_int,
-    quiet_tensorflow,
     run_command,
-    setup_logging,
+    start_command,
 )
 from showtell.common.locks import DirectoryLock
 
@@ -81,6 +81,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--once", action="store_true", help="evaluate one checkpoint, print, exit")
     p.add_argument("--checkpoint", help="with --once: checkpoint prefix to evaluate (default: the newest)")
     p.add_argument("--json", action="store_true", help="with --once: print one JSON object")
+    add_verbose_flag(p)
 
 
 def _limit_threads(threads: int | None) -> None:
@@ -115,8 +116,7 @@ def run_once(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    quiet_tensorflow()
-    setup_logging()
+    start_command(args)
 
     def body() -> int:
         from showtell.evaluator.scorers import resolve_tokenizer

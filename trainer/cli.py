@@ -28,14 +28,14 @@ from showtell.common.errors import ShowtellError
 from showtell.common.flags import (
     Parser,
     add_config_flags,
+    add_verbose_flag,
     boolean,
     config_from_flags,
     flag_type,
     or_auto,
     positive_int,
-    quiet_tensorflow,
     run_command,
-    setup_logging,
+    start_command,
 )
 from showtell.common.locks import DirectoryLock
 from showtell.trainer.cluster import STRATEGIES  # no TensorFlow import: --help stays instant
@@ -112,7 +112,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile-steps", type=_step_range, metavar="A:B",
                    help="write a TensorFlow profiler trace of global steps A to B into the model dir's "
                         "TensorBoard run (TensorBoard's Profile tab; pip install tensorboard-plugin-profile)")
-    p.add_argument("-v", "--verbose", action="store_true")
+    add_verbose_flag(p)
 
 
 def configs(args: argparse.Namespace) -> dict[str, object]:
@@ -129,8 +129,7 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         sys.stderr.write(f"{PROG}: error: {problem} (see --help)\n")
         return 2
-    quiet_tensorflow()
-    setup_logging(args.verbose)
+    start_command(args)
 
     def body() -> int:
         from showtell.trainer.signals import StopRequest

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from showtell.common.errors import ModelDirError, ShowtellError
-from showtell.common.flags import Parser, positive_int, quiet_tensorflow, run_command, setup_logging
+from showtell.common.flags import Parser, add_verbose_flag, positive_int, run_command, start_command
 
 PROG = "showtell caption"
 log = logging.getLogger(__name__)
@@ -34,12 +34,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beam-size", type=positive_int,
                    help="print the top K captions with probabilities (default: the top one, beam 3)")
     p.add_argument("--json", action="store_true", help="one JSON object per image, one per line")
+    add_verbose_flag(p)
     p.add_argument("images", nargs="+", type=Path, metavar="IMAGE")
 
 
 def run(args: argparse.Namespace) -> int:
-    quiet_tensorflow()
-    setup_logging()
+    start_command(args)
     return run_command(PROG, lambda: _body(args))
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from showtell.captioning.config import MIN_IMAGE_SIZE, CocoConfig, SyntheticConfig
 from showtell.captioning.data.manifest import MANIFEST
-from showtell.common.flags import Parser, positive_int, quiet_tensorflow, run_command, setup_logging
+from showtell.common.flags import Parser, add_verbose_flag, positive_int, run_command, start_command
 
 PROG = "showtell data"
 
@@ -29,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     synth.add_argument("--if-missing", action="store_true",
                        help="keep any dataset already in --out (e.g. one mounted there) and build only "
                             "when there is none: the compose stack's first-start step")
+    add_verbose_flag(synth)
 
     coco = sub.add_parser("coco", help="MSCOCO captions JSON + image folders")
     c = CocoConfig()
@@ -45,11 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     coco.add_argument("--workers", type=positive_int, default=c.workers, help="image reading threads")
     coco.add_argument("--split", choices=("im2txt", "karpathy"), default=c.split)
     coco.add_argument("--karpathy-json", type=Path, help="dataset_coco.json (with --split karpathy)")
+    add_verbose_flag(coco)
 
 
 def run(args: argparse.Namespace) -> int:
-    quiet_tensorflow()
-    setup_logging()
+    start_command(args)
 
     def body() -> int:
         if args.builder == "coco":

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from showtell.common.errors import ModelDirError
-from showtell.common.flags import Parser, positive_int, quiet_tensorflow, run_command, setup_logging
+from showtell.common.flags import Parser, add_verbose_flag, positive_int, run_command, start_command
 
 PROG = "showtell import-im2txt"
 
@@ -21,11 +21,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the word_counts.txt the checkpoint was trained with")
     p.add_argument("--model-dir", type=Path, required=True, help="the showtell model dir to write (new)")
     p.add_argument("--image-size", type=positive_int, default=299, help="input size (default 299, as im2txt)")
+    add_verbose_flag(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    quiet_tensorflow()
-    setup_logging()
+    start_command(args)
     return run_command(PROG, lambda: _body(args))
 
 

@@ -7,11 +7,11 @@ import argparse
 from pathlib import Path
 
 from showtell.common.flags import (
+    add_verbose_flag,
     positive_float,
     positive_int,
-    quiet_tensorflow,
     run_command,
-    setup_logging,
+    start_command,
 )
 
 PROG = "showtell pretrain"
@@ -25,11 +25,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=positive_int, default=32, help="images per step (default 32)")
     p.add_argument("--learning-rate", type=positive_float, default=1e-3, help="Adam's rate (default 0.001)")
     p.add_argument("--seed", type=int, default=0, help="initialisation and order seed (default 0)")
+    add_verbose_flag(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    quiet_tensorflow()
-    setup_logging()
+    start_command(args)
 
     def body() -> int:
         from showtell.trainer.pretrain import pretrain

@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import os
 import sys
 from collections.abc import Callable
 
 from showtell.common.errors import ShowtellError
+from showtell.common.native_logs import quiet_tensorflow
 
 
 class Parser(argparse.ArgumentParser):
@@ -133,9 +133,17 @@ def config_from_flags(config_cls, args: argparse.Namespace, **fixed):
     return config_cls(**values, **fixed)
 
 
-def quiet_tensorflow() -> None:
-    """Hide TensorFlow's C++ start-up chatter unless the user asked for it."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="debug logs, and TensorFlow's native start-up notices (hidden by default)")
+
+
+def start_command(args: argparse.Namespace) -> None:
+    """What every TensorFlow command does first: TensorFlow's native notices off unless
+    ``--verbose`` (before anything imports it), then logging."""
+    verbose = bool(getattr(args, "verbose", False))
+    quiet_tensorflow(verbose)
+    setup_logging(verbose)
 
 
 def setup_logging(verbose: bool = False) -> None:
