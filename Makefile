@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-stamp
 DEMO_DIR     ?= runs/demo
 DEMO_SECONDS ?= 600
 
-.PHONY: install test lint demo bench proto clean
+.PHONY: install test lint demo bench proto docs clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ demo: install
 proto: install
 	$(BIN)/python -m grpc_tools.protoc -Iprotos --python_out=. --pyi_out=. --grpc_python_out=. \
 	    protos/showtell/v1/metrics.proto
+
+# docs/cli.md: every command's --help, from the parsers (tests/test_cli_reference.py keeps it in step).
+docs: install
+	$(BIN)/python -m showtell.cli_reference > docs/cli.md
 
 bench: install
 	$(BIN)/python bench/input_pipeline.py

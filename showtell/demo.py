@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import signal
 import subprocess
 import threading
@@ -27,10 +28,19 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from showtell.api.client import STOPPING, WatchFollower
 from showtell.captioning.config import SyntheticConfig
 from showtell.common import processes
-from showtell.common.flags import Parser, flag_type, positive_float, positive_int, setup_logging
+from showtell.common.flags import (
+    Parser,
+    flag_type,
+    positive_float,
+    positive_int,
+    run_command,
+    setup_logging,
+)
+from showtell.common.locks import DirectoryLock
 from showtell.v1 import metrics_pb2 as pb
 
 log = logging.getLogger("showtell.demo")
+PROG = "showtell demo"
 ENCODER_FILE = "encoder.weights.h5"
 # The decoder's settings on the synthetic default: Adam, constant rate, little dropout (a small
 # dataset whose every caption is true).  The phases add what differs between them.
@@ -110,16 +120,96 @@ def _wait_serving(target: str, deadline: float) -> None:
     raise RuntimeError(f"evaluator at {target} did not become healthy")
 
 
-def _follow(follower: WatchFollower, seen: list[pb.Evaluation], arrived: threading.Condition) -> None:
+def _follow(follower: WatchFollower, seen: list[pb.Evaluation], arrived: threading.Condition,
+            console: _Console) -> None:
     from showtell.commands.metrics import format_evaluation  # the client's own formatting
 
     for evaluation in follower:
         with arrived:
             seen.append(evaluation)
             arrived.notify_all()
-        print(f"[evaluation] {format_evaluation(evaluation)}", flush=True)
-        for sample in evaluation.samples[:2]:
-            print(f"    {sample.caption!r}  (ref: {sample.references[0]!r})", flush=True)
+        samples = [f"    {s.caption!r}  (ref: {s.references[0]!r})" for s in evaluation.samples[:2]]
+        console.say("evaluation", format_evaluation(evaluation), *samples)
+
+
+class _Console:
+    """Everything the demo prints, one tagged line at a time with the minutes since it started;
+    and a heartbeat: after ``quiet`` seconds without a line it says what is running."""
+
+    def __init__(self, quiet: float = 25.0) -> None:
+        self.started = self.last = time.monotonic()
+        self.quiet = quiet
+        self.status = "starting"
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._heartbeat = threading.Thread(target=self._beat, name="demo-heartbeat", daemon=True)
+        self._heartbeat.start()
+
+    def say(self, tag: str, text: str, *more: str) -> None:
+        with self._lock:
+            elapsed = time.monotonic() - self.started
+            stamp = f"{int(elapsed // 60):2d}:{int(elapsed % 60):02d}"
+            print(f"{stamp} [{tag}] {text}", *more, sep="\n", flush=True)
+            self.last = time.monotonic()
+
+    def close(self) -> None:
+        self._done.set()
+
+    def _beat(self) -> None:
+        while not self._done.wait(1.0):
+            if time.monotonic() - self.last >= self.quiet:
+                self.say("demo", self.status)
+
+
+class _Relay:
+    """Follows a child's log file and passes its progress to the console: lines matching
+    ``keep`` at once, the newest ``progress`` line at most every ``every`` seconds (a phase-1
+    trainer logs several a second), with the time left in its phase."""
+
+    _PREFIX = re.compile(r"^\d\d:\d\d:\d\d [A-Z] [\w.]+: ")
+
+    def __init__(self, *, console: _Console, tag: str, path: Path, keep: str, progress: str = r"(?!)",
+                 ends_at: float | None = None, every: float = 20.0) -> None:
+        self.console, self.tag, self.path = console, tag, path
+        self.keep, self.progress = re.compile(keep), re.compile(progress)
+        self.ends_at, self.every = ends_at, every
+        self._offset = path.stat().st_size if path.exists() else 0  # only this run's lines
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"relay-{tag}", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        shown, pending = 0.0, None
+        while True:
+            stopping = self._stop.wait(1.0)
+            for line in self._new_lines():
+                text = self._PREFIX.sub("", line)
+                if self.keep.search(text):
+                    self.console.say(self.tag, text)
+                elif self.progress.search(text):
+                    pending = text
+            if pending and (stopping or time.monotonic() - shown >= self.every):
+                left = "" if self.ends_at is None else \
+                    f"; {max(0, self.ends_at - time.monotonic()):.0f} s left"
+                self.console.say(self.tag, pending + left)
+                shown, pending = time.monotonic(), None
+            if stopping:
+                return
+
+    def _new_lines(self) -> list[str]:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self._offset)
+                chunk = handle.read()
+        except FileNotFoundError:
+            return []
+        complete = chunk[:chunk.rfind(b"\n") + 1]  # a line still being written waits for its end
+        self._offset += len(complete)
+        return complete.decode(errors="replace").replace("\r", "\n").splitlines()
 
 
 def _interrupt(signum, frame) -> None:
@@ -127,30 +217,41 @@ def _interrupt(signum, frame) -> None:
 
 
 class _Children:
-    """The demo's processes, each stopped by its PID whatever happens."""
+    """The demo's processes, each stopped by its PID whatever happens; a child started with a
+    ``relay`` has its progress passed to the console."""
 
-    def __init__(self) -> None:
+    def __init__(self, console: _Console) -> None:
+        self.console = console
         self.running: dict[str, subprocess.Popen] = {}
+        self.relays: dict[str, _Relay] = {}
 
-    def start(self, name: str, args: list[str], log_path: Path) -> subprocess.Popen:
+    def start(self, name: str, args: list[str], log_path: Path,
+              relay: dict | None = None) -> subprocess.Popen:
+        if relay is not None:
+            tag = "train" if name == "trainer" else name
+            self.relays[name] = _Relay(console=self.console, tag=tag, path=log_path, **relay)
         proc = processes.start(args, log_path)
         self.running[name] = proc
-        log.info("%s pid %d (log %s)", name, proc.pid, log_path)
+        self.console.say("demo", f"{name} pid {proc.pid} (log {log_path})")
         return proc
 
     def wait(self, name: str) -> int:
-        code = self.running[name].wait()
-        del self.running[name]
+        code = self.running.pop(name).wait()
+        if name in self.relays:
+            self.relays.pop(name).close()  # its last lines first
         return code
 
     def stop_all(self) -> None:
         for name, proc in reversed(list(self.running.items())):
             _stop(proc, name)
         self.running.clear()
+        for relay in self.relays.values():
+            relay.close()
+        self.relays.clear()
 
 
-def _phase(text: str) -> None:
-    print(f"[phase] {text}", flush=True)
+_TRAINER_LINES = r"^(feature cache: |no checkpoint in|resumed from|final checkpoint|.*error)"
+_TRAINER_PROGRESS = r"^step \d+/\d+"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -159,18 +260,23 @@ def run(args: argparse.Namespace) -> int:
     # supervisor stops us with SIGTERM; both must stop the children cleanly.
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
+
+    def body() -> int:
+        # One demo per directory: a second one would share the evaluator's port and history.
+        with DirectoryLock(directory=args.dir, role="demo", flag="--dir"):
+            return _demo(args)
+
+    return run_command(PROG, body)
+
+
+def _demo(args: argparse.Namespace) -> int:
     base = args.dir
     data, model, work, encoder = base / "data", base / "model", base / "model-eval", base / ENCODER_FILE
-    base.mkdir(parents=True, exist_ok=True)
-    built = subprocess.run(processes.command("data", "synthetic", "--out", str(data),
-                                             "--train", str(args.train_images)))
-    if built.returncode:
-        return built.returncode
-    pretrain_s, phase1_s, phase2_s = args.phases.seconds(args.seconds)
-    target = f"127.0.0.1:{args.port}"
-    children = _Children()
+    console = _Console()
+    children = _Children(console)
     seen: list[pb.Evaluation] = []
     arrived = threading.Condition()
+    target = f"127.0.0.1:{args.port}"
 
     def on_retry(error: grpc.RpcError, wait: float) -> None:
         evaluator = children.running.get("evaluator")
@@ -179,8 +285,15 @@ def run(args: argparse.Namespace) -> int:
 
     follower = WatchFollower(target=target, persistent=True, on_retry=on_retry)
     code = 0
-    started = time.monotonic()
     try:
+        console.status = "building the synthetic dataset"
+        code = _build_data(console, data, args.train_images, base / "data.log")
+        if code:
+            return code
+        pictures = _write_pictures(base / "pictures", SyntheticConfig().seed, SyntheticConfig().image_size)
+        console.say("data", f"{len(pictures)} validation scenes as PNG for `showtell caption` afterwards: "
+                            f"{pictures[0].parent}/")
+        pretrain_s, phase1_s, phase2_s = args.phases.seconds(args.seconds)
         # The evaluator first: it starts while the encoder pretrains and then waits, asleep, for
         # the first checkpoint.
         children.start("evaluator", ["evaluate", "--model-dir", str(model), "--data", str(data),
@@ -188,54 +301,99 @@ def run(args: argparse.Namespace) -> int:
                                      "--meteor", "false", "--max-eval-examples", str(args.eval_examples),
                                      "--beam-size", "1", "--threads", str(args.eval_threads)],
                        base / "evaluator.log")
-        log.info("TensorBoard: .venv/bin/tensorboard --logdir %s ; Ctrl-C stops everything", base)
+        console.say("demo", f"while it runs: .venv/bin/showtell metrics watch --server {target} ; "
+                            f".venv/bin/tensorboard --logdir {base} ; Ctrl-C stops everything")
         common = ["train", "--data", str(data), "--model-dir", str(model), *TRAIN_FLAGS]
         if encoder.is_file():
-            _phase(f"pretrained encoder: {encoder} kept from an earlier run")
+            console.say("phase", f"pretrained encoder: {encoder} kept from an earlier run")
         elif pretrain_s > 0:
-            _phase(f"pretraining Inception v3 on the train split's scene labels ({pretrain_s:.0f} s) "
-                   f"→ {encoder}")
+            console.say("phase", f"pretraining Inception v3 on the train split's scene labels "
+                                 f"({pretrain_s:.0f} s) → {encoder}")
+            console.status = "pretraining: loading the train images and tracing the step"
             children.start("pretrain", ["pretrain", "--data", str(data), "--out", str(encoder),
-                                        "--seconds", str(pretrain_s)], base / "pretrain.log")
+                                        "--seconds", str(pretrain_s)], base / "pretrain.log",
+                           relay=dict(keep=r"^(pretrain step|pretrained|wrote)|error"))
         _wait_serving(target, time.monotonic() + 120)
-        threading.Thread(target=_follow, args=(follower, seen, arrived), daemon=True).start()
+        threading.Thread(target=_follow, args=(follower, seen, arrived, console), daemon=True).start()
         if "pretrain" in children.running:
             code = children.wait("pretrain")
         if not code:
             if encoder.is_file():
                 weights = ["--inception-weights", str(encoder)]
-                _phase(f"phase 1: the decoder on the frozen encoder, from the feature cache "
-                       f"({phase1_s:.0f} s)")
+                console.say("phase", f"phase 1: the decoder on the frozen encoder, from the feature cache "
+                                     f"({phase1_s:.0f} s)")
             else:
                 weights = []
-                _phase(f"training encoder and decoder from scratch, no pretrained encoder "
-                       f"({phase1_s:.0f} s)")
+                console.say("phase", f"training encoder and decoder from scratch, no pretrained encoder "
+                                     f"({phase1_s:.0f} s)")
+            console.status = "phase 1: starting the trainer (feature cache first)"
             children.start("trainer", [*common, "--max-seconds", str(phase1_s), *weights],
-                           base / "trainer.log")
+                           base / "trainer.log", relay=dict(keep=_TRAINER_LINES, progress=_TRAINER_PROGRESS,
+                                      ends_at=time.monotonic() + phase1_s))
             code = children.wait("trainer")
         if not code and phase2_s == 0:
-            _phase("phase 2 (fine-tuning encoder and decoder together): not in this split; "
-                   "--phases P,P1,P2 with P2 > 0 runs it")
+            console.say("phase", "phase 2 (fine-tuning encoder and decoder together): not in this split; "
+                                 "--phases P,P1,P2 with P2 > 0 runs it")
         if not code and phase2_s > 0:
-            _phase(f"phase 2: fine-tuning encoder and decoder together ({phase2_s:.0f} s)")
+            console.say("phase", f"phase 2: fine-tuning encoder and decoder together ({phase2_s:.0f} s)")
+            console.status = "phase 2: starting the trainer"
             children.start("trainer", [*common, "--max-seconds", str(phase2_s), *PHASE2_FLAGS],
-                           base / "trainer.log")
+                           base / "trainer.log", relay=dict(keep=_TRAINER_LINES, progress=_TRAINER_PROGRESS,
+                                                            ends_at=time.monotonic() + phase2_s))
             code = children.wait("trainer")
-        log.info("training ended after %.0f s (exit %d); waiting for the evaluation of its last checkpoint",
-                 time.monotonic() - started, code)
         final = _newest_step(model)
+        console.status = f"training ended; waiting for the evaluation of step {final}"
+        console.say("demo", f"training ended (exit {code}); waiting for the evaluation of its last "
+                            f"checkpoint (step {final})")
         with arrived:
             if final is not None and not arrived.wait_for(
                     lambda: any(e.global_step >= final for e in seen), 300):
                 log.warning("no evaluation of step %s arrived in 300 s", final)
     except KeyboardInterrupt:
         code = 130
-        log.info("interrupted")
+        console.say("demo", "interrupted: stopping every child")
     finally:
         follower.close()
         children.stop_all()
-    _summary(seen, work)
+        console.close()
+    _summary(seen, work, console)
     return code
+
+
+def _build_data(console: _Console, data: Path, train_images: int, log_path: Path) -> int:
+    started = time.monotonic()
+    with open(log_path, "a") as log_file:
+        built = subprocess.run(processes.command("data", "synthetic", "--out", str(data), "--train",
+                                                 str(train_images)),
+                               stdout=log_file, stderr=subprocess.STDOUT, env=processes.environment())
+    lines = [line for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
+    if built.returncode:
+        console.say("data", lines[-1] if lines else f"showtell data exited {built.returncode}")
+        return built.returncode
+    console.say("data", f"{data}: {train_images} synthetic training scenes ready "
+                        f"({time.monotonic() - started:.0f} s; log {log_path})")
+    return 0
+
+
+PICTURES = 6
+
+
+def _write_pictures(out: Path, seed: int, image_size: int) -> list[Path]:
+    """A few validation scenes as PNG files, for ``showtell caption`` after the demo (pictures
+    no phase trained on), each named with its first reference caption."""
+    from PIL import Image
+
+    from showtell.captioning.data import synthetic
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for index in range(PICTURES):
+        scene = synthetic.make_scene(seed, "val", index, image_size)
+        path = out / f"val-{index}-{synthetic.captions(scene)[0].replace(' , ', ' ').replace(' ', '-')}.png"
+        if not path.exists():
+            Image.fromarray(synthetic.draw(scene, image_size)).save(path)
+        written.append(path)
+    return written
 
 
 def _newest_step(model: Path) -> int | None:
@@ -245,12 +403,12 @@ def _newest_step(model: Path) -> int | None:
     return max(steps, default=None)
 
 
-def _summary(seen: list[pb.Evaluation], work: Path) -> None:
+def _summary(seen: list[pb.Evaluation], work: Path, console: _Console) -> None:
     curve = [(e.global_step, e.metrics.get("exact_match")) for e in seen if e.status == pb.Evaluation.OK]
     if curve:
-        print("[summary] exact match by step: " + ", ".join(
-            f"{step}: {value:.2f}" for step, value in curve if value is not None), flush=True)
-    log.info("%d evaluations; history in %s", len(seen), work / "evaluations.sqlite")
+        console.say("summary", "exact match by step: " + ", ".join(
+            f"{step}: {value:.2f}" for step, value in curve if value is not None))
+    console.say("summary", f"{len(seen)} evaluations; history in {work / 'evaluations.sqlite'}")
 
 
 def main(argv: list[str] | None = None) -> int:

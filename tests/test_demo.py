@@ -8,11 +8,12 @@ import json
 import os
 import re
 import signal
+import socket
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_ports, wait_for
+from tests.conftest import error_lines, free_ports, run_showtell, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -52,6 +53,12 @@ def test_demo_runs_the_recipe_phase_by_phase(tmp_path: Path, procs):
     assert evaluated and evaluated[-1] == finished["step"], text[-3000:]  # phase 2's last checkpoint
     assert "[summary] exact match by step:" in text
     assert "held-out accuracy" in (base / "pretrain.log").read_text()
+    # the console relays the children's progress: pretraining's reports, the trainer's steps
+    assert re.search(r"\[pretrain\] pretrain step \d+ \(", text), text[-3000:]
+    assert re.search(r"\[train\] step \d+/\d+ .*; \d+ s left", text), text[-3000:]
+    assert re.search(r"\[train\] feature cache: ", text), text[-3000:]
+    pictures = sorted((base / "pictures").glob("val-*.png"))
+    assert len(pictures) == 6 and all(p.stat().st_size > 100 for p in pictures)
 
 
 def test_demo_sigint_stops_every_child_and_keeps_what_they_wrote(tmp_path: Path, procs):
@@ -61,8 +68,12 @@ def test_demo_sigint_stops_every_child_and_keeps_what_they_wrote(tmp_path: Path,
     wait_for(lambda: len(_children(log)) == 2, 120, "the evaluator and the pretraining to start")
     children = _children(log)
     pretrain_log = base / "pretrain.log"
-    wait_for(lambda: pretrain_log.exists() and "pretrain step 1:" in pretrain_log.read_text(), 300,
+    wait_for(lambda: pretrain_log.exists() and "pretrain step 1 (" in pretrain_log.read_text(), 300,
              "pretraining's first step")
+    second = run_showtell("demo", "--dir", str(base), "--seconds", "10", "--port", str(free_ports()[0]))
+    assert second.returncode == 1 and error_lines(second.stderr) == [
+        f"showtell demo: error: --dir {base} is in use by another demo (pid {demo.pid} on host "
+        f"{socket.gethostname()}); stop it first, or give this one another --dir"], second.stderr
     try:
         demo.send_signal(signal.SIGINT)
         assert demo.wait(timeout=120) == 130

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -35,9 +34,8 @@ REFERENCES = {
 }
 
 
-def test_coco_scores_equal_pycocoevalcap():
-    java = shutil.which("java") is not None
-    scorer = CaptionScorer(meteor=java, tokenizer="regex")
+def test_coco_scores_equal_pycocoevalcap(java):
+    scorer = CaptionScorer(meteor=True, tokenizer="regex")
     try:
         got = scorer.score(PREDICTIONS, REFERENCES)
     finally:
@@ -49,15 +47,14 @@ def test_coco_scores_equal_pycocoevalcap():
     assert got["rouge_l"] == Rouge().compute_score(REFERENCES, res)[0]
     assert got["cider"] == Cider().compute_score(REFERENCES, res)[0]
     assert 0 < got["bleu4"] < got["bleu1"] < 1
-    if java:
-        from pycocoevalcap.meteor.meteor import Meteor
+    from pycocoevalcap.meteor.meteor import Meteor
 
-        meteor = Meteor()
-        try:
-            assert got["meteor"] == meteor.compute_score(REFERENCES, res)[0]
-        finally:
-            meteor.meteor_p.kill()
-            meteor.meteor_p.wait()
+    meteor = Meteor()
+    try:
+        assert got["meteor"] == meteor.compute_score(REFERENCES, res)[0]
+    finally:
+        meteor.meteor_p.kill()
+        meteor.meteor_p.wait()
     assert exact_match(PREDICTIONS, REFERENCES) == 0.25  # only image 1 is word for word
 
 
@@ -78,14 +75,13 @@ RAW_REFERENCES = {
 }
 
 
-def test_ptb_scores_equal_pycocoevalcap_on_its_own_ptb_tokenizer_and_touch_no_package_file():
+def test_ptb_scores_equal_pycocoevalcap_on_its_own_ptb_tokenizer_and_touch_no_package_file(java):
     """The paper-comparable path: pycocoevalcap's PTBTokenizer then its Bleu/Cider/Rouge/Meteor
     (SPICE excluded) give exactly showtell's scores — and showtell writes nothing into the
     package (pycocoevalcap's own tokenizer writes a temporary file beside its jar)."""
     from pycocoevalcap.meteor.meteor import Meteor
     from pycocoevalcap.tokenizer import ptbtokenizer
 
-    assert shutil.which("java"), "this machine has OpenJDK 17; the PTB path needs it"
     package = Path(ptbtokenizer.__file__).parents[1]
     before = {p: p.stat().st_mtime_ns for p in [package, *package.rglob("*")] if p.is_dir()}
     scorer = CaptionScorer(meteor=True, tokenizer="auto")
