@@ -46,7 +46,7 @@ ENCODER_FILE = "encoder.weights.h5"
 # dataset whose every caption is true).  The phases add what differs between them.
 TRAIN_FLAGS = ["--batch-size", "32", "--optimizer", "adam", "--learning-rate", "0.001",
                "--epochs-per-decay", "0", "--lstm-dropout", "0.1", "--image-dropout", "0",
-               "--save-every-secs", "60", "--log-every-steps", "100"]
+               "--save-every-secs", "30", "--log-every-steps", "50"]
 PHASE2_FLAGS = ["--train-inception", "true", "--learning-rate", "0.0003",
                 "--inception-learning-rate", "0.0001"]
 
@@ -236,7 +236,8 @@ class _Children:
         return proc
 
     def wait(self, name: str) -> int:
-        code = self.running.pop(name).wait()
+        code = self.running[name].wait()  # still listed while waited for: an interrupt stops it
+        del self.running[name]
         if name in self.relays:
             self.relays.pop(name).close()  # its last lines first
         return code
@@ -250,7 +251,8 @@ class _Children:
         self.relays.clear()
 
 
-_TRAINER_LINES = r"^(feature cache: |no checkpoint in|resumed from|final checkpoint|.*error)"
+_TRAINER_LINES = (r"^(feature cache: (building|reusing|\d+ images)|no checkpoint in|resumed from"
+                  r"|final checkpoint|.*from the flags|.*error)")
 _TRAINER_PROGRESS = r"^step \d+/\d+"
 
 

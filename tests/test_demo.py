@@ -57,6 +57,7 @@ def test_demo_runs_the_recipe_phase_by_phase(tmp_path: Path, procs):
     assert re.search(r"\[pretrain\] pretrain step \d+ \(", text), text[-3000:]
     assert re.search(r"\[train\] step \d+/\d+ .*; \d+ s left", text), text[-3000:]
     assert re.search(r"\[train\] feature cache: ", text), text[-3000:]
+    assert "oneDNN" not in text and "absl" not in text  # no TensorFlow notice on the console
     pictures = sorted((base / "pictures").glob("val-*.png"))
     assert len(pictures) == 6 and all(p.stat().st_size > 100 for p in pictures)
 

@@ -135,7 +135,7 @@ def _pretrain(data: Path, out: Path, stop: StopRequest, seconds: float | None, s
         return loss
 
     start, step, loss = time.monotonic(), 0, float("nan")
-    reported = start
+    reported, reported_step = start, 0
     for x, y in fit:
         loss = float(train_step(x, y))
         step += 1
@@ -145,8 +145,9 @@ def _pretrain(data: Path, out: Path, stop: StopRequest, seconds: float | None, s
                                  config)
             left = "" if seconds is None else f", {max(0.0, seconds - (now - start)):.0f} s left"
             log.info("pretrain step %d (%.0f s%s): loss %.3f, %.1f images/s; held-out accuracy %s", step,
-                     now - start, left, loss, step * batch_size / (now - start), _format(held_out))
-            reported = time.monotonic()
+                     now - start, left, loss, (step - reported_step) * batch_size / (now - reported),
+                     _format(held_out))
+            reported, reported_step = time.monotonic(), step
         if (steps is not None and step >= steps) or stop:
             break
     elapsed = time.monotonic() - start

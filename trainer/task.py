@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +27,7 @@ from showtell.captioning.model.network import ShowAndTell, build_model, masked_l
 from showtell.captioning.weights.encoder import NONE, weights_digest
 from showtell.common.errors import DataError
 from showtell.trainer.checkpoints import Checkpoints
-from showtell.trainer.optimizer import build_optimizer, describe_rate
+from showtell.trainer.optimizer import build_optimizer, current_learning_rate, decays, describe_rate
 from showtell.trainer.transfer import encoder_optimizer_config, pretrained_encoder, resolve_train_inception
 
 log = logging.getLogger(__name__)
@@ -111,11 +112,13 @@ class CaptionTask:
             # under MirroredStrategy and misplace variables under ParameterServerStrategy.
             self.optimizer = build_optimizer(optimizer, self.steps_per_epoch)
             self.optimizer.build(self._decoder_variables())
+            self._rates = [("learning rate", self.optimizer, optimizer)]
             self.encoder_optimizer = None
             if trains_encoder:
                 config = encoder_optimizer_config(optimizer, pretrained)
                 self.encoder_optimizer = build_optimizer(config, self.steps_per_epoch)
                 self.encoder_optimizer.build(self.model.encoder.trainable_weights)
+                self._rates.append(("encoder learning rate", self.encoder_optimizer, config))
                 self.phase += f"; encoder learning rate {describe_rate(config)}"
             self.global_step = tf.Variable(
                 0, dtype=tf.int64, trainable=False, name="global_step",
@@ -133,6 +136,19 @@ class CaptionTask:
     @property
     def step(self) -> int:
         return int(self.global_step.numpy())
+
+    def apply_flag_rates(self) -> list[str]:
+        """After a restore: a constant rate is a variable the checkpoint brought back, but the
+        flags win — a phase 2 started with another ``--learning-rate`` must train at it.  (A
+        decaying schedule is code, not a variable: nothing to do.)  What changed, in words."""
+        changed = []
+        with self.strategy.scope():
+            for name, optimizer, config in self._rates:
+                restored = current_learning_rate(optimizer)
+                if not decays(config) and not math.isclose(restored, config.learning_rate, rel_tol=1e-6):
+                    optimizer.learning_rate = config.learning_rate  # assigns the rate variable
+                    changed.append(f"{name} {config.learning_rate:g} (the checkpoint's was {restored:g})")
+        return changed
 
     @property
     def optimizers(self) -> list:

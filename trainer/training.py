@@ -147,6 +147,8 @@ class Trainer:
                      f", encoder from {task.inception_weights}" if encoder_init.pretrained else "")
         else:
             log.info("resumed from %s at step %d", task.checkpoints.restored_from, restored)
+            for change in task.apply_flag_rates():
+                log.info("%s from the flags", change)
             if task.inception_weights != NONE:
                 log.info("%s not applied: the model dir's own checkpoint carries the encoder "
                          "(pretrained weights only initialise a new model dir)", task.inception_weights)

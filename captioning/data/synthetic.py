@@ -21,7 +21,6 @@ from tqdm import tqdm
 
 from showtell.captioning.config import MIN_IMAGE_SIZE, SyntheticConfig
 from showtell.captioning.data.manifest import VOCAB, Manifest, SplitInfo, existing_build
-from showtell.captioning.data.records import ShardedWriter
 from showtell.captioning.data.vocab import Vocabulary
 from showtell.common.errors import DataError
 
@@ -230,6 +229,8 @@ def build(out_dir: Path, config: SyntheticConfig) -> Manifest:
     except OSError as exc:
         raise DataError(f"--out {out_dir}: cannot create it ({exc.strerror}); choose a writable "
                         "directory") from exc
+    from showtell.captioning.data.records import ShardedWriter  # TensorFlow: only to write shards
+
     counts = {"train": config.train_images, "val": config.val_images}
     shards = {"train": config.train_shards, "val": config.val_shards}
     scenes = {
