@@ -13,8 +13,10 @@ everything cleanly on Ctrl-C or when the time is up.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -76,9 +78,10 @@ def _phases(text: str) -> Phases:
     return Phases(*parts)
 
 
-# Chosen by the 10-minute figure (BENCHMARKS.md): the encoder's pretraining is what limits the
-# captions, and a phase 2 of a minute costs more than it gives (its first steps leave batch norm's
-# inference mode); `--phases 0.6,0.3,0.1` runs all three.
+# Measured (BENCHMARKS.md): what limits the captions is whether the encoder has learnt the shapes'
+# kinds, so pretraining gets most of the time — and, with --preview, phase 1 shows evaluations
+# from the first minutes on an early encoder while pretraining goes on.  Phase 2 at the end
+# measured no better than more phase 1 in ten minutes; `--phases 0.6,0.3,0.1` runs it.
 DEFAULT_PHASES = "0.7,0.3,0"
 
 
@@ -94,6 +97,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=50051, help="evaluator gRPC port on 127.0.0.1")
     p.add_argument("--eval-examples", type=positive_int, default=100, help="validation images per evaluation")
     p.add_argument("--eval-threads", type=positive_int, default=1, help="evaluator's TensorFlow threads")
+    p.add_argument("--preview", type=float, default=75.0, metavar="SECONDS",
+                   help="pretraining writes a first encoder after this long and phase 1 runs on it for as "
+                        "long while pretraining goes on, so evaluations start early; phase 1 then starts "
+                        "again, as a new run, on the finished encoder (0: no preview; default 75)")
 
 
 def _stop(proc: subprocess.Popen, name: str, timeout: float = 60.0) -> None:
@@ -306,24 +313,45 @@ def _demo(args: argparse.Namespace) -> int:
         console.say("demo", f"while it runs: .venv/bin/showtell metrics watch --server {target} ; "
                             f".venv/bin/tensorboard --logdir {base} ; Ctrl-C stops everything")
         common = ["train", "--data", str(data), "--model-dir", str(model), *TRAIN_FLAGS]
+        preview = 0.0
         if encoder.is_file():
             console.say("phase", f"pretrained encoder: {encoder} kept from an earlier run")
         elif pretrain_s > 0:
+            preview = min(args.preview, pretrain_s / 2)
             console.say("phase", f"pretraining Inception v3 on the train split's scene labels "
-                                 f"({pretrain_s:.0f} s) → {encoder}")
+                                 f"({pretrain_s:.0f} s) → {encoder}"
+                                 + (f"; a first encoder after {preview:.0f} s" if preview else ""))
             console.status = "pretraining: loading the train images and tracing the step"
             children.start("pretrain", ["pretrain", "--data", str(data), "--out", str(encoder),
-                                        "--seconds", str(pretrain_s)], base / "pretrain.log",
-                           relay=dict(keep=r"^(pretrain step|pretrained|wrote)|error"))
+                                        "--seconds", str(pretrain_s),
+                                        *(["--first-save-after", str(preview)] if preview else [])],
+                           base / "pretrain.log", relay=dict(keep=r"^(pretrain step|pretrained|wrote)|error"))
         _wait_serving(target, time.monotonic() + 120)
         threading.Thread(target=_follow, args=(follower, seen, arrived, console), daemon=True).start()
+        if preview and _wait_for_file(encoder, children, "pretrain"):
+            # The split from the first minutes: phase 1 on the first encoder while pretraining goes on.
+            console.say("phase", f"phase 1 preview: the decoder on the first encoder ({preview:.0f} s) while "
+                                 "pretraining goes on")
+            console.status = "phase 1 preview: starting the trainer (feature cache first)"
+            children.start("trainer", [*common, "--max-seconds", str(preview), "--save-every-secs", "20",
+                                       "--inception-weights", str(encoder)], base / "trainer.log",
+                           relay=dict(keep=_TRAINER_LINES, progress=_TRAINER_PROGRESS,
+                                      ends_at=time.monotonic() + preview))
+            code = children.wait("trainer")
+            console.status = "pretraining goes on; phase 1 starts again on the finished encoder"
         if "pretrain" in children.running:
-            code = children.wait("pretrain")
+            code = children.wait("pretrain") or code
+        if not code and preview and model.exists():
+            # The finished encoder gives other features: its phase 1 is a new run in the model dir
+            # (the evaluator notices and evaluates it afresh); the preview's run is kept aside.
+            shutil.rmtree(base / "model-preview", ignore_errors=True)
+            model.rename(base / "model-preview")
         if not code:
             if encoder.is_file():
                 weights = ["--inception-weights", str(encoder)]
                 console.say("phase", f"phase 1: the decoder on the frozen encoder, from the feature cache "
-                                     f"({phase1_s:.0f} s)")
+                                     f"({phase1_s:.0f} s)" + ("; a new run, the preview's is kept in "
+                                                             f"{base / 'model-preview'}" if preview else ""))
             else:
                 weights = []
                 console.say("phase", f"training encoder and decoder from scratch, no pretrained encoder "
@@ -331,7 +359,7 @@ def _demo(args: argparse.Namespace) -> int:
             console.status = "phase 1: starting the trainer (feature cache first)"
             children.start("trainer", [*common, "--max-seconds", str(phase1_s), *weights],
                            base / "trainer.log", relay=dict(keep=_TRAINER_LINES, progress=_TRAINER_PROGRESS,
-                                      ends_at=time.monotonic() + phase1_s))
+                                                            ends_at=time.monotonic() + phase1_s))
             code = children.wait("trainer")
         if not code and phase2_s == 0:
             console.say("phase", "phase 2 (fine-tuning encoder and decoder together): not in this split; "
@@ -343,13 +371,13 @@ def _demo(args: argparse.Namespace) -> int:
                            base / "trainer.log", relay=dict(keep=_TRAINER_LINES, progress=_TRAINER_PROGRESS,
                                                             ends_at=time.monotonic() + phase2_s))
             code = children.wait("trainer")
-        final = _newest_step(model)
+        final, run = _newest_step(model), _run_id(model)
         console.status = f"training ended; waiting for the evaluation of step {final}"
         console.say("demo", f"training ended (exit {code}); waiting for the evaluation of its last "
                             f"checkpoint (step {final})")
         with arrived:
             if final is not None and not arrived.wait_for(
-                    lambda: any(e.global_step >= final for e in seen), 300):
+                    lambda: any(e.global_step >= final and e.run_id == run for e in seen), 300):
                 log.warning("no evaluation of step %s arrived in 300 s", final)
     except KeyboardInterrupt:
         code = 130
@@ -398,6 +426,24 @@ def _write_pictures(out: Path, seed: int, image_size: int) -> list[Path]:
     return written
 
 
+def _wait_for_file(path: Path, children: _Children, name: str) -> bool:
+    """Wait (asleep, a second at a time) until ``path`` exists; False if child ``name`` ended first."""
+    while not path.is_file():
+        proc = children.running.get(name)
+        if proc is None or proc.poll() is not None:
+            return path.is_file()
+        time.sleep(1.0)
+    return True
+
+
+def _run_id(model: Path) -> str:
+    """The model dir's current run (``showtell-model.json``), read without TensorFlow."""
+    try:
+        return str(json.loads((model / "showtell-model.json").read_text()).get("run_id", ""))
+    except (OSError, ValueError):
+        return ""
+
+
 def _newest_step(model: Path) -> int | None:
     """The step of the newest checkpoint on disk (the trainer has ended: its final save is done)."""
     steps = [int(p.name[len("ckpt-"):-len(".index")]) for p in model.glob("ckpt-*.index")
@@ -406,10 +452,12 @@ def _newest_step(model: Path) -> int | None:
 
 
 def _summary(seen: list[pb.Evaluation], work: Path, console: _Console) -> None:
-    curve = [(e.global_step, e.metrics.get("exact_match")) for e in seen if e.status == pb.Evaluation.OK]
-    if curve:
-        console.say("summary", "exact match by step: " + ", ".join(
-            f"{step}: {value:.2f}" for step, value in curve if value is not None))
+    curves: dict[str, list[str]] = {}  # per run (the preview's, then the finished encoder's), in order
+    for e in seen:
+        if e.status == pb.Evaluation.OK and "exact_match" in e.metrics:
+            curves.setdefault(e.run_id, []).append(f"{e.global_step}: {e.metrics['exact_match']:.2f}")
+    for run, curve in curves.items():
+        console.say("summary", f"exact match by step (run {run or '-'}): " + ", ".join(curve))
     console.say("summary", f"{len(seen)} evaluations; history in {work / 'evaluations.sqlite'}")
 
 

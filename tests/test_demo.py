@@ -38,8 +38,12 @@ def test_demo_runs_the_recipe_phase_by_phase(tmp_path: Path, procs):
     assert demo.wait(timeout=600) == 0, log.read_text()[-4000:]
     text = log.read_text()
     assert not [pid for pid in _children(log) if _alive(pid)]
-    phases = re.findall(r"\[phase\] (pretraining|phase 1|phase 2)", text)
-    assert phases == ["pretraining", "phase 1", "phase 2"], text[-3000:]
+    phases = re.findall(r"\[phase\] (pretraining|phase 1 preview|phase 1|phase 2)", text)
+    assert phases == ["pretraining", "phase 1 preview", "phase 1", "phase 2"], text[-3000:]
+    # the preview's run is kept aside; phase 1 on the finished encoder is a new run in the model dir
+    preview = json.loads((base / "model-preview" / "showtell-model.json").read_text())
+    current = json.loads((base / "model" / "showtell-model.json").read_text())
+    assert preview["run_id"] != current["run_id"]
 
     encoder = base / "encoder.weights.h5"
     record = json.loads((base / "model" / "showtell-model.json").read_text())["encoder_init"]
@@ -51,7 +55,8 @@ def test_demo_runs_the_recipe_phase_by_phase(tmp_path: Path, procs):
     finished = json.loads((base / "model" / "showtell-finished.json").read_text())
     evaluated = [int(s) for s in re.findall(r"\[evaluation\] step\s+(\d+)", text)]
     assert evaluated and evaluated[-1] == finished["step"], text[-3000:]  # phase 2's last checkpoint
-    assert "[summary] exact match by step:" in text
+    runs = re.findall(r"\[summary\] exact match by step \(run (\S+)\)", text)
+    assert runs[-1] == current["run_id"], text[-3000:]
     assert "held-out accuracy" in (base / "pretrain.log").read_text()
     # the console relays the children's progress: pretraining's reports, the trainer's steps
     assert re.search(r"\[pretrain\] pretrain step \d+ \(", text), text[-3000:]

@@ -25,6 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=positive_int, default=32, help="images per step (default 32)")
     p.add_argument("--learning-rate", type=positive_float, default=1e-3, help="Adam's rate (default 0.001)")
     p.add_argument("--seed", type=int, default=0, help="initialisation and order seed (default 0)")
+    p.add_argument("--first-save-after", type=positive_float, metavar="SECONDS",
+                   help="also write --out this long after the start and go on: an early encoder that "
+                        "phase 1 can use while pretraining continues (the end writes it again)")
     add_verbose_flag(p)
 
 
@@ -35,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
         from showtell.trainer.pretrain import pretrain
 
         pretrain(data=args.data, out=args.out, seconds=args.seconds, steps=args.steps,
-                 batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed)
+                 batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed,
+                 first_save_after=args.first_save_after)
         return 0
 
     return run_command(PROG, body)
