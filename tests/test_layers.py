@@ -6,7 +6,8 @@ Bottom to top — a module may import its own package and any layer below it, ne
 1. ``showtell.api``: the gRPC contract's Python side (transport security, the metrics client)
 2. ``showtell.captioning``: data, model, weights — what both services share
 3. ``showtell.trainer`` and ``showtell.evaluator``: the two services, which never import each other
-4. ``showtell.cli``, ``showtell.commands``, ``showtell.demo``: what a user runs (may share code)
+4. ``showtell.cli`` (and ``cli_reference``), ``showtell.commands``, ``showtell.demo``: what a user runs
+   (may share code)
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ LAYERS = [
     ("showtell.api",),
     ("showtell.captioning",),
     ("showtell.trainer", "showtell.evaluator"),
-    ("showtell.cli", "showtell.commands", "showtell.demo", "showtell.__main__"),
+    ("showtell.cli", "showtell.cli_reference", "showtell.commands", "showtell.demo", "showtell.__main__"),
 ]
 SERVICES = 3  # the one layer whose members must not import each other
 GENERIC = ("trainer", "evaluator", "captioning", "protos")  # folder names, not import names
