@@ -37,17 +37,25 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--kind-weight", type=float, default=1.0, help="weight of the per-shape kind heads")
     ap.add_argument("--counts", type=float, default=0.0, help="weight of the kind-count heads (0: none)")
+    ap.add_argument("--colour-counts", type=float, default=0.0,
+                    help="weight of heads counting each colour (0: none)")
     ap.add_argument("--px", type=int, default=0, help="resize the input to this size (0: as stored)")
     a = ap.parse_args()
     if not (a.data / "dataset.json").is_file():
         synthetic.build(a.data, SyntheticConfig())
     keras.utils.set_random_seed(0)
     images, labels = pretrain._train_images(a.data)  # every head, the counts included
+    colour_heads = {f"{c}s": tuple(range(synthetic.MAX_SHAPES + 1)) for c in synthetic.COLOURS}
+    if a.colour_counts:  # from the colour heads: how many shapes of each colour
+        for i, colour in enumerate(synthetic.COLOURS, start=1):
+            labels[f"{colour}s"] = sum((labels[f"shape{k}_colour"] == i).astype("int32")
+                                       for k in range(1, synthetic.MAX_SHAPES + 1))
     n_fit = round(len(images) * (1 - pretrain.HELD_OUT))
     size = a.px or images.shape[1]
-    heads = dict(synthetic.LABEL_HEADS, **(synthetic.COUNT_HEADS if a.counts else {}))
-    weight = {h: a.counts if h in synthetic.COUNT_HEADS else a.kind_weight if h.endswith("_kind") else 1.0
-              for h in heads}
+    heads = dict(synthetic.LABEL_HEADS, **(synthetic.COUNT_HEADS if a.counts else {}),
+                 **(colour_heads if a.colour_counts else {}))
+    weight = {h: a.counts if h in synthetic.COUNT_HEADS else a.colour_counts if h in colour_heads
+              else a.kind_weight if h.endswith("_kind") else 1.0 for h in heads}
     encoder = build_encoder(size, bn_momentum=0.9)
     outputs = {h: keras.layers.Dense(len(c), name=h)(encoder.output) for h, c in heads.items()}
     model = keras.Model(encoder.input, outputs)
