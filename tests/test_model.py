@@ -74,6 +74,11 @@ def test_masked_loss_ignores_padding():
     total2, _ = masked_loss_sum(logits, other, mask)
     assert float(words) == 4.0
     np.testing.assert_allclose(float(total), float(total2), rtol=1e-6)
+    # and it is the cross-entropy of the four real words (a loss of 0 would pass the lines above)
+    real = [(0, 0, 1), (0, 1, 2), (0, 2, 3), (1, 0, 4)]
+    expected = -sum(float(tf.nn.log_softmax(logits[b, t])[w]) for b, t, w in real)
+    np.testing.assert_allclose(float(total), expected, rtol=1e-5)
+    assert expected > 0
 
 
 def test_step_by_step_inference_matches_teacher_forcing(tiny_data: Path):
