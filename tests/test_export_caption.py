@@ -12,7 +12,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -145,11 +144,23 @@ def test_an_export_killed_midway_leaves_no_version_behind(tiny_data: Path, tmp_p
     proc = subprocess.Popen([sys.executable, "-c", _EXPORT_FOREVER, str(tiny_data), str(base)],
                             stdout=subprocess.DEVNULL, stderr=(tmp_path / "export.log").open("w"))
     try:
-        # Kill it while the third export is being written: two versions exist, a temporary one grows.
-        wait_for(lambda: proc.poll() is not None or ((base / "2").is_dir() and any(base.glob(".*.tmp-*"))),
-                 300, "a third export under way")
+        # Kill it while a third export is being written: two versions exist, a temporary one grows.
+        # Frozen first (SIGSTOP), then looked at again: killed only with the temporary still there.
+        def frozen_midway() -> bool:
+            if proc.poll() is not None:
+                return True
+            if not ((base / "2").is_dir() and any(base.glob(".*.tmp-*"))):
+                return False
+            os.kill(proc.pid, signal.SIGSTOP)
+            wait_for(lambda: Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T",
+                     10, "the export to stop", interval=0.01)
+            if any(base.glob(".*.tmp-*")):
+                return True
+            os.kill(proc.pid, signal.SIGCONT)  # that export had just finished: the next one
+            return False
+
+        wait_for(frozen_midway, 300, "a third export under way", interval=0.05)
         assert proc.poll() is None, (tmp_path / "export.log").read_text()[-3000:]
-        time.sleep(0.2)  # well inside it: saving a SavedModel takes seconds
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         if proc.poll() is None:

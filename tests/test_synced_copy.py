@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,16 +17,23 @@ from tests.conftest import TINY_MODEL, metrics_stub, start_evaluator, wait_for
 
 pytestmark = pytest.mark.e2e
 LAG_SECONDS = 2.0
+HOLD_SECONDS = 120.0
+RETRYING = "not arrived yet: retrying"
 
 
 class BadOrderCopier(threading.Thread):
     """Mirrors ``src`` into ``dst`` the way ``rsync -a`` on a timer would, only slower: files in
     sorted order (``checkpoint`` before ``ckpt-*``, ``showtell-model.json`` after them), a lag
-    after the state file, and data written straight onto the final name (not atomically)."""
+    after the state file, and data written straight onto the final name (not atomically).
 
-    def __init__(self, src: Path, dst: Path) -> None:
+    ``hold`` makes the first lag certain to be seen: after the first state file, the files it
+    names wait until ``hold()`` is true (at most ``HOLD_SECONDS``) -- a busy machine could
+    otherwise start an evaluator so late that every file is there when it first looks."""
+
+    def __init__(self, src: Path, dst: Path, hold: Callable[[], bool] = lambda: True) -> None:
         super().__init__(daemon=True)
-        self.src, self.dst = src, dst
+        self.src, self.dst, self.hold = src, dst, hold
+        self.held = False
         self.stop = threading.Event()
         self.copied: dict[str, tuple[int, int]] = {}
         self.rounds = 0
@@ -52,12 +60,19 @@ class BadOrderCopier(threading.Thread):
                 self.copied[path.name] = key
                 if path.name == "checkpoint":
                     time.sleep(LAG_SECONDS)  # the files it names arrive later
+                    if not self.held:
+                        self.held = True
+                        deadline = time.monotonic() + HOLD_SECONDS
+                        while not self.hold() and time.monotonic() < deadline and not self.stop.wait(0.2):
+                            pass
             self.rounds += 1
 
 
 def test_a_synced_copy_gets_every_checkpoint_evaluated(tiny_data: Path, tmp_path: Path, procs):
     source, copy = tmp_path / "model", tmp_path / "copy"
-    copier = BadOrderCopier(source, copy)
+    logs = [tmp_path / f"{name}.log" for name in ("inotify", "polling", "gfile-polling")]
+    copier = BadOrderCopier(source, copy,
+                            hold=lambda: all(log.is_file() and RETRYING in log.read_text() for log in logs))
     copier.start()
     evaluators = {}
     for name, location, extra in (("inotify", str(copy), ()), ("polling", str(copy), ("--poll-secs", "1")),
@@ -80,7 +95,7 @@ def test_a_synced_copy_gets_every_checkpoint_evaluated(tiny_data: Path, tmp_path
             outcomes = [(e.global_step, pb.Evaluation.Status.Name(e.status), e.reason) for e in records]
             assert [o[:2] for o in outcomes] == [(2, "OK"), (4, "OK"), (6, "OK"), (8, "OK")], (name, outcomes)
             log = (tmp_path / f"{name}.log").read_text()
-            assert "not arrived yet: retrying" in log, name  # the lag was real and was waited out
+            assert RETRYING in log, name  # the lag was real and was waited out
             assert proc.poll() is None
     finally:
         copier.stop.set()

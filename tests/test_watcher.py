@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from showtell.captioning.model.modeldir import read_state
+from showtell.common.errors import ShowtellError
 from showtell.evaluator.watcher import CheckpointWatcher
 
 STATE = 'model_checkpoint_path: "ckpt-2"\nall_model_checkpoint_paths: "ckpt-2"\n'
@@ -65,3 +66,13 @@ def test_also_watched_names_wake_it(tmp_path: Path):
         assert counter.event.wait(5) and counter.calls > baseline
     finally:
         watcher.stop()
+
+
+def test_an_empty_state_file_is_being_written_not_a_model_dir_without_checkpoints(tmp_path: Path):
+    """A copy written in place is empty for a moment: read as naming nothing, every checkpoint the
+    evaluator saw would be recorded deleted (the synced-copy test caught that)."""
+    (tmp_path / "checkpoint").write_text("")
+    with pytest.raises(ShowtellError, match="empty checkpoint state file"):
+        read_state(str(tmp_path))
+    (tmp_path / "checkpoint").write_text(STATE)
+    assert read_state(str(tmp_path)) == [str(tmp_path / "ckpt-2")]

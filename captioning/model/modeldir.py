@@ -209,10 +209,16 @@ def read_state(model_dir: str) -> list[str]:
     if not tf.io.gfile.exists(path):
         return []
     try:
-        state = text_format.Parse(tf.io.gfile.GFile(path).read(), checkpoint_state_proto())
+        text = tf.io.gfile.GFile(path).read()
+        state = text_format.Parse(text, checkpoint_state_proto())
     except (text_format.ParseError, UnicodeDecodeError) as exc:
         raise ModelDirError(f"{path}: unreadable checkpoint state file ({exc}); waiting for the next "
                             "write") from exc
+    if not text.strip():
+        # Caught between truncation and write: a copy written in place (cp, some syncs) opens the
+        # file empty first.  Read as "names nothing", every checkpoint would look deleted.
+        raise ModelDirError(f"{path}: empty checkpoint state file (being written?); waiting for the next "
+                            "write")
     names = list(state.all_model_checkpoint_paths) or (
         [state.model_checkpoint_path] if state.model_checkpoint_path else [])
     return [n if os.path.isabs(n) or is_url(n) else os.path.join(model_dir, n) for n in names]
