@@ -202,6 +202,8 @@ class Soak:
                     self.down.append([time.monotonic(), None])
                 os.kill(procs[victim].pid, sig)
                 code = procs[victim].wait(timeout=120)
+                if sig == signal.SIGTERM:
+                    self.check_stopped_exit(victim, counts[victim], code)
                 counts[victim] += 1
                 if victim == "ps" and not self.training(counts["trainer"]):
                     # A chief still starting waits for its ps (and says so), then trains.
@@ -250,6 +252,14 @@ class Soak:
                 if role == "trainer":
                     self.note_resume(counts[role])
                 procs[role] = self.start(role, counts[role])
+
+    def check_stopped_exit(self, role: str, n: int, code: int) -> None:
+        """A trainer or ps SIGTERMed is not finished: 143 (or -15, the signal itself, if it came
+        before the handler was installed) — never 0, which Kubernetes reads as "done".  The
+        evaluator, a service with no end of its own here, exits 0."""
+        expected = {0, -signal.SIGTERM} if role == "evaluator" else {143, -signal.SIGTERM}
+        if code not in expected:
+            self.lost.append(f"{role}-{n:02d} exited {code} after SIGTERM (expected {sorted(expected)})")
 
     def note_resume(self, n: int) -> None:
         """The trainer about to start as number ``n`` must resume at the newest named checkpoint."""

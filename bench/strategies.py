@@ -1,13 +1,16 @@
 """Strategy overhead on this CPU: training examples/s under ``one_device``, ``mirrored`` with one
 replica, and ``mirrored`` over 2 logical CPUs — one process, same model, same per-replica batch,
-alternating rounds so machine noise hits all three.
+alternating rounds so machine noise hits all three.  And the GPU speed levers on one device:
+``--mixed-precision bf16`` / ``fp16`` and ``--jit-compile`` against float32 (``--device GPU:0``
+on a GPU host; here the CPU, where they are not expected to pay).
 
-A warm-up round per strategy is run first and not counted.
-Prints mirrored(1) ÷ one_device (goal ≥ 0.95: the strategy machinery costs little) and
+A warm-up round per configuration is run first and not counted.
+Prints mirrored(1) ÷ one_device (goal ≥ 0.95: the strategy machinery costs little),
 mirrored(2 logical) ÷ mirrored(1) (this machine has 2 cores; logical CPUs share them, so this
-shows the cost of towers, not GPU scaling).
+shows the cost of towers, not GPU scaling), and each lever ÷ float32, with medians and spreads.
 
-    .venv/bin/python bench/strategies.py [--rounds 3] [--steps 12] [--batch-size 32]
+    .venv/bin/python bench/strategies.py [--rounds 3] [--steps 12] [--batch-size 32] [--device GPU:0]
+        [--only strategies|levers]
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import argparse
 import json
 import logging
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -28,16 +32,24 @@ configure_devices(2)
 
 import tensorflow as tf  # noqa: E402
 
-from showtell.captioning.config import InputConfig, ModelConfig, OptimizerConfig, SyntheticConfig, TrainConfig  # noqa: E402
+from showtell.captioning.config import (  # noqa: E402
+    ComputeConfig,
+    InputConfig,
+    ModelConfig,
+    OptimizerConfig,
+    SyntheticConfig,
+    TrainConfig,
+)
 from showtell.captioning.data import synthetic  # noqa: E402
 from showtell.trainer.task import CaptionTask  # noqa: E402
 
 
-def runner(data: Path, model_dir: Path, strategy: tf.distribute.Strategy, batch: int):
+def runner(data: Path, model_dir: Path, strategy: tf.distribute.Strategy, batch: int,
+           compute: ComputeConfig | None = None):
     trainer = CaptionTask(data_dir=data, model_dir=model_dir, model=ModelConfig(),
                           input_config=InputConfig(batch_size=batch),
                           optimizer=OptimizerConfig(name="adam", learning_rate=3e-4, epochs_per_decay=0),
-                          train=TrainConfig(), strategy=strategy)
+                          train=TrainConfig(), strategy=strategy, compute=compute)
     dist = strategy.experimental_distribute_dataset(trainer.dataset())
     step = trainer.make_train_step(dist.element_spec)
     batches = iter(dist)
@@ -52,38 +64,64 @@ def runner(data: Path, model_dir: Path, strategy: tf.distribute.Strategy, batch:
     return timed
 
 
+LEVERS = {"float32": ComputeConfig(), "bf16": ComputeConfig(mixed_precision="bf16"),
+          "fp16": ComputeConfig(mixed_precision="fp16"), "xla": ComputeConfig(jit_compile=True)}
+
+
+def measure(runners: dict, rounds: int, steps: int) -> dict[str, list[float]]:
+    for timed in runners.values():  # warm-up round, not counted (tf.data autotuning settles)
+        timed(steps)
+    rates: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(rounds):  # alternated: machine noise hits every configuration
+        for name, timed in runners.items():
+            rates[name].append(timed(steps))
+    return rates
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--batch-size", type=int, default=32, help="per replica")
+    parser.add_argument("--device", help="the levers' device (default: the first CPU)")
+    parser.add_argument("--only", choices=("strategies", "levers"))
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
+    report: dict[str, object] = {"batch_per_replica": args.batch_size}
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         synthetic.build(data, SyntheticConfig(train_images=600, val_images=8))
-        strategies = {
-            "one_device": tf.distribute.OneDeviceStrategy(cpus[0]),
-            "mirrored_1": tf.distribute.MirroredStrategy(cpus[:1]),
-            "mirrored_2_logical": tf.distribute.MirroredStrategy(cpus[:2]),
-        }
-        runners = {name: runner(data, Path(tmp) / name, strategy, args.batch_size)
-                   for name, strategy in strategies.items()}
-        for timed in runners.values():  # warm-up round, not counted (tf.data autotuning settles)
-            timed(args.steps)
-        rates: dict[str, list[float]] = {name: [] for name in runners}
-        for _ in range(args.rounds):
-            for name, timed in runners.items():
-                rates[name].append(timed(args.steps))
-    mean = {name: sum(r) / len(r) for name, r in rates.items()}
-    print(json.dumps({
-        "batch_per_replica": args.batch_size,
-        "examples_per_sec": {k: round(v, 1) for k, v in mean.items()},
-        "per_round": {k: [round(x, 1) for x in v] for k, v in rates.items()},
-        "mirrored_1_over_one_device": round(mean["mirrored_1"] / mean["one_device"], 3),
-        "mirrored_2_logical_over_mirrored_1": round(mean["mirrored_2_logical"] / mean["mirrored_1"], 3),
-    }, indent=2))
+        if args.only != "levers":
+            strategies = {
+                "one_device": tf.distribute.OneDeviceStrategy(cpus[0]),
+                "mirrored_1": tf.distribute.MirroredStrategy(cpus[:1]),
+                "mirrored_2_logical": tf.distribute.MirroredStrategy(cpus[:2]),
+            }
+            rates = measure({name: runner(data, Path(tmp) / name, strategy, args.batch_size)
+                             for name, strategy in strategies.items()}, args.rounds, args.steps)
+            median = {name: statistics.median(r) for name, r in rates.items()}
+            report["strategies"] = {
+                "examples_per_sec_median": {k: round(v, 1) for k, v in median.items()},
+                "per_round": {k: [round(x, 1) for x in v] for k, v in rates.items()},
+                "mirrored_1_over_one_device": round(median["mirrored_1"] / median["one_device"], 3),
+                "mirrored_2_logical_over_mirrored_1":
+                    round(median["mirrored_2_logical"] / median["mirrored_1"], 3),
+            }
+        if args.only != "strategies":
+            device = args.device or cpus[0]
+            rates = measure({name: runner(data, Path(tmp) / f"lever-{name}",
+                                          tf.distribute.OneDeviceStrategy(device), args.batch_size, compute)
+                             for name, compute in LEVERS.items()}, args.rounds, args.steps)
+            median = {name: statistics.median(r) for name, r in rates.items()}
+            report["levers"] = {
+                "device": device,
+                "examples_per_sec_median": {k: round(v, 1) for k, v in median.items()},
+                "per_round": {k: [round(x, 1) for x in v] for k, v in rates.items()},
+                "over_float32": {k: round(v / median["float32"], 3)
+                                 for k, v in median.items() if k != "float32"},
+            }
+    print(json.dumps(report, indent=2))
     return 0
 
 

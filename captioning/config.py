@@ -138,6 +138,25 @@ class TrainConfig:
     seed: int = option(0, "initialisation and input-order seed", type=int)
 
 
+# --mixed-precision → the Keras dtype policy the network is built under.
+PRECISIONS = {"off": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+
+
+@dataclass(frozen=True)
+class ComputeConfig:
+    """How the steps compute: mixed precision and XLA (GPU speed levers).
+
+    Not part of the model: variables, logits and the loss stay float32, so a checkpoint
+    written in one mode restores into any other, and the evaluator reads it as always.
+    """
+
+    mixed_precision: str = option("off", "compute in bfloat16 (bf16: A100/H100, TPUs, AVX512-BF16 CPUs) or "
+                                         "float16 with dynamic loss scaling (fp16: V100, T4); variables, "
+                                         "logits and loss stay float32", choices=tuple(PRECISIONS))
+    jit_compile: bool = option(False, "compile each replica's forward and backward pass with XLA",
+                               type=boolean)
+
+
 @dataclass(frozen=True)
 class SyntheticConfig:
     """The embedded default dataset: procedurally drawn shape scenes."""

@@ -4,9 +4,9 @@
 ARG BASE_IMAGE=python:3.11-slim
 ARG EXTRA=cpu
 FROM ${BASE_IMAGE}
-# Declared before FROM (its default) and here without a value: the layers up to the install
-# step are then the same in both Dockerfiles, so one image's build cache serves the other
-# when both get the same EXTRA.
+# Declared before FROM (its default) and here without a value: the layers up to the
+# dependencies' install are then the same in both Dockerfiles, so one image's build cache
+# serves the other when both get the same EXTRA.
 ARG EXTRA
 
 ENV PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1 TF_CPP_MIN_LOG_LEVEL=2 \
@@ -18,20 +18,26 @@ RUN set -e; \
     python3 -m venv /opt/venv; \
     useradd --create-home --uid 1000 showtell; \
     mkdir -p /data /checkpoints /work && chown showtell:showtell /data /checkpoints /work
-
+# Dependencies first, from the two files that name them: a source edit rebuilds from the COPY of
+# the sources on, in seconds, and TensorFlow's layer stays cached (BENCHMARKS.md: image rebuilds).
 WORKDIR /opt/showtell
-COPY pyproject.toml constraints.txt README.md LICENSE ./
+COPY pyproject.toml constraints.txt ./
 COPY deploy/install.sh deploy/install.sh
+RUN deploy/install.sh deps "${EXTRA}"
+# A headless JRE: COCO's PTB tokenizer and METEOR (pycocoevalcap's jars) need Java — with it the
+# scores are comparable with published ones (GetLatest's `scoring` says which tokenizer ran).
+# After the dependencies, so that this image and the trainer's share their layer (TensorFlow is
+# installed once for both); before the sources, so an edit does not reinstall it.
+RUN apt-get update && apt-get install -y --no-install-recommends default-jre-headless \
+    && rm -rf /var/lib/apt/lists/* && java -version
+
+COPY README.md LICENSE ./
 COPY captioning captioning
 COPY trainer trainer
 COPY evaluator evaluator
 COPY showtell showtell
 COPY protos protos
-RUN deploy/install.sh "${EXTRA}"
-# A headless JRE: COCO's PTB tokenizer and METEOR (pycocoevalcap's jars) need Java — with it the
-# scores are comparable with published ones (GetLatest's `scoring` says which tokenizer ran).
-RUN apt-get update && apt-get install -y --no-install-recommends default-jre-headless \
-    && rm -rf /var/lib/apt/lists/* && java -version
+RUN deploy/install.sh package "${EXTRA}"
 
 USER showtell
 WORKDIR /home/showtell

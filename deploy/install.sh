@@ -1,16 +1,40 @@
 #!/bin/sh
-# Image build step shared by both Dockerfiles: install the package with one extra ($1: `cpu` for
-# tensorflow-cpu, `and-cuda` for tensorflow with the CUDA libraries) at the versions CI pins.
-# The generated gRPC modules are committed (showtell/v1), so no protoc runs here.
+# Image build steps shared by both Dockerfiles, in two layers so that a source edit does not
+# reinstall TensorFlow:
+#   deploy/install.sh deps EXTRA     the dependencies only (needs pyproject.toml + constraints.txt)
+#   deploy/install.sh package EXTRA  the package itself, without dependencies, then checks
+# EXTRA: `cpu` (tensorflow-cpu) or `and-cuda` (tensorflow with the CUDA libraries), at the versions
+# CI pins (constraints.txt pins the CUDA wheels too).  The generated gRPC modules are committed
+# (showtell/v1), so no protoc runs here.
 set -eu
-extra="$1"
+step="$1"
+extra="$2"
 case "$extra" in
   cpu|and-cuda) ;;
   *) echo "deploy/install.sh: extra must be cpu or and-cuda (got '$extra')" >&2; exit 2 ;;
 esac
 export PIP_CERT=/etc/ssl/certs/ca-certificates.crt PIP_NO_CACHE_DIR=1
-pip install -c constraints.txt ".[$extra]"
-pip check
-# From another directory: here ./showtell (the sources) would shadow the installed package.
-(cd / && python -c "import showtell.v1.metrics_pb2_grpc, showtell.trainer.cli, showtell.evaluator.cli" \
-  && showtell --version)
+case "$step" in
+  deps)
+    # The dependency list from pyproject.toml (tomllib: Python ≥ 3.11), plus what builds the package.
+    python3 - "$extra" > /tmp/requirements.txt <<'PY'
+import sys
+import tomllib
+
+with open("pyproject.toml", "rb") as f:
+    pyproject = tomllib.load(f)
+project = pyproject["project"]
+print("\n".join([*project["dependencies"], *project["optional-dependencies"][sys.argv[1]],
+                 *pyproject["build-system"]["requires"]]))
+PY
+    pip install -c constraints.txt -r /tmp/requirements.txt
+    rm /tmp/requirements.txt ;;
+  package)
+    pip install --no-deps --no-build-isolation .
+    rm -rf build ./*.egg-info
+    pip check
+    # From another directory: here ./showtell (the sources) would shadow the installed package.
+    (cd / && python -c "import showtell.v1.metrics_pb2_grpc, showtell.trainer.cli, showtell.evaluator.cli" \
+      && showtell --version) ;;
+  *) echo "deploy/install.sh: step must be deps or package (got '$step')" >&2; exit 2 ;;
+esac

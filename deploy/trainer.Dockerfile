@@ -1,14 +1,15 @@
-# The showtell trainer.  Same image on GPU hosts (NVIDIA runtime) and CPU-only ones.
+# The showtell trainer.  CPU by default; EXTRA=and-cuda for GPU hosts (NVIDIA runtime).
 #   docker build -f deploy/trainer.Dockerfile -t showtell-trainer .
-# Build args: BASE_IMAGE (any Debian-like image with python3 + venv), EXTRA (the package
-# extra: and-cuda by default; cpu keeps a CPU-only image small), and an optional extra CA
-# certificate for builds behind a TLS-intercepting proxy: put PEM files in deploy/certs/.
+#   docker build -f deploy/trainer.Dockerfile --build-arg EXTRA=and-cuda -t showtell-trainer:0.1.0-cuda .
+# Build args: BASE_IMAGE (any Debian-like image with python3 ≥ 3.11 + venv), EXTRA (the package
+# extra: cpu, or and-cuda: several GB of CUDA wheels), and an optional extra CA certificate for
+# builds behind a TLS-intercepting proxy: put PEM files in deploy/certs/.
 ARG BASE_IMAGE=python:3.11-slim
-ARG EXTRA=and-cuda
+ARG EXTRA=cpu
 FROM ${BASE_IMAGE}
-# Declared before FROM (its default) and here without a value: the layers up to the install
-# step are then the same in both Dockerfiles, so one image's build cache serves the other
-# when both get the same EXTRA.
+# Declared before FROM (its default) and here without a value: the layers up to the
+# dependencies' install are then the same in both Dockerfiles, so one image's build cache
+# serves the other when both get the same EXTRA.
 ARG EXTRA
 
 ENV PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1 TF_CPP_MIN_LOG_LEVEL=2 \
@@ -21,19 +22,23 @@ RUN set -e; \
     useradd --create-home --uid 1000 showtell; \
     mkdir -p /data /checkpoints /work && chown showtell:showtell /data /checkpoints /work
 
+# Dependencies first, from the two files that name them: a source edit rebuilds from the COPY of
+# the sources on, in seconds, and TensorFlow's layer stays cached (BENCHMARKS.md: image rebuilds).
 WORKDIR /opt/showtell
-COPY pyproject.toml constraints.txt README.md LICENSE ./
+COPY pyproject.toml constraints.txt ./
 COPY deploy/install.sh deploy/install.sh
+RUN deploy/install.sh deps "${EXTRA}"
+COPY README.md LICENSE ./
 COPY captioning captioning
 COPY trainer trainer
 COPY evaluator evaluator
 COPY showtell showtell
 COPY protos protos
-RUN deploy/install.sh "${EXTRA}"
+RUN deploy/install.sh package "${EXTRA}"
 
 USER showtell
 WORKDIR /home/showtell
 VOLUME ["/checkpoints", "/data"]
-# exec form: SIGTERM reaches showtell, which saves a checkpoint and exits 0
+# exec form: SIGTERM reaches showtell, which saves a checkpoint and exits 143 (not finished)
 ENTRYPOINT ["showtell", "train"]
 CMD ["--data", "/data/synthetic", "--model-dir", "/checkpoints/model"]

@@ -45,6 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="evaluator state: history, pins, summaries (default: <model-dir>-eval)")
     p.add_argument("--host", default="127.0.0.1", help="gRPC bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=50051, help="gRPC port, 0 picks a free one (default 50051)")
+    p.add_argument("--health-port", type=int, metavar="PORT",
+                   help="also serve grpc.health.v1 alone, in plaintext, on --host:PORT — for probes that "
+                        "cannot do TLS (Kubernetes' gRPC probes) when --tls-cert is on (default: off)")
     p.add_argument("--policy", choices=("latest", "all"), default="latest",
                    help="latest: skip to the newest when behind; all: every checkpoint in order")
     p.add_argument("--poll-secs", type=positive_float,
@@ -135,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
         # One evaluator per work dir (its history, exports): a second one is refused by name.
         with DirectoryLock(directory=work_dir, role="evaluator", flag="--work-dir"):
             check_listen_address(args.host, args.port)
+            if args.health_port is not None:
+                check_listen_address(args.host, args.health_port, "--health-port")
             from showtell.evaluator.daemon import serve
 
             return serve(args, work_dir, security)

@@ -36,10 +36,14 @@ SERVER_OPTIONS = [
 
 
 class MetricsServer:
-    """Builds the server; ``start``/``stop`` are coroutines on the loop that serves it."""
+    """Builds the server; ``start``/``stop`` are coroutines on the loop that serves it.
+
+    ``health_port``: the health service also alone on a second, plaintext port (no token, no
+    TLS: it says SERVING or NOT_SERVING, nothing else) — Kubernetes' gRPC probes cannot do TLS.
+    """
 
     def __init__(self, service: MetricsService, host: str = "127.0.0.1", port: int = 0,
-                 security: LoadedSecurity | None = None) -> None:
+                 security: LoadedSecurity | None = None, health_port: int | None = None) -> None:
         self.service = service
         self.security = security or LoadedSecurity()
         self.server = grpc.aio.server(interceptors=self.security.interceptors, options=SERVER_OPTIONS)
@@ -57,13 +61,22 @@ class MetricsServer:
         else:
             self.port = self.server.add_secure_port(address, self.security.credentials)
         self.host = host
+        self.health_server: grpc.aio.Server | None = None
+        self.health_port: int | None = None
+        if health_port is not None:
+            self.health_server = grpc.aio.server(options=SERVER_OPTIONS)
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, self.health_server)
+            self.health_port = self.health_server.add_insecure_port(f"{host}:{health_port}")
 
     async def start(self) -> None:
         await self.server.start()
+        if self.health_server is not None:
+            await self.health_server.start()
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        log.info("serving %s (+ health, reflection) on %s:%d; %s", SERVICE_NAME, self.host, self.port,
-                 self.security.source.describe())
+        log.info("serving %s (+ health, reflection) on %s:%d; %s%s", SERVICE_NAME, self.host, self.port,
+                 self.security.source.describe(),
+                 "" if self.health_port is None else f"; health alone, plaintext, on port {self.health_port}")
         if self.security.source.clear_text_token:
             log.warning("a bearer token without TLS crosses the network in clear text; "
                         "add --tls-cert/--tls-key")
@@ -72,3 +85,5 @@ class MetricsServer:
         await self.health.enter_graceful_shutdown()
         self.service.close()  # open Watch streams end UNAVAILABLE
         await self.server.stop(grace)
+        if self.health_server is not None:
+            await self.health_server.stop(grace)

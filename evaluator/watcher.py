@@ -74,6 +74,7 @@ class CheckpointWatcher:
         self.poll_secs = poll_secs
         self.names = frozenset((STATE_FILE, *also))
         self._stop = threading.Event()
+        self.ready = threading.Event()  # the first look at the model dir is done
         self._observer = None
         self._thread: threading.Thread | None = None
         if is_url(model_dir):
@@ -82,6 +83,7 @@ class CheckpointWatcher:
             self.kind = "polling" if poll_secs else "inotify"
 
     def start(self) -> None:
+        """Watch from a thread of its own; ``ready`` is set once the first look is done."""
         target = self._gfile_poll if self.kind == "gfile-polling" else self._watch_local
         self._thread = threading.Thread(target=target, name="checkpoint-watcher", daemon=True)
         self._thread.start()
@@ -124,6 +126,7 @@ class CheckpointWatcher:
                 elif identity is not None:
                     log.info("%s is gone; waiting for it to come back", self.model_dir)
                 identity = current
+            self.ready.set()
             self._stop.wait(min(self.poll_secs or 1.0, 1.0))
 
     def _gfile_poll(self) -> None:
@@ -146,6 +149,7 @@ class CheckpointWatcher:
                 last[path] = current
             if changed:
                 self.on_change()
+            self.ready.set()
             self._stop.wait(interval)
 
 

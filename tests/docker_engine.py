@@ -185,7 +185,6 @@ PROJECT = "showtell-test"
 BUILD_ENV = {
     "SHOWTELL_VERSION": "test",
     "SHOWTELL_BASE_IMAGE": BASE_IMAGE,  # built here: no registry
-    "SHOWTELL_TRAINER_EXTRA": "cpu",  # a CPU build on this CPU host
 }
 
 

@@ -10,8 +10,8 @@ evaluation examples; batch 8) and the checkpoint interval, so training steps bet
 checkpoints are few — plus free host ports.  Then, from the host: metrics over gRPC, the
 read-only checkpoint volume, TensorBoard's two runs, ``restart`` and a real crash (SIGKILL of
 the trainer's process) both resuming at the newest checkpoint, the standalone evaluator
-(``deploy/compose.evaluator.yml``) over TLS with a token, ``stop`` → exit 0, ``down -v`` →
-nothing left.
+(``deploy/compose.evaluator.yml``) over TLS with a token, ``stop`` → the trainer saves and exits
+143 (stopped, not finished), the services 0, ``down -v`` → nothing left.
 """
 
 from __future__ import annotations
@@ -30,6 +30,16 @@ import yaml
 
 from tests.conftest import ROOT, free_ports, wait_for
 from tests.test_deploy import _parse
+
+
+def _trainer(service: dict):
+    """A compose trainer service's flags as `showtell train` reads them: its command, with the
+    defaults its environment gives (``SHOWTELL_STRATEGY``)."""
+    from unittest import mock
+
+    environment = {k: str(v) for k, v in (service.get("environment") or {}).items()}
+    with mock.patch.dict(os.environ, environment):
+        return _parse("showtell.trainer.cli", service["command"])
 
 COMPOSE_FILES = {
     "base": ["docker-compose.yml"],
@@ -139,7 +149,7 @@ def test_presets_render_the_im2txt_recipe_as_commands_our_clis_accept(compose_to
     env_file = f"deploy/presets/{preset}.env"
     assert set(_env_file(ROOT / env_file)) <= set(_env_file(ROOT / ".env.example")), "unknown setting"
     services = _config(COMPOSE_FILES["gpu"], {}, env_file=env_file)["services"]
-    trainer = _parse("showtell.trainer.cli", services["trainer"]["command"])
+    trainer = _trainer(services["trainer"])
     assert argument_problem(trainer) is None
     # im2txt: SGD at 2.0 halved every 8 epochs, batch 32, ImageNet Inception v3 on COCO records.
     assert (trainer.optimizer, trainer.learning_rate, trainer.epochs_per_decay, trainer.batch_size) == \
@@ -171,24 +181,30 @@ def test_defaults_leave_phase_2_early_stop_and_export_to_their_flags(compose_too
     assert (early.stop_when, early.patience, early.evaluator) == ("cider>=0.9", 2, "evaluator:50051")
 
 
-def _trainer_command(config: dict) -> list[str]:
-    return config["services"]["trainer"]["command"]
-
-
-def test_overrides_change_only_the_strategy_and_resources(compose_tools):
-    base = _config(COMPOSE_FILES["base"], {})
-    gpu = _config(COMPOSE_FILES["gpu"], {})
-    cluster = _config(COMPOSE_FILES["cluster"], {})
-    def without_strategy(command: list[str]) -> list[str]:
-        i = command.index("--strategy")
-        return command[:i] + command[i + 2:]
-
-    for config, strategy in ((gpu, "mirrored"), (cluster, "parameter_server")):
-        command = _trainer_command(config)
-        assert command[command.index("--strategy") + 1] == strategy
-        assert without_strategy(command) == without_strategy(_trainer_command(base))
-    [device] = gpu["services"]["trainer"]["deploy"]["resources"]["reservations"]["devices"]
+def test_overrides_change_only_what_differs(compose_tools):
+    """GPU and cluster keep the base file's command: they change the strategy (an environment
+    default of --strategy), the GPU image and devices, and add the cluster's tasks."""
+    base = _config(COMPOSE_FILES["base"], {})["services"]
+    gpu = _config(COMPOSE_FILES["gpu"], {})["services"]
+    cluster = _config(COMPOSE_FILES["cluster"], {})["services"]
+    assert _trainer(base["trainer"]).strategy == "auto"
+    for services, strategy in ((gpu, "mirrored"), (cluster, "parameter_server")):
+        assert services["trainer"]["command"] == base["trainer"]["command"]
+        assert _trainer(services["trainer"]).strategy == strategy
+    for name in ("data", "evaluator", "tensorboard"):  # everything else as it was
+        assert gpu[name] == base[name], name
+    assert base["trainer"]["build"]["args"]["EXTRA"] == "cpu"  # what `up` builds by default
+    assert gpu["trainer"]["build"]["args"]["EXTRA"] == "and-cuda"
+    assert gpu["trainer"]["image"] == base["trainer"]["image"] + "-cuda"  # the CPU image stays
+    [device] = gpu["trainer"]["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+    assert "deploy" not in base["trainer"]
+    # The images are the release's, as in the Kubernetes manifests
+    import tomllib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert base["trainer"]["image"] == f"showtell-trainer:{version}"
+    assert base["evaluator"]["image"] == f"showtell-evaluator:{version}"
 
 
 def test_services_run_commands_our_clis_accept(compose_tools):
@@ -199,8 +215,9 @@ def test_services_run_commands_our_clis_accept(compose_tools):
     assert services["data"]["entrypoint"] == ["showtell", "data", "synthetic"]
     data = _parse("showtell.commands.data", ["synthetic", *services["data"]["command"]])
     assert data.if_missing and str(data.out) == "/data/synthetic"
-    trainer = _parse("showtell.trainer.cli", services["trainer"]["command"])
+    trainer = _trainer(services["trainer"])
     assert str(trainer.model_dir) == "/checkpoints/model" and trainer.strategy == "auto"
+    assert (trainer.mixed_precision, trainer.jit_compile) == ("off", False)
     evaluator = _parse("showtell.evaluator.cli", services["evaluator"]["command"])
     assert str(evaluator.model_dir) == "/checkpoints/model" and evaluator.host == "0.0.0.0"
     assert "checkpoints:/checkpoints:ro" in services["evaluator"]["volumes"]
@@ -215,7 +232,7 @@ def test_services_run_commands_our_clis_accept(compose_tools):
         roles[name] = (spec.task_type, spec.task_index)
         hosts = {h.split(":")[0] for hs in spec.jobs.values() for h in hs}
         assert hosts == {"trainer", "ps-0", "worker-0", "worker-1"}  # service names on the network
-        assert _parse("showtell.trainer.cli", cluster[name]["command"]).strategy == "parameter_server"
+        assert _trainer(cluster[name]).strategy == "parameter_server"
     assert roles == {"trainer": ("chief", 0), "ps-0": ("ps", 0), "worker-0": ("worker", 0),
                      "worker-1": ("worker", 1)}
     # variables live on the ps, and TensorFlow saves each on its own device: the ps writes its
@@ -270,7 +287,7 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: 
     figures: dict[str, float | int] = dict(prebuilt.figures)
     grpc_port, board_port, remote_port = free_ports(3)
     stack = Stack(engine, project, PROJECT, {
-        **BUILD_ENV,  # the base image built here, tensorflow-cpu for the trainer
+        **BUILD_ENV,  # the base image built here; the default (CPU) images
         # the input, small: 64 + 8 pictures at 75 px (Inception's minimum), 8 evaluated, batch 8
         "SHOWTELL_TRAIN_IMAGES": "64", "SHOWTELL_VAL_IMAGES": "8", "SHOWTELL_IMAGE_SIZE": "75",
         "SHOWTELL_EVAL_EXAMPLES": "8", "SHOWTELL_BATCH_SIZE": "8",
@@ -281,6 +298,20 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: 
     remote = None
     client = engine.client
     try:
+        # A source edit rebuilds the package layer only: TensorFlow's layer (and the JRE's) come
+        # from the cache (the layers were ordered for it).
+        edited = project / "showtell" / "__init__.py"
+        edited.write_text(edited.read_text() + "\n# an edit\n")
+        for service in ("trainer", "evaluator"):
+            started = time.monotonic()
+            rebuilt = stack.run("build", service)
+            figures[f"{service}_rebuild_after_edit_s"] = round(time.monotonic() - started, 1)
+            output = rebuilt.stdout + rebuilt.stderr
+            steps = re.split(r"\nStep \d+/\d+ : ", output)
+            deps = [st for st in steps if st.startswith("RUN deploy/install.sh deps")]
+            assert deps and "Using cache" in deps[0], output[-3000:]
+            package = [st for st in steps if st.startswith("RUN deploy/install.sh package")]
+            assert package and "Using cache" not in package[0]  # the edit is in the image
         for service in ("trainer", "evaluator"):
             image = client.images.get(f"showtell-{service}:test").attrs
             figures[f"{service}_image_mb"] = round(image["Size"] / 1e6)
@@ -369,11 +400,12 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: 
         assert refused.returncode == 1 and "no bearer token" in refused.stderr
         remote.run("down", "-v")
 
-        # stop: every service exits 0 (the trainer after its final checkpoint)
+        # stop: the trainer saves a final checkpoint and exits 143 (stopped, not finished); the
+        # services, whose only end is a signal, exit 0
         stack.run("stop")
-        for service in ("trainer", "evaluator", "tensorboard"):
+        for service, code in (("trainer", 143), ("evaluator", 0), ("tensorboard", 0)):
             state = stack.container(service).attrs["State"]
-            assert (state["Status"], state["ExitCode"]) == ("exited", 0), (service, state)
+            assert (state["Status"], state["ExitCode"]) == ("exited", code), (service, state)
         assert stack.logs("trainer").count("final checkpoint") >= 2
 
         stack.run("down", "-v")

@@ -1,6 +1,8 @@
 """``deploy/k8s/tfjob.yaml``: a Kubeflow TFJob (Chief, PS, Worker, Evaluator) whose pods pass the
-Kubernetes API schema, whose commands are flags our CLIs accept, and whose evaluator mounts the
-checkpoint volume read-only."""
+Kubernetes API schema, whose commands are flags our CLIs accept, whose evaluator mounts the
+checkpoint volume read-only — and which runs as applied: the chief's init container fills the data
+path every task reads, pods run as the images' user with memory limits, GPUs on the workers,
+release-tagged images, and probes on the evaluator's plaintext health port."""
 
 from __future__ import annotations
 
@@ -97,3 +99,43 @@ def test_evaluator_reads_the_checkpoints_read_only_and_trainers_write_them(tfjob
         trainer = mounts(role)["/checkpoints"]
         assert not trainer.get("readOnly")
         assert trainer["claim"]["claimName"] == evaluator["claim"]["claimName"]
+
+
+def _pod(tfjob: dict, role: str) -> dict:
+    return tfjob["spec"]["tfReplicaSpecs"][role]["template"]["spec"]
+
+
+def test_the_chief_fills_the_data_path_that_every_task_reads(tfjob):
+    [init] = _pod(tfjob, "Chief")["initContainers"]
+    assert init["command"] == ["showtell", "data", "synthetic"]
+    built = _parse("showtell.commands.data", ["synthetic", *init["args"]])
+    assert built.if_missing
+    [wait] = _pod(tfjob, "Evaluator")["initContainers"]
+    assert f"{built.out}/dataset.json" in wait["command"][-1]  # the manifest a finished build writes last
+    from showtell.captioning.data.manifest import MANIFEST
+
+    assert MANIFEST == "dataset.json"
+    for role, module in (("Chief", "showtell.trainer.cli"), ("Worker", "showtell.trainer.cli"),
+                         ("Evaluator", "showtell.evaluator.cli")):
+        [container] = _pod(tfjob, role)["containers"]
+        assert _parse(module, container["args"]).data == built.out, role
+
+
+def test_pods_run_as_the_images_user_with_limits_gpus_release_tags_and_plaintext_probes(tfjob):
+    import tomllib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    for role in tfjob["spec"]["tfReplicaSpecs"]:
+        pod = _pod(tfjob, role)
+        assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["fsGroup"] == 1000, role
+        for container in [*pod.get("initContainers", []), *pod["containers"]]:
+            tag = container["image"].rsplit(":", 1)[1]
+            assert tag in (version, f"{version}-cuda"), (role, container["image"])  # never :latest
+            assert container["securityContext"]["allowPrivilegeEscalation"] is False
+            assert container["resources"]["limits"]["memory"] == container["resources"]["requests"]["memory"]
+        [main] = pod["containers"]
+        assert (main["resources"]["limits"].get("nvidia.com/gpu") == "1") == (role == "Worker"), role
+    [evaluator] = _pod(tfjob, "Evaluator")["containers"]
+    args = _parse("showtell.evaluator.cli", evaluator["args"])
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert evaluator[probe]["grpc"]["port"] == args.health_port != args.port, probe

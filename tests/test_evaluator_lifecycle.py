@@ -117,13 +117,18 @@ def test_the_evaluator_ends_with_the_job(tiny_data: Path, tiny_model: Path, tmp_
     wait_for(lambda: "ckpt-" in trainer_log.read_text().split("training again", 1)[1], 240,
              "a checkpoint of the new run")
     trainer.send_signal(signal.SIGTERM)
-    assert trainer.wait(timeout=120) == 0
+    assert trainer.wait(timeout=120) == 143  # stopped, not finished: Kubernetes must not read "done"
     assert "after SIGTERM" in trainer_log.read_text()
     assert not (model_dir / "showtell-finished.json").exists()
     final = _newest_step(model_dir)
     wait_for(lambda: final in _steps(port), 240, "the SIGTERM checkpoint evaluated")
     time.sleep(3)
     assert waiting.poll() is None  # not finished: the trainer was stopped, not done
+    # Stopped itself before its end came: not done either (a job's evaluator pod must not succeed).
+    waiting.send_signal(signal.SIGTERM)
+    assert waiting.wait(timeout=60) == 143, (tmp_path / "waiting.log").read_text()[-3000:]
+    assert ("stopped by SIGTERM before the trainer's final checkpoint is evaluated: exit 143"
+            in (tmp_path / "waiting.log").read_text())
 
 
 def _newest_step(model_dir: Path) -> int:

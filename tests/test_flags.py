@@ -7,7 +7,14 @@ import dataclasses
 
 import pytest
 
-from showtell.captioning.config import CacheConfig, InputConfig, ModelConfig, OptimizerConfig, TrainConfig
+from showtell.captioning.config import (
+    CacheConfig,
+    ComputeConfig,
+    InputConfig,
+    ModelConfig,
+    OptimizerConfig,
+    TrainConfig,
+)
 from showtell.common.flags import Parser, config_flags
 from showtell.trainer import cli
 
@@ -22,7 +29,8 @@ def parser() -> Parser:
 def test_unset_flags_give_the_dataclass_defaults(parser):
     built = cli.configs(parser.parse_args(["--data", "d", "--model-dir", "m"]))
     assert built == {"train": TrainConfig(), "input_config": InputConfig(seed=TrainConfig().seed),
-                     "model": ModelConfig(), "optimizer": OptimizerConfig(), "cache": CacheConfig()}
+                     "model": ModelConfig(), "optimizer": OptimizerConfig(), "cache": CacheConfig(),
+                     "compute": ComputeConfig()}
 
 
 def test_each_flag_sets_exactly_its_field(parser):

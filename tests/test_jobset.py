@@ -1,7 +1,10 @@
-"""``deploy/k8s/jobset.yaml``: a JobSet (chief, ps, worker and evaluator replicated jobs) whose
-Jobs pass the Kubernetes API schema, whose tasks find each other through JobSet's stable pod
-hostnames with the cluster given by flags our trainer accepts, whose evaluator reads the
-checkpoints read-only and ends with the training, and which succeeds on chief + evaluator."""
+"""``deploy/k8s/jobset.yaml``: a JobSet (data, then chief, ps, worker and evaluator replicated
+jobs) whose Jobs pass the Kubernetes API schema, whose tasks find each other through JobSet's
+stable pod hostnames with the cluster given by flags our trainer accepts, whose evaluator reads
+the checkpoints read-only and ends with the training, and which succeeds on chief + evaluator —
+and which runs as applied: the data job fills the path the others read, pods run as the images'
+user on writable volumes, with memory limits, GPUs on the workers, release-tagged images, and
+probes on the plaintext health port the evaluator is given."""
 
 from __future__ import annotations
 
@@ -55,7 +58,7 @@ def test_every_object_and_every_job_passes_the_api_schema(documents, replicated)
 
 def test_jobset_roles_success_on_chief_and_evaluator(jobset, replicated):
     assert jobset["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
-    assert set(replicated) == {"chief", "ps", "worker", "evaluator"}
+    assert set(replicated) == {"data", "chief", "ps", "worker", "evaluator"}
     assert replicated["chief"]["replicas"] == 1 and replicated["worker"]["replicas"] >= 2
     policy = jobset["spec"]["successPolicy"]
     assert policy == {"operator": "All", "targetReplicatedJobs": ["chief", "evaluator"]}
@@ -107,3 +110,67 @@ def test_evaluator_reads_the_checkpoints_read_only_and_trainers_write_them(repli
         trainer = mounts(job)["/checkpoints"]
         assert not trainer.get("readOnly")
         assert trainer["claim"]["claimName"] == evaluator["claim"]["claimName"]
+
+
+def _version() -> str:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+def _pod(rj: dict) -> dict:
+    return rj["template"]["spec"]["template"]["spec"]
+
+
+def test_the_data_job_runs_first_and_fills_the_path_every_task_reads(jobset, replicated):
+    names = [rj["name"] for rj in jobset["spec"]["replicatedJobs"]]
+    assert names[0] == "data" and "dependsOn" not in replicated["data"]  # JobSet: the first cannot depend
+    for name in names[1:]:
+        assert replicated[name]["dependsOn"] == [{"name": "data", "status": "Complete"}], name
+    data = _container(replicated["data"])
+    assert data["command"] == ["showtell", "data", "synthetic"]
+    built = _parse("showtell.commands.data", ["synthetic", *data["args"]])
+    assert built.if_missing  # a restarted set keeps the dataset
+    data_mount = {m["mountPath"]: m for m in data["volumeMounts"]}["/data"]
+    assert not data_mount.get("readOnly")
+    claim = {v["name"]: v for v in _pod(replicated["data"])["volumes"]}[data_mount["name"]]
+    for job, module in (("chief", "showtell.trainer.cli"), ("worker", "showtell.trainer.cli"),
+                        ("evaluator", "showtell.evaluator.cli")):
+        container = _container(replicated[job])
+        args = _parse(module, _expanded(container["args"], {"JOB_NAME": job, "TASK": "0"}))
+        assert args.data == built.out, job
+        mount = {m["mountPath"]: m for m in container["volumeMounts"]}["/data"]
+        volume = {v["name"]: v for v in _pod(replicated[job])["volumes"]}[mount["name"]]
+        assert volume["persistentVolumeClaim"]["claimName"] == claim["persistentVolumeClaim"]["claimName"]
+
+
+def test_pods_run_as_the_images_user_with_limits_gpus_and_release_tags(replicated):
+    version = _version()
+    for name, rj in replicated.items():
+        pod = _pod(rj)
+        security = pod["securityContext"]
+        assert security["runAsNonRoot"] and (security["runAsUser"], security["fsGroup"]) == (1000, 1000), name
+        container = _container(rj)
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+        tag = container["image"].rsplit(":", 1)[1]
+        assert tag in (version, f"{version}-cuda"), (name, container["image"])  # never :latest
+        resources = container["resources"]
+        assert resources["limits"]["memory"] == resources["requests"]["memory"], name
+        gpus = resources["limits"].get("nvidia.com/gpu")
+        assert (gpus == "1") == (name == "worker"), name  # the workers run the steps
+        if gpus:
+            assert tag.endswith("-cuda")  # the CUDA build
+        policy = rj["template"]["spec"].get("podFailurePolicy")
+        if policy:  # its rules name this container
+            assert all(r["onExitCodes"]["containerName"] == container["name"]
+                       for r in policy["rules"] if "onExitCodes" in r)
+            assert {"type": "DisruptionTarget"} in policy["rules"][0]["onPodConditions"]
+
+
+def test_the_probes_ask_the_plaintext_health_port_the_evaluator_is_given(replicated):
+    container = _container(replicated["evaluator"])
+    args = _parse("showtell.evaluator.cli", container["args"])
+    assert args.health_port and args.health_port != args.port
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["grpc"]["port"] == args.health_port, probe
+    assert args.health_port in {p["containerPort"] for p in container["ports"]}

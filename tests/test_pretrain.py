@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import signal
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +46,24 @@ def encoder_file(tiny_data: Path, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("pretrained") / "encoder.weights.h5"
     result = pretrain(data=tiny_data, out=out, steps=3, batch_size=4, report_every_secs=0)
     assert result.steps == 3 and set(result.accuracy) == set(synthetic.LABEL_HEADS)
+    assert result.exit_code == 0  # its --steps ran out: finished
     return out
+
+
+def test_pretraining_stopped_by_sigterm_saves_the_encoder_and_is_not_done(tiny_data: Path, tmp_path: Path):
+    """Exit 143, not 0: a scheduler must not read a preempted pretraining as done."""
+    from showtell.trainer.pretrain import pretrain
+
+    assert threading.current_thread() is threading.main_thread()  # where the handler can be installed
+    out, before = tmp_path / "encoder.weights.h5", signal.getsignal(signal.SIGTERM)
+    timer = threading.Timer(5.0, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    try:
+        result = pretrain(data=tiny_data, out=out, steps=1_000_000, batch_size=4, report_every_secs=0)
+    finally:
+        timer.cancel()
+    assert result.exit_code == 143 and 0 < result.steps < 1_000_000 and out.is_file()
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler given back
 
 
 def test_held_out_accuracy_scores_each_shape_head_on_the_images_that_have_that_shape():

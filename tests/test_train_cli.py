@@ -49,12 +49,13 @@ def test_schedule_keep_sigterm_and_resume(tiny_data: Path, tmp_path: Path, procs
     assert {"loss", "learning_rate", "examples_per_sec", "input_wait_fraction"} <= _summary_tags(model_dir)
     assert any(t.startswith("lstm/") for t in _summary_tags(model_dir))  # weight histograms
 
-    # 2. a long run stopped by SIGTERM writes a final checkpoint and exits 0
+    # 2. a long run stopped by SIGTERM writes a final checkpoint and exits 143: saved, not finished
     log = tmp_path / "run2.log"
     proc = procs.start(*common, "--steps", "100000", "--save-every-steps", "1000", log=log)
     wait_for(lambda: re.search(r"step (9|\d\d+)/100000", log.read_text()), 240, "step 9 in the log")
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=120) == 0, log.read_text()[-3000:]
+    assert proc.wait(timeout=120) == 143, log.read_text()[-3000:]
+    assert re.search(r"stopped at step \d+ \(from 6\) by SIGTERM before finishing: exit 143", log.read_text())
     text = log.read_text()
     assert "resumed from" in text and "at step 6" in text
     assert "SIGTERM received" in text

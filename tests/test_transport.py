@@ -14,6 +14,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from showtell.common.processes import free_ports
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 from tests.conftest import error_lines, run_showtell, start_evaluator, wait_for
@@ -50,14 +51,26 @@ def _one_error_line(result: subprocess.CompletedProcess) -> str:
 
 
 def test_tls_and_token(tiny_data: Path, trained: Path, pki: Path, tmp_path: Path, procs):
+    [health_port] = free_ports(1)
     _, port = start_evaluator(procs, trained, tiny_data, tmp_path / "work", tmp_path / "eval.log",
                               "--tls-cert", str(pki / "server.crt"), "--tls-key", str(pki / "server.key"),
-                              "--auth-token-file", str(pki / "token"))
+                              "--auth-token-file", str(pki / "token"), "--health-port", str(health_port))
     tls = ["--ca", str(pki / "ca.crt"), "--tls-server-name", SERVER_NAME]
 
     # health stays open: no token needed (the image's HEALTHCHECK and Kubernetes probes)
     healthy = _metrics(port, "health", *tls)
     assert healthy.returncode == 0 and healthy.stdout.strip() == "SERVING", healthy.stderr
+    # --health-port: what Kubernetes' gRPC probe (plaintext only) asks, as the manifests do; the
+    # metrics are not there, and the main port takes no plaintext
+    with grpc.insecure_channel(f"127.0.0.1:{health_port}") as plain:
+        probe = health_pb2_grpc.HealthStub(plain).Check(health_pb2.HealthCheckRequest(), timeout=5)
+        assert probe.status == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.RpcError) as absent:
+            pb_grpc.MetricsStub(plain).GetStatus(pb.GetStatusRequest(), timeout=5)
+        assert absent.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as plain, pytest.raises(grpc.RpcError) as refused:
+        health_pb2_grpc.HealthStub(plain).Check(health_pb2.HealthCheckRequest(), timeout=5)
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
 
     # TLS with the right CA and the right token → data: the evaluation of the trainer's checkpoint
     def latest():

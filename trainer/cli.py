@@ -19,6 +19,7 @@ from showtell.captioning.config import (
     WEIGHTS_IMAGENET,
     WEIGHTS_NONE,
     CacheConfig,
+    ComputeConfig,
     InputConfig,
     ModelConfig,
     OptimizerConfig,
@@ -42,7 +43,7 @@ from showtell.trainer.cluster import STRATEGIES  # no TensorFlow import: --help 
 
 PROG = "showtell train"
 log = logging.getLogger(__name__)
-CONFIGS = (TrainConfig, InputConfig, ModelConfig, OptimizerConfig, CacheConfig)
+CONFIGS = (TrainConfig, InputConfig, ModelConfig, OptimizerConfig, CacheConfig, ComputeConfig)
 
 
 @flag_type("image size")
@@ -95,9 +96,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--evaluator", metavar="HOST:PORT", help="the evaluator's gRPC address for --stop-when")
     add_client_arguments(e, prefix="evaluator-", what="--evaluator")
     d = p.add_argument_group("distribution (tf.distribute)")
-    d.add_argument("--strategy", choices=STRATEGIES, default="auto",
+    d.add_argument("--strategy", choices=STRATEGIES, default=os.environ.get("SHOWTELL_STRATEGY") or "auto",
                    help="auto: mirrored over several GPUs, else one_device; with a cluster, "
-                        "parameter_server if it has ps tasks, else multi_worker")
+                        "parameter_server if it has ps tasks, else multi_worker (default: env "
+                        "SHOWTELL_STRATEGY, else auto)")
     d.add_argument("--devices", type=_device_list, help="towers for mirrored / the device for one_device, "
                                                         "e.g. GPU:0,GPU:1 (default: all GPUs)")
     d.add_argument("--logical-cpus", type=positive_int,
@@ -121,7 +123,8 @@ def configs(args: argparse.Namespace) -> dict[str, object]:
     return {"train": train, "input_config": config_from_flags(InputConfig, args, seed=train.seed),
             "model": config_from_flags(ModelConfig, args),
             "optimizer": config_from_flags(OptimizerConfig, args),
-            "cache": config_from_flags(CacheConfig, args)}
+            "cache": config_from_flags(CacheConfig, args),
+            "compute": config_from_flags(ComputeConfig, args)}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -167,9 +170,10 @@ def run(args: argparse.Namespace) -> int:
         from showtell.trainer.training import Trainer
 
         if name == "parameter_server" and not wait_for_ps(cluster, stop):
+            code = stop.exit_code(finished=False)
             log.info("stopped (%s) while waiting for the parameter servers: nothing was trained, "
-                     "nothing to save", stop.reason)
-            return 0
+                     "nothing to save; exit %d (not finished)", stop.reason, code)
+            return code
         chosen = strategies.choose(name, args.devices, cluster)
         task = CaptionTask(data_dir=args.data, model_dir=args.model_dir, **configs(args),
                            strategy=chosen.strategy, image_size=args.image_size,
@@ -191,14 +195,22 @@ def run(args: argparse.Namespace) -> int:
         finally:
             if listener is not None:
                 listener.close()
-        log.info("done: step %d → %d", result.start_step, result.final_step)
-        return 0
+        if result.finished:
+            log.info("done: step %d → %d", result.start_step, result.final_step)
+            return 0
+        code = stop.exit_code(finished=False)
+        log.info("stopped at step %d (from %d) by %s before finishing: exit %d — not done; started "
+                 "again, it resumes from its final checkpoint", result.final_step, result.start_step,
+                 result.stopped_by, code)
+        return code
 
     return run_command(PROG, body)
 
 
 def _serve(cluster, stop) -> int:
-    """A ps or worker task of a parameter-server cluster: serve until SIGTERM/SIGINT."""
+    """A ps or worker task of a parameter-server cluster: serve until SIGTERM/SIGINT, then exit
+    128 + the signal.  Never 0: a server is part of a job that is not done while it runs — a
+    Kubernetes Job whose evicted worker exited 0 would count it complete and never replace it."""
     from showtell.trainer.strategy import serve
 
     stop.action = "stopping the server"
@@ -206,8 +218,9 @@ def _serve(cluster, stop) -> int:
     log.info("serving %s:%d at %s until stopped", cluster.task_type, cluster.task_index, server.target)
     while not stop.wait(3600):  # sleeps until a signal sets it
         pass
-    log.info("stopping %s:%d (%s)", cluster.task_type, cluster.task_index, stop.reason)
-    return 0
+    code = stop.exit_code(finished=False)
+    log.info("stopping %s:%d (%s): exit %d", cluster.task_type, cluster.task_index, stop.reason, code)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:

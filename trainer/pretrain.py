@@ -44,6 +44,7 @@ class PretrainResult:
     seconds: float
     accuracy: dict[str, float]  # per head, held-out train images, inference mode (BN statistics)
     path: Path
+    exit_code: int = 0  # 0: its --seconds/--steps ran out; 128 + the signal that stopped it first
 
 
 def _train_images(data: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -169,7 +170,9 @@ def _pretrain(data: Path, out: Path, stop: StopRequest, seconds: float | None, s
     log.info("pretrained %d steps in %.0f s (loss %.3f); held-out accuracy: %s", step, elapsed, loss,
              _format(accuracy))
     _save(encoder, out, "the pretrained encoder")
-    return PretrainResult(steps=step, seconds=elapsed, accuracy=accuracy, path=out)
+    finished = (steps is not None and step >= steps) or not stop or stop.final
+    return PretrainResult(steps=step, seconds=elapsed, accuracy=accuracy, path=out,
+                          exit_code=stop.exit_code(finished))
 
 
 def _accuracy(model: keras.Model, images: np.ndarray, labels: dict[str, np.ndarray], size: int,

@@ -2,7 +2,8 @@
 
 Every source raises the same ``StopRequest``; the controller checks it between chunks of
 steps, finishes the chunk, saves and returns.  A second signal restores the default
-behaviour, so an impatient Ctrl-C still kills.
+behaviour, so an impatient Ctrl-C still kills.  ``exit_code`` turns how it ended into what a
+scheduler reads: 0 finished, 128 + the signal when stopped first.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import logging
 import signal
 import threading
 import time
+
+from showtell.common.processes import signal_exit_code
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +24,7 @@ class StopRequest:
         self._event = threading.Event()
         self.reason: str | None = None
         self.final = False  # True: the run ends on its own terms (time limit, early stop), not a signal
+        self.signum: int | None = None  # the signal that stopped it, if one did
         self._deadline: tuple[float, str] | None = None
         self._previous: dict[int, object] = {}
 
@@ -46,6 +50,8 @@ class StopRequest:
     def _handle(self, signum: int, frame) -> None:
         name = signal.Signals(signum).name
         log.warning("%s received: %s", name, self.action)
+        if not self._event.is_set():
+            self.signum = signum
         self.request(name)
         signal.signal(signum, signal.SIG_DFL)
 
@@ -59,6 +65,14 @@ class StopRequest:
         if not self._event.is_set() and self._deadline and time.monotonic() >= self._deadline[0]:
             self.request(self._deadline[1], final=True)
         return self._event.is_set()
+
+    def exit_code(self, finished: bool) -> int:
+        """0 for a run that ``finished`` (its steps, time limit or early stop); otherwise 128 + the
+        signal that stopped it — or SIGTERM's 143 for a worker that stopped because another task
+        was stopped (the cluster is going down: not done, worth a restart)."""
+        if finished:
+            return 0
+        return signal_exit_code(self.signum or signal.SIGTERM)
 
     def wait(self, seconds: float) -> bool:
         """Sleep until a stop is requested or ``seconds`` pass; True when stopped."""

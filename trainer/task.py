@@ -15,9 +15,17 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import keras
 import tensorflow as tf
 
-from showtell.captioning.config import CacheConfig, InputConfig, ModelConfig, OptimizerConfig, TrainConfig
+from showtell.captioning.config import (
+    CacheConfig,
+    ComputeConfig,
+    InputConfig,
+    ModelConfig,
+    OptimizerConfig,
+    TrainConfig,
+)
 from showtell.captioning.data import inputs
 from showtell.captioning.data.feature_cache import BuildStats, cache_key, ensure_cache
 from showtell.captioning.data.manifest import Manifest, load_dataset
@@ -62,6 +70,7 @@ class CaptionTask:
         inception_weights: str = NONE,
         train_inception: bool | None = None,
         cache: CacheConfig | None = None,
+        compute: ComputeConfig | None = None,
         is_chief: bool = True,
         independent_workers: bool = False,
     ) -> None:
@@ -75,6 +84,7 @@ class CaptionTask:
           inception_weights: encoder start for a new model dir (file, ``imagenet`` or ``none``).
           train_inception: phase 2 when true; None decides from the encoder's origin.
           cache: the phase-1 feature cache (used whenever the encoder is frozen).
+          compute: mixed precision and XLA for the step (default float32, no XLA).
           is_chief: only the chief writes checkpoints; others save to a scratch dir of their own.
           independent_workers: parameter-server workers each build their own input pipeline,
             which must not share a seed (every worker would read the same examples).
@@ -93,6 +103,7 @@ class CaptionTask:
             input_config = dataclasses.replace(input_config, seed=None)
         self.input_config, self.optimizer_config, self.train_config = input_config, optimizer, train
         self.cache_config = cache or CacheConfig()
+        self.compute = compute or ComputeConfig()
         self.uses_cache = self.cache_config.enabled and not trains_encoder
         self.strategy = strategy or tf.distribute.get_strategy()
         self.is_chief = is_chief
@@ -107,19 +118,24 @@ class CaptionTask:
 
         tf.keras.utils.set_random_seed(train.seed)
         with self.strategy.scope():
-            self.model: ShowAndTell = build_model(self.model_config)
+            self.model: ShowAndTell = build_model(self.model_config, self.compute.mixed_precision)
             # Build slots now, inside the scope: lazily built Keras 3 optimizers break
             # under MirroredStrategy and misplace variables under ParameterServerStrategy.
-            self.optimizer = build_optimizer(optimizer, self.steps_per_epoch)
-            self.optimizer.build(self._decoder_variables())
+            # fp16: each optimizer is applied through a LossScaleOptimizer (its scale is not
+            # checkpointed: it re-adapts in a few steps), so checkpoints hold the same optimizer
+            # state in every mode.
+            self._appliers = []
+            self.optimizer = self._optimizer(build_optimizer(optimizer, self.steps_per_epoch),
+                                             self._decoder_variables())
             self._rates = [("learning rate", self.optimizer, optimizer)]
             self.encoder_optimizer = None
             if trains_encoder:
                 config = encoder_optimizer_config(optimizer, pretrained)
-                self.encoder_optimizer = build_optimizer(config, self.steps_per_epoch)
-                self.encoder_optimizer.build(self.model.encoder.trainable_weights)
+                self.encoder_optimizer = self._optimizer(build_optimizer(config, self.steps_per_epoch),
+                                                         self.model.encoder.trainable_weights)
                 self._rates.append(("encoder learning rate", self.encoder_optimizer, config))
                 self.phase += f"; encoder learning rate {describe_rate(config)}"
+            self._gradient_fn = None
             self.global_step = tf.Variable(
                 0, dtype=tf.int64, trainable=False, name="global_step",
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
@@ -132,6 +148,17 @@ class CaptionTask:
             model_dir, self.global_step, train.keep, optional=optional, write_dir=self.scratch,
             model=self.model, optimizer=self.optimizer,
         )
+
+    def _optimizer(self, optimizer: keras.Optimizer, variables: list) -> keras.Optimizer:
+        """Build ``optimizer`` for ``variables`` and record what applies its gradients."""
+        if self.compute.mixed_precision == "fp16":
+            scaled = keras.optimizers.LossScaleOptimizer(optimizer)
+            scaled.build(variables)  # builds the inner optimizer's slots too
+            self._appliers.append(scaled)
+        else:
+            optimizer.build(variables)
+            self._appliers.append(optimizer)
+        return optimizer
 
     @property
     def step(self) -> int:
@@ -171,25 +198,50 @@ class CaptionTask:
 
     def replica_step(self, batch: dict[str, tf.Tensor]) -> tf.Tensor:
         """One replica's share of a step: loss of the global batch, gradients, update."""
-        model, clip = self.model, self.optimizer_config.clip_gradients
+        clip = self.optimizer_config.clip_gradients
         groups = self._groups()
-        variables = [v for _, group in groups for v in group]
-        with tf.GradientTape() as tape:
-            logits = model.batch_logits(batch, training=True)
-            loss_sum, words = masked_loss_sum(logits, batch["target_ids"], batch["mask"])
-            # Divide by the words of the *global* batch: replicas' gradients are then summed
-            # by the optimizer into exactly the gradient of the global mean loss.
-            global_words = tf.distribute.get_replica_context().all_reduce("sum", words)
-            loss = loss_sum / tf.maximum(global_words, 1.0)
-        grads = tape.gradient(loss, variables)
+        # Divide by the words of the *global* batch: replicas' gradients are then summed by the
+        # optimizer into exactly the gradient of the global mean loss.
+        words = tf.reduce_sum(tf.cast(batch["mask"], tf.float32))
+        global_words = tf.maximum(tf.distribute.get_replica_context().all_reduce("sum", words), 1.0)
+        loss, grads = self._gradients(batch, global_words)
         if clip:  # one global norm over encoder and decoder together, as im2txt
             grads = _clip_global(grads, clip)
         start = 0
-        for optimizer, group in groups:
-            optimizer.apply_gradients(zip(grads[start:start + len(group)], group, strict=True))
+        for applier, (_, group) in zip(self._appliers, groups, strict=True):
+            part = grads[start:start + len(group)]
+            if self.compute.mixed_precision == "fp16":  # in its scale: it divides it out, or skips
+                part = [g * tf.cast(applier.dynamic_scale, g.dtype) for g in part]
+            applier.apply_gradients(zip(part, group, strict=True))
             start += len(group)
         self.global_step.assign_add(1)
         return loss
+
+    def _gradients(self, batch: dict[str, tf.Tensor], global_words: tf.Tensor) -> tuple[tf.Tensor, list]:
+        """The loss and its (unscaled) gradients — the part ``--jit-compile`` hands XLA (no
+        collectives in it; clipping and the updates stay outside).  fp16: the loss is scaled by
+        the first optimizer's loss scale and the gradients divided by it again, so clipping sees
+        true gradients (an overflow stays inf/NaN); each optimizer then gets them in its own
+        scale, which its ``LossScaleOptimizer`` divides out — or skips the update and lowers it."""
+        if self._gradient_fn is None:
+            self._gradient_fn = tf.function(self._loss_and_gradients, jit_compile=True) \
+                if self.compute.jit_compile else self._loss_and_gradients
+        return self._gradient_fn(batch, global_words)
+
+    def _loss_and_gradients(self, batch: dict[str, tf.Tensor], global_words: tf.Tensor
+                            ) -> tuple[tf.Tensor, list]:
+        groups = self._groups()
+        variables = [v for _, group in groups for v in group]
+        scaled = self.compute.mixed_precision == "fp16"
+        with tf.GradientTape() as tape:
+            logits = self.model.batch_logits(batch, training=True)
+            loss_sum, _ = masked_loss_sum(logits, batch["target_ids"], batch["mask"])
+            loss = loss_sum / global_words
+            objective = self._appliers[0].scale_loss(loss) if scaled else loss
+        grads = tape.gradient(objective, variables)
+        if scaled:
+            grads = [g / tf.cast(self._appliers[0].dynamic_scale, g.dtype) for g in grads]
+        return loss, grads
 
     def make_train_step(self, element_spec) -> Callable:
         """A traced step over a distributed global batch; returns the global batch's loss."""

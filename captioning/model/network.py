@@ -9,10 +9,13 @@ LSTM cell one word at a time (``initial_state`` / ``step``), which beam search d
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import keras
 import tensorflow as tf
 
-from showtell.captioning.config import MIN_IMAGE_SIZE, ModelConfig
+from showtell.captioning.config import MIN_IMAGE_SIZE, PRECISIONS, ModelConfig
 
 
 def build_encoder(image_size: int, bn_momentum: float | None = None) -> keras.Model:
@@ -55,7 +58,10 @@ class ShowAndTell(keras.Model):
             name="lstm",
         )
         self.output_dropout = keras.layers.Dropout(config.lstm_dropout)
-        self.logits = keras.layers.Dense(config.vocab_size, kernel_initializer=init, name="logits")
+        # float32 whatever the policy: the softmax and the loss need its range (a mixed-precision
+        # model's logits in float16 would overflow; Keras' own guidance).
+        self.logits = keras.layers.Dense(config.vocab_size, kernel_initializer=init, name="logits",
+                                         dtype="float32")
 
     @property
     def decoder_weights(self) -> list:
@@ -72,7 +78,8 @@ class ShowAndTell(keras.Model):
     def features(self, images: tf.Tensor, training: bool = False) -> tf.Tensor:
         """Images in [-1, 1] → pooled Inception features.  A frozen encoder keeps BN in
         inference mode, so its output depends on the image alone (what the feature cache stores)."""
-        return self.encoder(images, training=training and self.config.train_inception)
+        # float32 out under any policy: the feature cache stores them, and the embedding casts anyway
+        return tf.cast(self.encoder(images, training=training and self.config.train_inception), tf.float32)
 
     def embed(self, features: tf.Tensor, training: bool = False) -> tf.Tensor:
         """Pooled features → the image embedding fed to the LSTM."""
@@ -122,11 +129,25 @@ class ShowAndTell(keras.Model):
         return tf.nn.log_softmax(self.logits(output)), list(new_state)
 
 
-def build_model(config: ModelConfig) -> ShowAndTell:
-    """A ``ShowAndTell`` with all variables created (so checkpoints can restore into it)."""
-    model = ShowAndTell(config)
-    images = tf.zeros([1, config.image_size, config.image_size, 3])
-    model((images, tf.zeros([1, 2], tf.int32)), training=False)
+@contextlib.contextmanager
+def dtype_policy(precision: str) -> Iterator[None]:
+    """Layers built inside compute in ``precision`` (``--mixed-precision``), variables float32.
+    Keras' policy is process-wide, so it is set for the build only and put back after."""
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(PRECISIONS[precision])
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def build_model(config: ModelConfig, precision: str = "off") -> ShowAndTell:
+    """A ``ShowAndTell`` with all variables created (so checkpoints can restore into it),
+    computing in ``precision`` (``off``: float32; ``bf16``/``fp16``: mixed)."""
+    with dtype_policy(precision):
+        model = ShowAndTell(config)
+        images = tf.zeros([1, config.image_size, config.image_size, 3])
+        model((images, tf.zeros([1, 2], tf.int32)), training=False)
     return model
 
 

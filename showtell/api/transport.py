@@ -187,7 +187,7 @@ class LoadedSecurity:
     interceptors: list[grpc.aio.ServerInterceptor] = field(default_factory=list)
 
 
-def check_listen_address(host: str, port: int) -> None:
+def check_listen_address(host: str, port: int, flag: str = "--port") -> None:
     """Fail in one line, before TensorFlow loads, when ``host:port`` cannot be listened on
     (the server itself refuses to share a port: it binds without SO_REUSEPORT)."""
     if port == 0:
@@ -202,8 +202,9 @@ def check_listen_address(host: str, port: int) -> None:
         try:
             probe.bind(address)
         except OSError as exc:
-            raise TransportError(f"--host {host} --port {port}: cannot listen there ({exc.strerror}); is "
-                                 "another evaluator using it? pick another --port (0: any free one)") from exc
+            raise TransportError(f"--host {host} {flag} {port}: cannot listen there ({exc.strerror}); "
+                                 f"is another evaluator using it? pick another {flag} (0: any free one)"
+                                 ) from exc
 
 
 def add_server_arguments(p: argparse.ArgumentParser) -> None:

@@ -37,10 +37,10 @@ def run(args: argparse.Namespace) -> int:
     def body() -> int:
         from showtell.trainer.pretrain import pretrain
 
-        pretrain(data=args.data, out=args.out, seconds=args.seconds, steps=args.steps,
-                 batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed,
-                 first_save_after=args.first_save_after)
-        return 0
+        result = pretrain(data=args.data, out=args.out, seconds=args.seconds, steps=args.steps,
+                          batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed,
+                          first_save_after=args.first_save_after)
+        return result.exit_code  # 143/130 when a signal ended it early (the encoder is saved)
 
     return run_command(PROG, body)
 

@@ -15,6 +15,15 @@ import sys
 from pathlib import Path
 
 
+def signal_exit_code(signum: int) -> int:
+    """The exit status of a run that a signal stopped before it finished: 128 + the signal (143
+    for SIGTERM, 130 for SIGINT), as a shell reports a process the signal killed.  Schedulers read
+    it as "not done": Kubernetes marks the pod Failed, not Succeeded (a preempted trainer is not
+    finished), and Kubeflow's ``restartPolicy: ExitCode`` retries 128-255.  A service whose only end
+    is a signal (an evaluator with no end of its own, a parameter server) exits 0 on it instead."""
+    return 128 + int(signum)
+
+
 def command(*args: str) -> list[str]:
     """``python -m showtell ARGS`` with this interpreter."""
     return [sys.executable, "-m", "showtell", *args]
