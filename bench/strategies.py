@@ -85,6 +85,8 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=32, help="per replica")
     parser.add_argument("--device", help="the levers' device (default: the first CPU)")
     parser.add_argument("--only", choices=("strategies", "levers"))
+    parser.add_argument("--levers", default=",".join(LEVERS),
+                        help=f"which besides float32 (default {','.join(LEVERS)}; fp16 is slow on a CPU)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
@@ -112,7 +114,8 @@ def main() -> int:
             device = args.device or cpus[0]
             rates = measure({name: runner(data, Path(tmp) / f"lever-{name}",
                                           tf.distribute.OneDeviceStrategy(device), args.batch_size, compute)
-                             for name, compute in LEVERS.items()}, args.rounds, args.steps)
+                             for name, compute in LEVERS.items()
+                             if name == "float32" or name in args.levers.split(",")}, args.rounds, args.steps)
             median = {name: statistics.median(r) for name, r in rates.items()}
             report["levers"] = {
                 "device": device,
