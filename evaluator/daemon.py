@@ -83,8 +83,11 @@ async def _serve(args: argparse.Namespace, work_dir: Path, security: LoadedSecur
             evaluator.scorer = CaptionScorer(meteor=args.meteor, tokenizer=args.tokenizer)
             runner.run()
         except Exception:
-            log.exception("evaluation loop failed")
-            exit_code = 1
+            if runner.stopping.is_set():  # cut short by the shutdown (the JVM closed under it …)
+                log.debug("the evaluation in progress was abandoned while stopping", exc_info=True)
+            else:
+                log.exception("evaluation loop failed")
+                exit_code = 1
         finally:
             loop.call_soon_threadsafe(stop.set)
 
@@ -107,6 +110,7 @@ async def _serve(args: argparse.Namespace, work_dir: Path, security: LoadedSecur
         # An evaluation in progress is abandoned (no row): it runs again after a restart.
         if thread.ident is not None:
             await asyncio.to_thread(thread.join, 2)
+        await asyncio.to_thread(runner.close)  # nothing recorded from here on
         if evaluator.scorer is not None:
             evaluator.scorer.close()
         summaries.close()

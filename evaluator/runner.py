@@ -144,6 +144,8 @@ class EvalRunner:
         self._seen: dict[str, tuple[int, str]] = {}
         self._seen_lock = threading.Lock()
         self._evaluating: str | None = None  # pinned and being evaluated: the runner records it
+        self._recording = threading.Lock()  # one record at a time; ``close`` waits for it
+        self.closed = False
 
     def on_change(self) -> None:
         if self.policy == "all":
@@ -342,7 +344,7 @@ class EvalRunner:
             unpin(pinned)
         self._arrivals.pop(prefix, None)
         recorded = self._record(record)
-        if self.exporter is not None and record.status == "ok":
+        if self.exporter is not None and record.status == "ok" and not self.closed:
             try:  # the evaluated model is still in memory
                 self.exporter.consider(record, self.evaluator.model, self.evaluator.vocab)
             except (OSError, ValueError, tf.errors.OpError) as exc:
@@ -377,9 +379,24 @@ class EvalRunner:
         return self._record(Record(step, prefix, mtime, time.time(), 0.0, 0, status="skipped", reason=why,
                                    run=self.status.run_id))
 
+    def close(self) -> None:
+        """No more records: the daemon closes the store and the summaries next.  Waits for one
+        being written; an evaluation still running is abandoned (it runs again after a restart)
+        — it used to finish into a closed summary writer and fail the stopping evaluator."""
+        with self._recording:
+            self.closed = True
+
     def _record(self, record: Record, evaluating: bool = True) -> Record:
         """Store, log, summarise and broadcast a record.  ``evaluating``: it ends this runner's
         evaluation (not a skip recorded from the watcher's thread meanwhile)."""
+        with self._recording:
+            if self.closed:
+                log.info("step %d: not recorded, the evaluator is stopping (evaluated again after a restart)",
+                         record.step)
+                return record
+            return self._store(record, evaluating)
+
+    def _store(self, record: Record, evaluating: bool) -> Record:
         stored = self.store.add(record)
         if self.status.work_error:
             log.info("--work-dir %s takes records again", self.work_dir)
