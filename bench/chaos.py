@@ -72,6 +72,7 @@ class Soak:
     lost: list[str] = field(default_factory=list)  # processes that failed when they should not
     ps_failures_named: int = 0
     chief_waited: int = 0  # ps kills while the chief was starting
+    aimed_at: Path = Path()  # the save's temporary directory a kill aimed at
 
     @property
     def data(self) -> Path:
@@ -149,22 +150,40 @@ class Soak:
         channel.close()
 
     # ---------------------------------------------------------------- faults
-    def wait_moment(self, victim: str, moment: str, evaluator_log: Path) -> str:
-        """Wait (up to 20 s) for the chosen moment; 'random' if it did not come."""
-        deadline = time.monotonic() + 20
+    def wait_moment(self, moment: str, evaluator_log: Path) -> str:
+        """Wait (up to 60 s) for the chosen moment; 'random' if it did not come.  What is returned
+        is what was seen just before the kill; ``landed`` says where the kill really fell."""
+        deadline = time.monotonic() + 60
         if moment == "save":
+            stale = set(self.model.glob("ckpt-*_temp"))  # left by saves killed before: not this one
             while time.monotonic() < deadline:
-                if any(self.model.glob("ckpt-*_temp")):
+                saving = set(self.model.glob("ckpt-*_temp")) - stale
+                if saving:
+                    self.aimed_at = saving.pop()
                     return "during a save"
                 time.sleep(0.005)
         elif moment == "evaluation":
             seen = evaluator_log.read_text().count("evaluating ") if evaluator_log.exists() else 0
             while time.monotonic() < deadline:
                 if evaluator_log.exists() and evaluator_log.read_text().count("evaluating ") > seen:
-                    time.sleep(0.3)
+                    time.sleep(0.1)
                     return "during an evaluation"
-                time.sleep(0.05)
+                time.sleep(0.02)
         return "at a random moment"
+
+    def landed(self, when: str, evaluator_log: Path) -> str:
+        """Where a kill aimed at a moment fell, read after the process is gone: a save's temporary
+        directory still there, or the evaluation that had begun without its record."""
+        if when == "during a save" and not self.aimed_at.exists():
+            return "during a save, finished before the signal"
+        if when == "during an evaluation":
+            begun = re.findall(r"evaluating \S+ \(step (\d+)\)", evaluator_log.read_text())
+            db = sqlite3.connect(f"file:{self.work / 'evaluations.sqlite'}?mode=ro", uri=True)
+            recorded = db.execute("SELECT 1 FROM evaluations WHERE step=?", (int(begun[-1]),)).fetchone()
+            db.close()
+            if recorded:
+                return "during an evaluation, finished before the signal"
+        return when
 
     def run(self) -> dict:
         from showtell.captioning.config import SyntheticConfig
@@ -191,17 +210,20 @@ class Soak:
             for k in range(self.kills):
                 time.sleep(max(0.0, started + gap * (k + 1) * rng.uniform(0.8, 1.0) - time.monotonic()))
                 self.restart_the_fallen(procs, counts)
-                victim = rng.choice(self.roles)
+                # The first two kills aim at the moments that matter, then they are drawn at random.
+                victim = ("trainer", "evaluator")[k] if k < 2 else rng.choice(self.roles)
                 sig = rng.choice([signal.SIGKILL, signal.SIGKILL, signal.SIGTERM])
                 moment = {"trainer": ["save", "random"], "evaluator": ["evaluation", "random"]}.get(
                     victim, ["save", "random"])
                 log = self.base / f"evaluator-{counts['evaluator']:02d}.log"
-                when = self.wait_moment(victim, rng.choice(moment), log)
+                when = self.wait_moment(moment[0] if k < 2 else rng.choice(moment), log)
                 if victim == "evaluator":
                     self.serving = False
                     self.down.append([time.monotonic(), None])
                 os.kill(procs[victim].pid, sig)
                 code = procs[victim].wait(timeout=120)
+                if sig == signal.SIGKILL:  # a SIGTERMed trainer finishes its save: the aim is what counts
+                    when = self.landed(when, log)
                 if sig == signal.SIGTERM:
                     self.check_stopped_exit(victim, counts[victim], code)
                 counts[victim] += 1
@@ -330,12 +352,14 @@ class Soak:
         integrity = db.execute("PRAGMA integrity_check").fetchone()[0]
         if integrity != "ok":
             violations.append(f"integrity_check: {integrity}")
-        rows = db.execute("SELECT run, step, status, reason FROM evaluations").fetchall()
+        rows = db.execute("SELECT run, step, status, reason, recorded FROM evaluations").fetchall()
         db.close()
         runs = {r[0] for r in rows}
         by_step: dict[int, list[tuple[str, str]]] = {}
-        for _, step, status, reason in rows:
+        for _, step, status, reason, recorded in rows:
             by_step.setdefault(step, []).append((status, reason))
+            if recorded > 1:  # the store counts a second record of a checkpoint instead of dropping it
+                violations.append(f"step {step} evaluated {recorded} times")
         unseen, skipped = [], {}
         for step, (_first, last) in sorted(self.named.items()):
             recorded = by_step.get(step, [])

@@ -1,18 +1,22 @@
 """Durable evaluation history: SQLite (WAL) in the evaluator's work dir.
 
 One row per (training run, global step, checkpoint path) — a model dir wiped and trained
-again reuses step numbers and file names, so the run tells its checkpoints apart (runs from
-before run ids have the run ''). A row is written once, after the evaluation
-finished (or was recorded as failed/skipped), in one transaction — so a restarted
-evaluator sees exactly what was recorded: nothing is lost, nothing is evaluated twice, and
-an evaluation cut short by a crash (no row) simply runs again.
+again reuses step numbers and file names, so the run tells its checkpoints apart.  A row is
+written once, after the evaluation finished (or was recorded as failed/skipped), in one
+transaction — so a restarted evaluator sees exactly what was recorded:
+nothing is lost, and an evaluation cut short by a crash (no row) simply runs again.  A second
+record of the same checkpoint is a defect (an evaluator evaluated it twice): the first record is
+kept, the row's ``recorded`` count goes up and one loud line says so — the chaos soak and users
+see it instead of a silently ignored insert.
 
 Readers (gRPC threads) and the single writer share one connection behind a lock; WAL
 keeps reads cheap while a write is in progress from another process (e.g. a backup).
 
-A history that is not a sound SQLite database (overwritten, truncated by a disk) is moved aside
-with one loud log line, and a fresh one starts: the evaluator keeps serving instead of
-crash-looping, and the checkpoints the state file names are evaluated again.
+A history that is not a sound SQLite database (overwritten, truncated by a disk), or one in
+another format than ``FORMAT`` (written by another version), is moved aside with one loud log
+line, and a fresh one starts: the evaluator keeps serving instead of crash-looping, and the
+checkpoints the state file names are evaluated again.  That is the one way an old format is met:
+no migrations.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pathlib import Path
 
 from showtell.api.client import ALL_RUNS  # the gRPC contract's "every run"
 
+FORMAT = 2  # PRAGMA user_version of a history this version reads and writes
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS evaluations (
     run TEXT NOT NULL,
@@ -42,18 +47,10 @@ CREATE TABLE IF NOT EXISTS evaluations (
     samples TEXT NOT NULL,
     status TEXT NOT NULL,
     reason TEXT NOT NULL,
-    scoring TEXT NOT NULL DEFAULT '',
+    scoring TEXT NOT NULL,
+    recorded INTEGER NOT NULL DEFAULT 1,
     PRIMARY KEY (run, step, checkpoint)
 );
-"""
-# A history written before run ids: same rows, run '', arrival order (rowid) kept.
-MIGRATE_V1 = """
-ALTER TABLE evaluations RENAME TO evaluations_v1;
-{schema}
-INSERT INTO evaluations (rowid, run, step, checkpoint, checkpoint_mtime, evaluated_at, eval_seconds,
-                         num_examples, metrics, samples, status, reason)
-    SELECT rowid, '', * FROM evaluations_v1 ORDER BY rowid;
-DROP TABLE evaluations_v1;
 """
 STATUSES = ("ok", "failed", "skipped")
 
@@ -74,7 +71,12 @@ class Record:
     reason: str = ""
     rowid: int = 0  # arrival order, assigned by the store
     run: str = ""  # the training run (see the module docstring)
-    scoring: str = ""  # the tokenizer and scorers behind the caption metrics ('' before it was kept)
+    scoring: str = ""  # the tokenizer and scorers behind the caption metrics
+    recorded: int = 1  # times this checkpoint was recorded: more than 1 is a defect (see the module)
+
+
+class OtherFormat(sqlite3.DatabaseError):
+    """A sound SQLite file written by another version of showtell."""
 
 
 class Store:
@@ -86,8 +88,10 @@ class Store:
             self._db = self._open()
         except sqlite3.DatabaseError as exc:
             aside = self._move_aside()
-            log.error("%s is not a sound SQLite history (%s): moved aside to %s; starting a fresh one, "
-                      "and the checkpoints the state file names are evaluated again", path, exc, aside)
+            what = ("was written by another version of showtell" if isinstance(exc, OtherFormat)
+                    else "is not a sound SQLite history")
+            log.error("%s %s (%s): moved aside to %s; starting a fresh one, "
+                      "and the checkpoints the state file names are evaluated again", path, what, exc, aside)
             self._db = self._open()
 
     def _open(self) -> sqlite3.Connection:
@@ -98,12 +102,12 @@ class Store:
             problems = [row[0] for row in db.execute("PRAGMA quick_check")]
             if problems != ["ok"]:
                 raise sqlite3.DatabaseError("; ".join(problems[:3]))
-            columns = [row[1] for row in db.execute("PRAGMA table_info(evaluations)")]
-            if columns and "run" not in columns:
-                db.executescript("BEGIN;" + MIGRATE_V1.format(schema=SCHEMA) + "COMMIT;")
-            elif columns and "scoring" not in columns:  # a history from before it was kept
-                db.execute("ALTER TABLE evaluations ADD COLUMN scoring TEXT NOT NULL DEFAULT ''")
+            tables = db.execute("SELECT COUNT(*) FROM sqlite_master WHERE type='table'").fetchone()[0]
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if tables and version != FORMAT:
+                raise OtherFormat(f"history format {version}; this version reads {FORMAT}")
             db.executescript(SCHEMA)
+            db.execute(f"PRAGMA user_version = {FORMAT}")
         except BaseException:
             db.close()
             raise
@@ -124,17 +128,27 @@ class Store:
 
     def add(self, record: Record) -> Record | None:
         """Record an evaluation; the stored record (with its ``rowid``), or None if this
-        (step, checkpoint) was already recorded."""
+        (run, step, checkpoint) was already recorded — then the first record stays, its
+        ``recorded`` count goes up, and an error line says a checkpoint was evaluated twice."""
         if record.status not in STATUSES:
             raise ValueError(f"status {record.status!r}")
+        key = (record.run, record.step, record.checkpoint)
         with self._lock:
             cursor = self._db.execute(
-                "INSERT OR IGNORE INTO evaluations VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (record.run, record.step, record.checkpoint, record.checkpoint_mtime, record.evaluated_at,
+                "INSERT OR IGNORE INTO evaluations VALUES (?,?,?,?,?,?,?,?,?,?,?,?,1)",
+                (*key, record.checkpoint_mtime, record.evaluated_at,
                  record.eval_seconds, record.num_examples, json.dumps(record.metrics),
                  json.dumps(record.samples), record.status, record.reason, record.scoring),
             )
-            return dataclasses.replace(record, rowid=cursor.lastrowid) if cursor.rowcount == 1 else None
+            if cursor.rowcount == 1:
+                return dataclasses.replace(record, rowid=cursor.lastrowid)
+            where = "WHERE run=? AND step=? AND checkpoint=?"
+            self._db.execute(f"UPDATE evaluations SET recorded = recorded + 1 {where}", key)
+            times = self._db.execute(f"SELECT recorded FROM evaluations {where}", key).fetchone()[0]
+        log.error("%s (step %d, run %r) recorded %d times: it was evaluated again, which the evaluator "
+                  "should never do (a bug: please report it); the first record is kept",
+                  record.checkpoint, record.step, record.run, times)
+        return None
 
     def has(self, run: str, step: int, checkpoint: str) -> bool:
         with self._lock:
@@ -212,8 +226,9 @@ class Store:
 
 
 def _record(row: tuple) -> Record:
-    rowid, run, *row = row
-    return Record(step=row[0], checkpoint=row[1], checkpoint_mtime=row[2], evaluated_at=row[3],
-                  eval_seconds=row[4], num_examples=row[5], metrics=json.loads(row[6]),
-                  samples=json.loads(row[7]), status=row[8], reason=row[9], rowid=rowid, run=run,
-                  scoring=row[10])
+    (rowid, run, step, checkpoint, checkpoint_mtime, evaluated_at, eval_seconds, num_examples, metrics,
+     samples, status, reason, scoring, recorded) = row
+    return Record(step=step, checkpoint=checkpoint, checkpoint_mtime=checkpoint_mtime,
+                  evaluated_at=evaluated_at, eval_seconds=eval_seconds, num_examples=num_examples,
+                  metrics=json.loads(metrics), samples=json.loads(samples), status=status, reason=reason,
+                  rowid=rowid, run=run, scoring=scoring, recorded=recorded)

@@ -41,6 +41,39 @@ def test_a_truncated_history_is_moved_aside_and_a_fresh_one_starts(tmp_path: Pat
     assert check == "ok"
 
 
+def test_a_history_in_another_format_is_moved_aside_not_migrated(tmp_path: Path, caplog):
+    path = tmp_path / "evaluations.sqlite"
+    db = sqlite3.connect(path)  # a sound database from another version: a table, user_version 0
+    db.executescript("CREATE TABLE evaluations (step INTEGER, checkpoint TEXT);"
+                     "INSERT INTO evaluations VALUES (4, '/m/ckpt-4');")
+    db.close()
+    with caplog.at_level("ERROR"):
+        store = Store(path)
+    [line] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert line.startswith(f"{path} was written by another version of showtell (history format 0; "
+                           "this version reads 2): moved aside to ")
+    assert store.latest() is None
+    store.add(Record(7, "ckpt-7", 0.0, 0.0, 1.0, 4, metrics={"loss": 0.5}))
+    store.close()
+    assert Store(path).latest().step == 7  # reopened: its own format is read without a word
+
+
+def test_a_second_record_of_a_checkpoint_is_counted_and_said_loudly(tmp_path: Path, caplog):
+    """The store used to drop a second record silently (INSERT OR IGNORE), so the chaos soak's
+    'evaluated twice' check, which counts rows, could never fire."""
+    store = Store(tmp_path / "evaluations.sqlite")
+    first = store.add(Record(7, "/m/ckpt-7", 0.0, 0.0, 1.0, 4, metrics={"loss": 0.5}, run="r"))
+    with caplog.at_level("ERROR"):
+        assert store.add(Record(7, "/m/ckpt-7", 0.0, 9.0, 1.0, 4, metrics={"loss": 0.4}, run="r")) is None
+        assert store.add(Record(7, "/m/ckpt-7", 0.0, 9.0, 1.0, 4, status="skipped", run="r")) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        f"/m/ckpt-7 (step 7, run 'r') recorded {n} times: it was evaluated again, which the evaluator "
+        "should never do (a bug: please report it); the first record is kept" for n in (2, 3)]
+    [kept] = store.after(-1)
+    assert (kept.rowid, kept.metrics, kept.recorded) == (first.rowid, {"loss": 0.5}, 3)
+    assert store.add(Record(7, "/m/ckpt-7", 0.0, 0.0, 1.0, 4, run="another")).recorded == 1
+
+
 @pytest.mark.e2e
 def test_an_evaluator_on_a_garbage_history_serves_and_evaluates_again(tiny_data: Path, tiny_model: Path,
                                                                        tmp_path: Path, procs):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -72,51 +71,17 @@ def test_a_model_dir_started_over_is_a_new_run_under_every_observer(
         assert f"run {run_b} (was {run_a}); its checkpoints are evaluated afresh" in log, name
 
 
-def test_a_history_from_before_run_ids_is_kept(tmp_path: Path):
-    path = tmp_path / "evaluations.sqlite"
-    db = sqlite3.connect(path)
-    db.executescript("""
-        CREATE TABLE evaluations (step INTEGER NOT NULL, checkpoint TEXT NOT NULL,
-            checkpoint_mtime REAL NOT NULL, evaluated_at REAL NOT NULL, eval_seconds REAL NOT NULL,
-            num_examples INTEGER NOT NULL,
-            metrics TEXT NOT NULL, samples TEXT NOT NULL, status TEXT NOT NULL, reason TEXT NOT NULL,
-            PRIMARY KEY (step, checkpoint));
-        INSERT INTO evaluations VALUES (4, '/m/ckpt-4', 1, 2, 3, 8, '{"loss": 1.5}', '[]', 'ok', '');
-        INSERT INTO evaluations VALUES (2, '/m/ckpt-2', 1, 2, 3, 8, '{"loss": 2.5}', '[]', 'ok', '');
-    """)
-    db.close()
-    store = Store(path)
+def test_runs_are_told_apart_in_the_history(tmp_path: Path):
+    store = Store(tmp_path / "evaluations.sqlite")
     try:
-        old = store.after(-1)
-        assert [(r.run, r.step, r.metrics["loss"]) for r in old] == [("", 2, 2.5), ("", 4, 1.5)]
-        assert [r.step for r in store.arrived_after(0)] == [4, 2]  # arrival order kept
-        assert store.has("", 4, "/m/ckpt-4") and not store.has("run-x", 4, "/m/ckpt-4")
-        added = store.add(Record(4, "/m/ckpt-4", 1, 5, 3, 8, {"loss": 0.5}, run="run-x"))
-        assert added is not None and added.rowid == 3  # the same checkpoint name, another run
-        assert store.latest("run-x").metrics == {"loss": 0.5} and store.latest("").metrics == {"loss": 1.5}
-        assert store.best("loss", False, run="").step == 4 and store.runs() == 2
+        for run, step, loss in (("run-a", 2, 2.5), ("run-a", 4, 1.5), ("run-b", 4, 0.5)):
+            assert store.add(Record(step, "/m/ckpt-4" if step == 4 else "/m/ckpt-2", 1, 5, 3, 8,
+                                    {"loss": loss}, run=run)) is not None  # same name, another run
+        assert store.has("run-a", 4, "/m/ckpt-4") and not store.has("run-c", 4, "/m/ckpt-4")
+        assert store.latest("run-b").metrics == {"loss": 0.5}
+        assert store.latest("run-a").metrics == {"loss": 1.5}
+        assert store.best("loss", False, run="run-a").step == 4 and store.runs() == 2
+        assert [r.run for r in store.arrived_after(0)] == ["run-a", "run-a", "run-b"]  # arrival order
+        assert store.best("loss", False, run=ALL_RUNS).run == "run-b"
     finally:
         store.close()
-
-
-def test_a_history_from_before_scoring_was_kept_gains_the_column(tmp_path: Path):
-    path = tmp_path / "evaluations.sqlite"
-    db = sqlite3.connect(path)
-    db.executescript("""
-        CREATE TABLE evaluations (run TEXT NOT NULL, step INTEGER NOT NULL, checkpoint TEXT NOT NULL,
-            checkpoint_mtime REAL NOT NULL, evaluated_at REAL NOT NULL, eval_seconds REAL NOT NULL,
-            num_examples INTEGER NOT NULL,
-            metrics TEXT NOT NULL, samples TEXT NOT NULL, status TEXT NOT NULL, reason TEXT NOT NULL,
-            PRIMARY KEY (run, step, checkpoint));
-        INSERT INTO evaluations VALUES ('r', 2, '/m/ckpt-2', 1, 2, 3, 8, '{"cider": 0.5}', '[]', 'ok', '');
-    """)
-    db.close()
-    store = Store(path)
-    try:
-        assert [(r.step, r.scoring) for r in store.after(-1)] == [(2, "")]  # unknown: not made up
-        store.add(Record(4, "/m/ckpt-4", 1, 5, 3, 8, {"cider": 0.7}, run="r",
-                         scoring="tokenizer=ptb scorers=bleu"))
-        assert store.latest("r").scoring == "tokenizer=ptb scorers=bleu"
-    finally:
-        store.close()
-    assert Store(path).latest("r").step == 4  # reopened: the migrated schema is the current one
