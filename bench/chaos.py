@@ -73,6 +73,7 @@ class Soak:
     ps_failures_named: int = 0
     chief_waited: int = 0  # ps kills while the chief was starting
     aimed_at: Path = Path()  # the save's temporary directory a kill aimed at
+    started: list = field(default_factory=list)  # every process started, killed with its group at the end
 
     @property
     def data(self) -> Path:
@@ -94,7 +95,9 @@ class Soak:
             ["trainer", "ps", "worker0", "worker1", "evaluator"]
 
     def start(self, role: str, n: int):
-        return self.start_evaluator(n) if role == "evaluator" else self.start_training(role, n)
+        proc = self.start_evaluator(n) if role == "evaluator" else self.start_training(role, n)
+        self.started.append(proc)  # each leads its own process group (processes.start)
+        return proc
 
     def start_training(self, role: str, n: int):
         log = self.base / f"{role}-{n:02d}.log"
@@ -254,14 +257,8 @@ class Soak:
             self.catch_up(procs["evaluator"], timeout=180)
         finally:
             self.done = True
-            for proc in procs.values():
-                if proc.poll() is None:
-                    os.kill(proc.pid, signal.SIGTERM)
-                    try:
-                        proc.wait(timeout=60)
-                    except Exception:
-                        os.kill(proc.pid, signal.SIGKILL)
-                        proc.wait()
+            for proc in self.started:  # the running ones, and what killed ones left in their groups
+                processes.stop(proc)
         return self.check()
 
     def restart_the_fallen(self, procs: dict, counts: dict) -> None:
@@ -415,6 +412,11 @@ def _tally(items) -> dict[str, int]:
     return out
 
 
+def _terminated(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the clean-up is not cut short
+    sys.exit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=600)
@@ -424,6 +426,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the trainer as one process, or as a parameter-server cluster (ps, 2 workers, chief)")
     p.add_argument("--dir", type=Path, help="where the run's files go (default: a temporary directory)")
     args = p.parse_args(argv)
+    # A harness's SIGTERM (a timeout) ends the soak through its clean-up: nothing is left running.
+    signal.signal(signal.SIGTERM, _terminated)
     base = args.dir or Path(tempfile.mkdtemp(prefix="showtell-chaos-"))
     base.mkdir(parents=True, exist_ok=True)
     result = Soak(base=base, seconds=args.seconds, kills=args.kills, seed=args.seed,

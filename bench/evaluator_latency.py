@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -40,7 +39,7 @@ from showtell.v1 import metrics_pb2_grpc as pb_grpc  # noqa: E402
 def showtell(*args: str, log: Path) -> subprocess.Popen:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
     return subprocess.Popen([*processes.command(), *args], stdout=open(log, "w"),
-                            stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+                            stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
 
 
 def wait_port(log: Path, proc: subprocess.Popen) -> int:
@@ -120,9 +119,7 @@ def main() -> int:
         finally:
             observer.stop()
             for proc in procs:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
-                    proc.wait(timeout=60)
+                processes.stop(proc)
         # CheckpointManager renames the state file twice per save; the first is the commit.
         step_writes = {}
         write_times = iter(writes.times)

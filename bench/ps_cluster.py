@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import re
-import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -35,16 +34,16 @@ def run_cluster(data: Path, model_dir: Path, workers: int, steps: int, batch: in
             "--chief-host", chief, "--batch-size", str(batch), "--optimizer", "adam", "--learning-rate",
             "3e-4", "--save-every-secs", "0", "--log-every-steps", str(log_every)]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    servers = [subprocess.Popen([*base, "--job-name", "ps"], env=env, stderr=subprocess.DEVNULL)]
+    servers = [subprocess.Popen([*base, "--job-name", "ps"], env=env, stderr=subprocess.DEVNULL,
+                                start_new_session=True)]
     servers += [subprocess.Popen([*base, "--job-name", "worker", "--task-index", str(i)], env=env,
-                                 stderr=subprocess.DEVNULL) for i in range(workers)]
+                                 stderr=subprocess.DEVNULL, start_new_session=True) for i in range(workers)]
     try:
-        chief_run = subprocess.run([*base, "--job-name", "chief", "--steps", str(steps)], env=env,
-                                   capture_output=True, text=True, timeout=3600)
+        chief_run = processes.run_command([*base, "--job-name", "chief", "--steps", str(steps)], env=env,
+                                          timeout=3600)
     finally:
         for proc in servers:
-            os.kill(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=60)
+            processes.stop(proc)
     if chief_run.returncode != 0:
         raise SystemExit(chief_run.stderr[-3000:])
     rates = [float(r) for r in re.findall(r"loss \S+  lr \S+  (\S+) examples/s", chief_run.stderr)]

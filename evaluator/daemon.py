@@ -54,8 +54,9 @@ async def _serve(args: argparse.Namespace, work_dir: Path, security: LoadedSecur
     # The finished marker ends --exit-when-trained; a new run id (a synced copy's record may
     # land after its checkpoints) changes which checkpoints are still to evaluate.
     watcher = CheckpointWatcher(model_dir, runner.on_change, args.poll_secs, also=(FINISHED, METADATA))
-    service = MetricsService(store=store, runner=runner, checkpoint_dir=model_dir, observer=watcher.kind,
-                             max_streams=args.max_streams)
+    service = MetricsService(store=store, status=runner.status, broadcast=runner.broadcast,
+                             policy=args.policy, checkpoint_dir=model_dir, observer=watcher.kind,
+                             exporter=exporter, max_streams=args.max_streams)
     loop = asyncio.get_running_loop()
     service.attach(loop)
     try:

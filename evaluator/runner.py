@@ -15,8 +15,7 @@ import shutil
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import tensorflow as tf
@@ -26,6 +25,7 @@ from showtell.common.errors import ModelDirIncomplete, ShowtellError
 from showtell.evaluator.best_export import BestExport
 from showtell.evaluator.evaluation import CheckpointEvaluator
 from showtell.evaluator.pinning import Missing, files_state, pin, unpin
+from showtell.evaluator.status import Broadcast, Status
 from showtell.evaluator.store import Record, Store
 from showtell.evaluator.summaries import EvalSummaries
 
@@ -35,44 +35,6 @@ MAX_RETRY_SECS = 10.0  # longest wait between looks at a checkpoint whose files 
 # The work dir's own trouble (a full disk, an I/O error): the evaluation is not recorded, the
 # service says so in its status and tries again after this long.
 WORK_DIR_RETRY_SECS = 10.0
-
-
-@dataclass
-class Status:
-    started: float = field(default_factory=time.monotonic)
-    last_seen_step: int = -1
-    evaluating_step: int = -1
-    pending_steps: list[int] = field(default_factory=list)
-    state_error: str = ""
-    work_error: str = ""  # the work dir's trouble, until an evaluation is recorded again
-    run_id: str = ""  # the model dir's current run
-
-    @property
-    def last_error(self) -> str:
-        return self.state_error or self.work_error
-
-
-class Broadcast:
-    """Tells listeners about each recorded evaluation (None: something changed but nothing new
-    was stored).  ``version`` counts notifications, so a cheap reader (GetLatest's cache) can
-    tell whether anything changed without a query.  Listeners run on the runner's thread and
-    must only hand the record over (the gRPC server queues it onto its event loop)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._listeners: list[Callable[[Record | None], None]] = []
-        self.version = 0
-
-    def subscribe(self, listener: Callable[[Record | None], None]) -> None:
-        with self._lock:
-            self._listeners.append(listener)
-
-    def notify(self, record: Record | None = None) -> None:
-        with self._lock:
-            self.version += 1
-            listeners = list(self._listeners)
-        for listener in listeners:
-            listener(record)
 
 
 @dataclass(frozen=True)

@@ -98,8 +98,9 @@ class CaptionScorer:
         return f"tokenizer={self.tokenizer} scorers={','.join(scorers)}"
 
     def _tokenized(self, texts: Sequence[str]) -> list[str]:
-        if self.tokenizer == "regex":
-            return [" ".join(tokenize(t)) for t in texts]
+        if self.tokenizer == "regex":  # punctuation dropped, as after the PTB tokenizer
+            drop = set(ptbtokenizer.PUNCTUATIONS)
+            return [" ".join(w for w in tokenize(t) if w not in drop) for t in texts]
         new = sorted({t for t in texts if t not in self._tokens})
         if new:
             self._tokens.update(zip(new, ptb_tokenize(new), strict=True))

@@ -1,4 +1,4 @@
-"""The ``showtell.v1.Metrics`` gRPC service over the store and the runner's status.
+"""The ``showtell.v1.Metrics`` gRPC service over the store and the evaluator's status.
 
 Every request is validated: bad arguments get ``INVALID_ARGUMENT`` with a sentence saying
 which field and what is allowed, missing data ``NOT_FOUND`` — never an exception escaping
@@ -18,8 +18,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from showtell.api.client import STOPPING
 from showtell.evaluator import metric_names
+from showtell.evaluator.best_export import BestExport
 from showtell.evaluator.feed import StreamFeed
-from showtell.evaluator.runner import EvalRunner
+from showtell.evaluator.status import Broadcast, Status
 from showtell.evaluator.store import ALL_RUNS, Record, Store
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
@@ -73,17 +74,25 @@ class MetricsService(pb_grpc.MetricsServicer):
     server's event loop (store queries are short local SQLite reads), and a ``Watch`` stream
     is a coroutine waiting on the ``StreamFeed`` — thousands cost memory, not threads.
 
+    It reads what the evaluation loop publishes, never the loop: the history, the ``Status``
+    the loop keeps current and the ``Broadcast`` of its records.
+
     Args (keyword-only):
       store: the evaluation history.
-      runner: the evaluation loop (status, broadcast, exporter).
+      status: what the evaluator is doing (read only here).
+      broadcast: each record as it is made (feeds ``Watch``, invalidates GetLatest's cache).
+      policy: ``latest`` or ``all``, as reported by GetStatus.
       checkpoint_dir: the model dir, as reported by GetStatus.
       observer: how the model dir is watched (inotify, polling, gfile-polling).
+      exporter: ``--export-best``, if any (GetBest names the export of the best evaluation).
       max_streams: concurrent ``Watch`` streams served; beyond it RESOURCE_EXHAUSTED.
     """
 
-    def __init__(self, *, store: Store, runner: EvalRunner, checkpoint_dir: str, observer: str,
+    def __init__(self, *, store: Store, status: Status, broadcast: Broadcast, policy: str,
+                 checkpoint_dir: str, observer: str, exporter: BestExport | None = None,
                  max_streams: int = 10_000) -> None:
-        self.store, self.runner = store, runner
+        self.store, self.status, self.broadcast, self.policy = store, status, broadcast, policy
+        self.exporter = exporter
         self.checkpoint_dir, self.observer = checkpoint_dir, observer
         self.max_streams = max_streams
         self.streams = 0
@@ -91,9 +100,9 @@ class MetricsService(pb_grpc.MetricsServicer):
         self._latest: tuple[tuple, pb.Evaluation | None] = ((), None)
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start feeding ``Watch`` streams from the runner's recordings (on ``loop``)."""
+        """Start feeding ``Watch`` streams from the broadcast records (on ``loop``)."""
         self.feed = StreamFeed(self.store, loop, to_proto)
-        self.runner.broadcast.subscribe(self.feed.publish)
+        self.broadcast.subscribe(self.feed.publish)
 
     def close(self) -> None:
         """Open streams end with UNAVAILABLE (clients reconnect to the next instance)."""
@@ -102,14 +111,14 @@ class MetricsService(pb_grpc.MetricsServicer):
 
     def _run(self, requested: str) -> str:
         """A request's ``run_id``: empty means the model dir's current run."""
-        return requested or self.runner.status.run_id
+        return requested or self.status.run_id
 
     async def GetLatest(self, request, context):
-        # The hot query (dashboards poll it): answer from a copy rebuilt only when the runner
+        # The hot query (dashboards poll it): answer from a copy rebuilt only when the evaluator
         # records something (or the run changes).  The version is read *before* the store, so a
         # racing write can only make the cached copy newer than its version, never stale.
         run = self._run(request.run_id)
-        key = (self.runner.broadcast.version, run)
+        key = (self.broadcast.version, run)
         cached_key, cached = self._latest
         if cached_key != key or cached is None:
             record = self.store.latest(run)
@@ -161,21 +170,21 @@ class MetricsService(pb_grpc.MetricsServicer):
         if record is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no successful evaluation has {metric!r} yet")
         answer = to_proto(record)
-        exported = self.runner.exporter.current() if self.runner.exporter else None
+        exported = self.exporter.current() if self.exporter else None
         if exported and (exported["step"], exported["checkpoint"]) == (record.step, record.checkpoint):
-            answer.export_path = str(self.runner.exporter.path())
+            answer.export_path = str(self.exporter.path())
         return answer
 
     async def GetStatus(self, request, context):
-        status = self.runner.status
+        status = self.status
         total, bad = self.store.counts()
         return pb.EvaluatorStatus(
-            checkpoint_dir=self.checkpoint_dir, policy=self.runner.policy,
+            checkpoint_dir=self.checkpoint_dir, policy=self.policy,
             last_seen_step=status.last_seen_step, evaluating_step=status.evaluating_step,
             pending_steps=status.pending_steps, evaluations=total, failures=bad,
             uptime_seconds=time.monotonic() - status.started, observer=self.observer,
             last_error=status.last_error,
-            best_export=self.runner.exporter.describe() if self.runner.exporter else "",
+            best_export=self.exporter.describe() if self.exporter else "",
             run_id=status.run_id, runs=self.store.runs(),
         )
 
@@ -201,7 +210,7 @@ class MetricsService(pb_grpc.MetricsServicer):
         self.streams += 1
         try:
             cursor = self.store.max_rowid()
-            current = self.runner.status.run_id
+            current = self.status.run_id
             run = request.run_id or current
             for record in self.store.after(after, max_rowid=cursor, run=run):
                 yield to_proto(record)

@@ -106,12 +106,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _stop(proc: subprocess.Popen, name: str, timeout: float = 60.0) -> None:
     if proc.poll() is None:
         log.info("stopping %s (pid %d)", name, proc.pid)
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    processes.stop(proc, timeout)
 
 
 def _wait_serving(target: str, deadline: float) -> None:

@@ -7,7 +7,6 @@ teardown, whatever happened.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -88,13 +87,16 @@ def tiny_data(tmp_path_factory) -> Path:
 
 
 class Procs:
+    """The showtell processes a test starts, each in a session of its own; whatever happens to
+    the test, each is killed with everything it started (a demo's children, an evaluator's JVM)."""
+
     def __init__(self) -> None:
         self.started: list[subprocess.Popen] = []
 
     def start(self, *args: str, log: Path) -> subprocess.Popen:
         handle = open(log, "w")  # noqa: SIM115 - closed when the process is reaped
         proc = subprocess.Popen(processes.command(*args), stdout=handle, stderr=subprocess.STDOUT,
-                                env=processes.environment(), cwd=ROOT, text=True)
+                                env=processes.environment(), cwd=ROOT, text=True, start_new_session=True)
         proc.log_handle = handle  # type: ignore[attr-defined]
         self.started.append(proc)
         return proc
@@ -102,8 +104,9 @@ class Procs:
     def stop_all(self) -> None:
         for proc in self.started:
             if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGKILL)
+                processes.kill_tree(proc.pid)
                 proc.wait(timeout=30)
+            processes.kill_group(proc.pid)  # what it left in its group when it ended (a JVM)
             proc.log_handle.close()  # type: ignore[attr-defined]
 
 

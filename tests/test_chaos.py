@@ -12,15 +12,16 @@ from pathlib import Path
 import pytest
 
 from bench.chaos import Soak
+from showtell.common import processes
 from showtell.evaluator.store import Record, Store
 from tests.conftest import ROOT
 
 
 @pytest.mark.e2e
 def test_short_chaos_soak_violates_nothing(tmp_path: Path):
-    result = subprocess.run([sys.executable, str(ROOT / "bench" / "chaos.py"), "--seconds", "120",
-                             "--kills", "4", "--seed", "3", "--dir", str(tmp_path / "soak")],
-                            capture_output=True, text=True, timeout=900, cwd=ROOT)
+    result = processes.run_command([sys.executable, str(ROOT / "bench" / "chaos.py"), "--seconds", "120",
+                                    "--kills", "4", "--seed", "3", "--dir", str(tmp_path / "soak")],
+                                   timeout=900, cwd=ROOT)
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert figures["violations"] == [], figures
     assert result.returncode == 0, result.stderr[-3000:]
@@ -31,6 +32,30 @@ def test_short_chaos_soak_violates_nothing(tmp_path: Path):
     assert {"during a save", "during an evaluation"} <= landed, figures["kills_by"]
     trainer_kills = sum(n for what, n in figures["kills_by"].items() if what.startswith("trainer"))
     assert figures["trainer_resumes_checked"] + figures["trainer_killed_before_restoring"] == trainer_kills
+
+
+@pytest.mark.e2e
+def test_a_timed_out_soak_leaves_nothing_running(tmp_path: Path):
+    """The harness's timeout kills the soak and everything it started, in their own sessions."""
+    soak = tmp_path / "soak"
+    with pytest.raises(subprocess.TimeoutExpired):
+        processes.run_command([sys.executable, str(ROOT / "bench" / "chaos.py"), "--seconds", "600",
+                               "--kills", "0", "--dir", str(soak)], timeout=60, cwd=ROOT)
+    for log in ("trainer-00.log", "evaluator-00.log"):  # they had started, and said something
+        assert (soak / log).read_text().strip(), log
+
+    def running() -> list[str]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if str(soak) in line:
+                found.append(f"{entry.name}: {line}")
+        return found
+
+    assert running() == []
 
 
 def _soak_with_history(tmp_path: Path, *records: Record) -> Soak:

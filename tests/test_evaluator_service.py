@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import grpc
@@ -142,6 +144,8 @@ def test_sigkill_mid_evaluation_loses_and_repeats_nothing(tiny_data: Path, tmp_p
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
     done_before = log.read_text().count(": ok ")
+    # The kill landed mid-evaluation: step 2 had begun and was not recorded (read after the death).
+    assert "step 2: ok" not in log.read_text() and done_before == 1, log.read_text()[-2000:]
 
     _, port = start_evaluator(procs, model_dir, tiny_data, tmp_path / "work", tmp_path / "eval2.log",
                               "--policy", "all", "--max-eval-examples", "8")
@@ -150,7 +154,11 @@ def test_sigkill_mid_evaluation_loses_and_repeats_nothing(tiny_data: Path, tmp_p
     steps = [e.global_step for e in _all(stub)]
     assert steps == [1, 2, 3, 4]
     redone = (tmp_path / "eval2.log").read_text().count(": ok ")
-    assert done_before + redone == 4  # nothing recorded twice, nothing skipped
+    assert done_before + redone == 4  # nothing skipped
+    db = sqlite3.connect(tmp_path / "work" / "evaluations.sqlite")
+    assert db.execute("SELECT step, recorded FROM evaluations ORDER BY step").fetchall() == \
+        [(1, 1), (2, 1), (3, 1), (4, 1)]  # nothing recorded twice (the store counts a second record)
+    db.close()
     channel.close()
 
 
@@ -158,7 +166,25 @@ def test_garbage_collection_race_never_breaks_an_evaluation(tiny_data: Path, tmp
     model_dir = tmp_path / "model"
     proc, port = start_evaluator(procs, model_dir, tiny_data, tmp_path / "work", tmp_path / "eval.log",
                                  "--policy", "all", "--max-eval-examples", "8")
-    _train(tiny_data, model_dir, 25, "--save-every-steps", "1", "--keep", "1")
+    deleted: dict[int, float] = {}  # step → when the trainer's --keep deleted its index file
+    training = threading.Event()
+
+    def see_deletions() -> None:
+        present: set[Path] = set()
+        while not training.is_set():
+            now = set(model_dir.glob("ckpt-*.index"))
+            for gone in present - now:
+                deleted[int(gone.stem.split("-")[1])] = time.time()
+            present = now
+            time.sleep(0.005)
+
+    seer = threading.Thread(target=see_deletions, daemon=True)
+    seer.start()
+    try:
+        _train(tiny_data, model_dir, 25, "--save-every-steps", "1", "--keep", "1")
+    finally:
+        training.set()
+        seer.join()
     channel, stub = metrics_stub(port)
     wait_for(lambda: stub.GetStatus(pb.GetStatusRequest(), timeout=10).pending_steps == [] and
              any(e.global_step == 25 for e in _all(stub)), 240, "the evaluator to catch up")
@@ -167,6 +193,11 @@ def test_garbage_collection_race_never_breaks_an_evaluation(tiny_data: Path, tmp
     assert not [e for e in records if e.status == pb.Evaluation.FAILED], records
     ok = [e for e in records if e.status == pb.Evaluation.OK]
     assert ok and all(e.num_examples == 8 * 3 and "loss" in e.metrics for e in ok)  # images × captions
+    # The race happened: a checkpoint deleted by the trainer while its evaluation ran, evaluated OK.
+    raced = [e.global_step for e in ok if e.global_step in deleted and
+             e.evaluated_at.ToNanoseconds() / 1e9 - e.eval_seconds <= deleted[e.global_step]
+             <= e.evaluated_at.ToNanoseconds() / 1e9]
+    assert raced, (deleted, [(e.global_step, e.evaluated_at, e.eval_seconds) for e in ok])
     skipped = [e for e in records if e.status == pb.Evaluation.SKIPPED]
     assert all("deleted" in e.reason or "no longer there" in e.reason or "incomplete" in e.reason
                for e in skipped)

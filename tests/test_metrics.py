@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from pycocoevalcap.bleu.bleu import Bleu
 from pycocoevalcap.cider.cider import Cider
@@ -17,6 +18,7 @@ from showtell.captioning.data.manifest import load_dataset
 from showtell.captioning.data.records import parse_example, shard_files
 from showtell.captioning.model.network import build_model
 from showtell.captioning.model.validation import Validator, exact_match
+from showtell.common.errors import ShowtellError
 from showtell.evaluator.scorers import CaptionScorer
 
 PREDICTIONS = {
@@ -40,18 +42,20 @@ def test_coco_scores_equal_pycocoevalcap(java):
         got = scorer.score(PREDICTIONS, REFERENCES)
     finally:
         scorer.close()
-    res = {i: [c] for i, c in PREDICTIONS.items()}
-    bleu, _ = Bleu(4).compute_score(REFERENCES, res, verbose=0)
+    # what COCO's PTBTokenizer leaves of these captions: the same words, punctuation dropped
+    res = {i: [c.replace(" ,", "")] for i, c in PREDICTIONS.items()}
+    gts = {i: [r.replace(" ,", "") for r in refs] for i, refs in REFERENCES.items()}
+    bleu, _ = Bleu(4).compute_score(gts, res, verbose=0)
     for n in range(4):
         assert got[f"bleu{n + 1}"] == bleu[n]
-    assert got["rouge_l"] == Rouge().compute_score(REFERENCES, res)[0]
-    assert got["cider"] == Cider().compute_score(REFERENCES, res)[0]
+    assert got["rouge_l"] == Rouge().compute_score(gts, res)[0]
+    assert got["cider"] == Cider().compute_score(gts, res)[0]
     assert 0 < got["bleu4"] < got["bleu1"] < 1
     from pycocoevalcap.meteor.meteor import Meteor
 
     meteor = Meteor()
     try:
-        assert got["meteor"] == meteor.compute_score(REFERENCES, res)[0]
+        assert got["meteor"] == meteor.compute_score(gts, res)[0]
     finally:
         meteor.meteor_p.kill()
         meteor.meteor_p.wait()
@@ -140,3 +144,19 @@ def test_perplexity_is_exp_of_mean_token_loss(tiny_data: Path):
     assert result.examples == manifest.splits["val"].captions
     assert math.isclose(result.loss, total / words, rel_tol=1e-4)
     assert math.isclose(result.perplexity, math.exp(total / words), rel_tol=1e-4)
+
+
+def test_without_java_auto_falls_back_to_the_regex_and_says_so(monkeypatch, tmp_path: Path, caplog):
+    """No ``java`` on PATH (a slim image): ``auto`` scores with the regex tokenizer and no METEOR,
+    with one warning — and each evaluation's ``scoring`` says which ran; ``ptb`` refuses in one line."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no java there
+    with caplog.at_level("WARNING"):
+        scorer = CaptionScorer(meteor=True, tokenizer="auto")
+    assert scorer.scoring == "tokenizer=regex scorers=bleu,rouge_l,cider"
+    assert [r.getMessage() for r in caplog.records] == [
+        "no java on PATH: captions are tokenized by a regex, not COCO's PTB tokenizer — scores are not "
+        "comparable with published ones; METEOR is not computed"]
+    scores = scorer.score({1: "A red circle."}, {1: ["a red circle", "a circle that is red"]})
+    assert "meteor" not in scores and scores["bleu1"] == pytest.approx(1.0)
+    with pytest.raises(ShowtellError, match=r"^--tokenizer ptb needs Java \(`java` on PATH\)"):
+        CaptionScorer(tokenizer="ptb")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 from pathlib import Path
@@ -141,3 +142,31 @@ def test_corrupt_checkpoint_is_named_and_left_alone(tiny_data: Path, tiny_model:
     assert result.returncode == 1
     assert len(lines) == 1 and re.search(r"ckpt-4: cannot restore .*move that checkpoint aside", lines[0])
     assert _snapshot(model_dir) == before
+
+
+def test_max_seconds_ends_the_run_finished_with_its_marker(tiny_data: Path, tmp_path: Path, showtell_main):
+    """--max-seconds is the run's own end (exit 0, unlike a signal), and the finished marker names
+    the final checkpoint and why — what an evaluator's --exit-when-trained waits for."""
+    model_dir = tmp_path / "model"
+    result = showtell_main("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
+                           "--steps", "1000000", "--max-seconds", "10", "--save-every-secs", "0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    finished = json.loads((model_dir / "showtell-finished.json").read_text())
+    newest = tf.train.latest_checkpoint(str(model_dir))
+    assert finished["checkpoint"] == Path(newest).name and 0 < finished["step"] < 1000000
+    assert finished["reason"] == "the 10 s time limit", finished
+
+
+def test_im2txt_rate_is_halved_every_8_epochs():
+    """The default schedule (im2txt's): SGD 2.0, × 0.5 at every 8 epochs, staircase."""
+    from showtell.captioning.config import OptimizerConfig
+    from showtell.trainer.optimizer import build_optimizer, current_learning_rate, describe_rate
+
+    config = OptimizerConfig()
+    optimizer = build_optimizer(config, steps_per_epoch=10)  # 8 epochs = 80 steps
+    assert type(optimizer).__name__ == "SGD" and describe_rate(config) == "2 × 0.5 every 8 epochs"
+    rates = {}
+    for step in (0, 79, 80, 159, 160, 800):
+        optimizer.iterations.assign(step)
+        rates[step] = current_learning_rate(optimizer)
+    assert rates == {0: 2.0, 79: 2.0, 80: 1.0, 159: 1.0, 160: 0.5, 800: pytest.approx(2.0 * 0.5 ** 10)}

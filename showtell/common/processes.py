@@ -1,14 +1,17 @@
 """Starting ``showtell`` subprocesses and reading what a process costs.
 
 One home for what the demo, the tests and the benchmarks all do: run ``python -m showtell …``
-with TensorFlow's C++ notices down and output unbuffered (so a log file follows live), and
-read a process's CPU time, threads, open files and memory from ``/proc`` — how a waiting
-service is checked for sleeping.
+with TensorFlow's C++ notices down and output unbuffered (so a log file follows live), leave
+nothing running after a run that timed out or failed (``kill_tree``), and read a process's CPU
+time, threads, open files and memory from ``/proc`` — how a waiting service is checked for
+sleeping.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -34,19 +37,89 @@ def environment(**extra: str) -> dict[str, str]:
 
 
 def run(*args: str, timeout: float | None = None, **kwargs) -> subprocess.CompletedProcess:
-    """Run a showtell command to its end, output captured as text."""
-    return subprocess.run(command(*args), capture_output=True, text=True, timeout=timeout,
-                          env=kwargs.pop("env", environment()), **kwargs)
+    """Run a showtell command to its end, output captured as text.  On a timeout (or any error
+    while waiting) the command and everything it started are killed (``kill_tree``) before the
+    error is raised: a demo's children would otherwise run on."""
+    return run_command(command(*args), timeout=timeout, env=kwargs.pop("env", environment()), **kwargs)
+
+
+def run_command(args: list[str], timeout: float | None = None, **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run`` with output captured as text, in a session of its own, whose whole tree
+    is killed if it does not end by itself (``subprocess.run`` kills only the direct child)."""
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True, **kwargs) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except BaseException:
+            kill_tree(proc.pid)
+            proc.wait()
+            raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def start(args: list[str], log_path: Path, **kwargs) -> subprocess.Popen:
-    """Start a showtell command in its own session, stdout and stderr appended to ``log_path``."""
+    """Start a showtell command in its own session (so a terminal's Ctrl-C reaches only whoever
+    started it, which stops it in order), stdout and stderr appended to ``log_path``.  It leads
+    its own process group: ``kill_group`` ends it with anything it started there (a JVM)."""
     handle = open(log_path, "a")  # noqa: SIM115 - the child keeps its own copy
     try:
         return subprocess.Popen(command(*args), stdout=handle, stderr=subprocess.STDOUT,
                                 env=kwargs.pop("env", environment()), start_new_session=True, **kwargs)
     finally:
         handle.close()
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes ``pid`` started, and theirs, as ``/proc`` shows them now (parents first)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+            children.setdefault(parent, []).append(int(entry))
+    found, queue = [], list(children.get(pid, []))
+    while queue:
+        child = queue.pop(0)
+        found.append(child)
+        queue += children.get(child, [])
+    return found
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL a process group, if it is still there and not the caller's own."""
+    if pgid > 1 and pgid != os.getpgrp():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process, every process it started (found while they are still its descendants,
+    whatever session each made for itself) and every process group among them — so a run that
+    timed out, or a harness that failed, leaves nothing running.  The caller reaps ``pid``."""
+    tree = [pid, *descendants(pid)]
+    for member in tree:
+        with contextlib.suppress(ProcessLookupError):
+            kill_group(os.getpgid(member))
+    for member in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(member, signal.SIGKILL)
+
+
+def stop(proc: subprocess.Popen, grace: float = 60.0) -> int:
+    """SIGTERM a process started by ``start``; after ``grace`` seconds SIGKILL it and everything
+    it started (``kill_tree``); then its process group, for what it left there (a JVM).  Its
+    exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            kill_tree(proc.pid)
+    code = proc.wait()
+    kill_group(proc.pid)
+    return code
 
 
 def free_ports(n: int = 1) -> list[int]:

@@ -1,0 +1,157 @@
+"""What the README promises of ``showtell metrics`` and the gRPC API, against a real server in this
+process over a planted history: ``best`` (and NOT_FOUND), ``list --from-step/--limit``,
+``--run ID|all`` for GetLatest/GetBest/ListEvaluations, and Watch's replay across runs then live
+records.  ``watch --after-step`` runs as its own process (its signal handling is the point)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from showtell.api.client import ALL_RUNS
+from showtell.common import processes
+from showtell.evaluator.server import MetricsServer
+from showtell.evaluator.service import MetricsService
+from showtell.evaluator.status import Broadcast, Status
+from showtell.evaluator.store import Record, Store
+from showtell.v1 import metrics_pb2 as pb
+from showtell.v1 import metrics_pb2_grpc as pb_grpc
+from tests.conftest import ROOT, error_lines
+
+# (run, step, cider, loss): run "old" was trained before the model dir was started over as "cur".
+HISTORY = [("old", 1, 0.9, 0.5), ("old", 2, 1.5, 0.4),
+           ("cur", 2, 0.3, 2.0), ("cur", 4, 1.1, 1.0), ("cur", 6, 0.8, 0.7)]
+
+
+@dataclass
+class Served:
+    target: str
+    store: Store
+    broadcast: Broadcast
+    loop: asyncio.AbstractEventLoop
+
+    def record(self, record: Record) -> None:
+        """What the evaluation loop does after an evaluation: store, then broadcast."""
+        self.broadcast.notify(self.store.add(record))
+
+
+def _record(run: str, step: int, cider: float, loss: float, status: str = "ok") -> Record:
+    metrics = {"cider": cider, "loss": loss} if status == "ok" else {}
+    return Record(step, f"/m/ckpt-{step}", 1.0, 2.0, 0.5, 8, metrics=metrics, status=status,
+                  reason="" if status == "ok" else "bad read", run=run)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    store = Store(tmp_path / "evaluations.sqlite")
+    for row in HISTORY:
+        store.add(_record(*row))
+    store.add(_record("cur", 8, 0, 0, status="failed"))
+    broadcast = Broadcast()
+    service = MetricsService(store=store, status=Status(run_id="cur", last_seen_step=8), broadcast=broadcast,
+                             policy="all", checkpoint_dir="/m", observer="inotify")
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    async def start() -> MetricsServer:  # grpc.aio binds a server to the loop it is built on
+        server = MetricsServer(service)  # 127.0.0.1, a port of its own choosing
+        service.attach(loop)
+        await server.start()
+        return server
+
+    server = asyncio.run_coroutine_threadsafe(start(), loop).result(30)
+    try:
+        yield Served(f"127.0.0.1:{server.port}", store, broadcast, loop)
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(0), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()
+        store.close()
+
+
+def _steps(out: str) -> list[tuple[str, int]]:
+    return [(e["run_id"], int(e["global_step"])) for e in map(json.loads, out.splitlines())]
+
+
+def test_best_by_metric_direction_and_run(served: Served, showtell_main):
+    def best(*flags: str) -> tuple[str, int]:
+        result = showtell_main("metrics", "best", "--server", served.target, "--json", *flags)
+        assert result.returncode == 0, result.stderr
+        [found] = _steps(result.stdout)
+        return found
+
+    assert best() == ("cur", 4)  # cider, higher is better, the current run by default
+    assert best("--metric", "loss") == ("cur", 6)  # loss: lower is better
+    assert best("--metric", "cider", "--mode", "min") == ("cur", 2)
+    assert best("--run", "old") == ("old", 2)
+    assert best("--run", "all") == ("old", 2)  # 1.5 beats every step of the current run
+    missing = showtell_main("metrics", "best", "--server", served.target, "--run", "never-trained")
+    assert missing.returncode == 1
+    assert error_lines(missing.stderr) == [
+        "showtell metrics: error: not found: no successful evaluation has 'cider' yet"]
+
+
+def test_list_pages_from_a_step_for_a_run_or_all(served: Served, showtell_main):
+    def listed(*flags: str) -> list[tuple[str, int]]:
+        result = showtell_main("metrics", "list", "--server", served.target, "--json", *flags)
+        assert result.returncode == 0, result.stderr
+        return _steps(result.stdout)
+
+    assert listed() == [("cur", 2), ("cur", 4), ("cur", 6), ("cur", 8)]
+    assert listed("--from-step", "4", "--limit", "1") == [("cur", 4), ("cur", 6), ("cur", 8)]  # 3 pages
+    assert listed("--run", "old") == [("old", 1), ("old", 2)]
+    assert listed("--run", "all", "--from-step", "2", "--limit", "2") == [  # arrival order
+        ("old", 2), ("cur", 2), ("cur", 4), ("cur", 6), ("cur", 8)]
+    text = showtell_main("metrics", "list", "--server", served.target, "--from-step", "8").stdout
+    assert text.strip() == "step       8  failed: bad read"
+
+
+def test_latest_per_run(served: Served):
+    with grpc.insecure_channel(served.target) as channel:
+        stub = pb_grpc.MetricsStub(channel)
+        assert stub.GetLatest(pb.GetLatestRequest(), timeout=10).global_step == 8
+        assert stub.GetLatest(pb.GetLatestRequest(run_id="old"), timeout=10).global_step == 2
+        assert stub.GetLatest(pb.GetLatestRequest(run_id=ALL_RUNS), timeout=10).run_id == "cur"  # newest
+        with pytest.raises(grpc.RpcError) as missing:
+            stub.GetLatest(pb.GetLatestRequest(run_id="never-trained"), timeout=10)
+        assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+        with pytest.raises(grpc.RpcError) as no_metric:
+            stub.GetBest(pb.GetBestRequest(metric="cider", run_id="never-trained"), timeout=10)
+        assert no_metric.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_watch_replays_an_old_run_then_the_current_one_then_live(served: Served):
+    with grpc.insecure_channel(served.target) as channel:
+        stream = pb_grpc.MetricsStub(channel).Watch(pb.WatchRequest(after_step=1, run_id="old"))
+        got = [(e.run_id, e.global_step) for e in (next(stream) for _ in range(5))]
+        assert got == [("old", 2), ("cur", 2), ("cur", 4), ("cur", 6), ("cur", 8)]
+        served.record(_record("cur", 10, 1.3, 0.6))
+        live = next(stream)
+        assert (live.run_id, live.global_step, live.metrics["cider"]) == ("cur", 10, pytest.approx(1.3))
+        stream.cancel()
+
+
+def test_watch_after_step_prints_what_follows_and_ends_on_sigterm(served: Served):
+    command = processes.command("metrics", "watch", "--server", served.target, "--after-step", "4", "--json")
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                          env=processes.environment(), start_new_session=True) as watch:
+        try:
+            first = [json.loads(watch.stdout.readline()) for _ in range(2)]
+            assert [int(e["global_step"]) for e in first] == [6, 8]  # replay after step 4
+            served.record(_record("cur", 10, 1.3, 0.6))
+            assert int(json.loads(watch.stdout.readline())["global_step"]) == 10  # then live
+            watch.send_signal(signal.SIGTERM)
+            assert watch.wait(timeout=30) == 0, watch.stderr.read()
+        finally:
+            processes.kill_tree(watch.pid)
