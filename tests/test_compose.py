@@ -3,15 +3,16 @@
 The real stack (``docker`` mark, run last): a private ``dockerd``, a debootstrap base image and
 both images built by ``docker-compose build`` from a copy of the checkout — all started in the
 background under ``nice 19`` while the other tests run (``tests/docker_engine.py``,
-``tests/conftest.py``) — then ``docker-compose up -d`` on the real ``docker-compose.yml``.  The
+``tests/conftest.py``) — then ``docker-compose up -d`` on the real ``docker-compose.yml``. The
 test's env file changes only what the issue allows: the base image and the trainer's TensorFlow
 package (``tensorflow-cpu``: a CPU build here), the size of the input (fewer, 75 px pictures; 8
-evaluation examples; batch 8) and the checkpoint interval, so training steps between
-checkpoints are few — plus free host ports.  Then, from the host: metrics over gRPC, the
-read-only checkpoint volume, TensorBoard's two runs, ``restart`` and a real crash (SIGKILL of
-the trainer's process) both resuming at the newest checkpoint, the standalone evaluator
-(``deploy/compose.evaluator.yml``) over TLS with a token, ``stop`` → the trainer saves and exits
-143 (stopped, not finished), the services 0, ``down -v`` → nothing left.
+evaluation examples; batch 8), the encoder's pretraining (5 s) and the checkpoint interval, so
+training steps between checkpoints are few — plus free host ports. Then, from the host: the
+pretrain service's encoder used by phase 1, metrics over gRPC, the read-only checkpoint volume,
+TensorBoard's two runs, ``restart`` and a real crash (SIGKILL of the trainer's process) both
+resuming at the newest checkpoint, the standalone evaluator (``deploy/compose.evaluator.yml``)
+over TLS with a token, ``stop`` → the trainer saves and exits 143 (stopped, not finished), the
+services 0, ``down -v`` → nothing left.
 """
 
 from __future__ import annotations
@@ -218,6 +219,20 @@ def test_services_run_commands_our_clis_accept(compose_tools):
     trainer = _trainer(services["trainer"])
     assert str(trainer.model_dir) == "/checkpoints/model" and trainer.strategy == "auto"
     assert (trainer.mixed_precision, trainer.jit_compile) == ("off", False)
+    # the demo's recipe: an encoder pretrained once on the scenes' labels, then phase 1 on it frozen
+    assert services["pretrain"]["entrypoint"] == ["showtell", "pretrain"]
+    pretrain = _parse("showtell.commands.pretrain", services["pretrain"]["command"])
+    assert pretrain.if_missing and str(pretrain.out) == trainer.inception_weights == \
+        "/checkpoints/encoder.weights.h5"
+    assert str(pretrain.data) == str(trainer.data) and pretrain.seconds == 420
+    assert services["trainer"]["depends_on"]["pretrain"]["condition"] == "service_completed_successfully"
+    assert trainer.train_inception is None  # auto: frozen, since it starts pretrained
+    from showtell.demo import TRAIN_FLAGS
+
+    demo = _parse("showtell.trainer.cli", ["--data", "d", "--model-dir", "m", *TRAIN_FLAGS])
+    for flag in ("optimizer", "learning_rate", "epochs_per_decay", "lstm_dropout", "image_dropout",
+                 "batch_size"):
+        assert getattr(trainer, flag) == getattr(demo, flag), flag
     evaluator = _parse("showtell.evaluator.cli", services["evaluator"]["command"])
     assert str(evaluator.model_dir) == "/checkpoints/model" and evaluator.host == "0.0.0.0"
     assert "checkpoints:/checkpoints:ro" in services["evaluator"]["volumes"]
@@ -292,6 +307,7 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: 
         "SHOWTELL_TRAIN_IMAGES": "64", "SHOWTELL_VAL_IMAGES": "8", "SHOWTELL_IMAGE_SIZE": "75",
         "SHOWTELL_EVAL_EXAMPLES": "8", "SHOWTELL_BATCH_SIZE": "8",
         "SHOWTELL_SAVE_EVERY_SECS": "10",  # few training steps between checkpoints
+        "SHOWTELL_PRETRAIN_SECONDS": "5",  # the encoder's pretraining, short
         "SHOWTELL_GRPC_PORT": str(grpc_port), "SHOWTELL_TENSORBOARD_PORT": str(board_port),
     }, ["docker-compose.yml"])
     pki = make_pki(tmp_path / "pki")
@@ -322,12 +338,17 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: 
         wait_for(lambda: stack.health("evaluator") == "healthy", 300, "the evaluator to be healthy",
                  interval=1)
         assert stack.container("data").attrs["State"]["ExitCode"] == 0
+        assert stack.container("pretrain").attrs["State"]["ExitCode"] == 0
         evaluation = wait_for(lambda: _metrics_json(grpc_port), 600, "a first evaluation over gRPC",
                               interval=2)
         figures["up_to_first_evaluation_s"] = round(time.monotonic() - started, 1)
         step = int(evaluation["global_step"])
         assert evaluation["checkpoint_path"] == f"/checkpoints/model/ckpt-{step}"
         assert step in _saved_steps(stack.logs("trainer"))  # a checkpoint the trainer container wrote
+        # the demo's recipe: phase 1 on the encoder the pretrain service wrote, from the feature cache
+        pretrained = stack.logs("pretrain")
+        assert re.search(r"wrote .* to /checkpoints/encoder.weights.h5", pretrained), pretrained
+        assert "encoder frozen: pretrained encoder" in stack.logs("trainer")
         assert {"loss", "perplexity", "bleu4", "cider"} <= set(evaluation["metrics"])
         # the image's JRE: COCO's PTB tokenizer ran, as a non-root user over a root-owned install
         assert evaluation["scoring"].startswith("tokenizer=ptb scorers="), evaluation["scoring"]

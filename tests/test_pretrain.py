@@ -131,3 +131,16 @@ def test_bad_pretrain_flags_and_data_are_one_line(tiny_data: Path, tmp_path: Pat
     assert "--inception-weights imagenet" in line
     assert "does not exist" in error("--data", str(tmp_path / "nowhere"), "--out", out, "--steps", "1")
     assert not (tmp_path / "encoder.weights.h5").exists()
+
+
+def test_if_missing_keeps_an_encoder_that_is_there_and_skips_keywords(tmp_path: Path, showtell_main):
+    """What the compose stack's pretrain service relies on: a second `up` does not pretrain again,
+    and an --inception-weights of none/imagenet (passed as --out) means nothing to pretrain."""
+    out = tmp_path / "encoder.weights.h5"
+    out.write_bytes(b"an encoder written before")
+    for target in (str(out), "none", "imagenet"):
+        result = showtell_main("pretrain", "--data", str(tmp_path / "no-data-needed"), "--out", target,
+                               "--if-missing", "--seconds", "5")
+        assert result.returncode == 0, result.stderr
+    assert out.read_bytes() == b"an encoder written before"
+    assert not (tmp_path / "none").exists() and not Path("none").exists()

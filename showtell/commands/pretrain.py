@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
+from showtell.captioning.config import WEIGHTS_IMAGENET, WEIGHTS_NONE
 from showtell.common.flags import (
     add_verbose_flag,
     positive_float,
@@ -15,6 +17,7 @@ from showtell.common.flags import (
 )
 
 PROG = "showtell pretrain"
+log = logging.getLogger(__name__)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,6 +28,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=positive_int, default=32, help="images per step (default 32)")
     p.add_argument("--learning-rate", type=positive_float, default=1e-3, help="Adam's rate (default 0.001)")
     p.add_argument("--seed", type=int, default=0, help="initialisation and order seed (default 0)")
+    p.add_argument("--if-missing", action="store_true",
+                   help="nothing to do when --out already exists (an encoder an earlier or stopped run "
+                        "wrote: delete it to pretrain again), or is 'none' or 'imagenet' — what "
+                        "`train --inception-weights` starts from instead of a file (the compose stack "
+                        "passes the same value to both)")
     p.add_argument("--first-save-after", type=positive_float, metavar="SECONDS",
                    help="also write --out this long after the start and go on: an early encoder that "
                         "phase 1 can use while pretraining continues (the end writes it again)")
@@ -35,6 +43,10 @@ def run(args: argparse.Namespace) -> int:
     start_command(args)
 
     def body() -> int:
+        if args.if_missing and (args.out.is_file() or str(args.out) in (WEIGHTS_NONE, WEIGHTS_IMAGENET)):
+            log.info("--if-missing: %s", f"{args.out} is there, kept" if args.out.is_file() else
+                     f"--out {args.out} names no file to write: nothing to pretrain")
+            return 0
         from showtell.trainer.pretrain import pretrain
 
         result = pretrain(data=args.data, out=args.out, seconds=args.seconds, steps=args.steps,
