@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-stamp
 DEMO_DIR     ?= runs/demo
 DEMO_SECONDS ?= 600
 
-.PHONY: install test lint demo bench proto docs clean
+.PHONY: install test check lint demo bench proto docs clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ lint: install
 
 test: lint
 	$(BIN)/pytest
+
+# The inner loop: lint + the in-process tests (no e2e, no Docker), on two workers.
+check: lint
+	$(BIN)/pytest -m "not e2e and not docker" -q
 
 demo: install
 	$(BIN)/showtell demo --dir $(DEMO_DIR) --seconds $(DEMO_SECONDS)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
+import sys
 import threading
 from pathlib import Path
 
@@ -34,10 +36,20 @@ log = logging.getLogger(__name__)
 
 
 def serve(args: argparse.Namespace, work_dir: Path, security: LoadedSecurity) -> int:
-    return asyncio.run(_serve(args, work_dir, security))
+    exit_code, abandoned = asyncio.run(_serve(args, work_dir, security))
+    if abandoned:
+        # An evaluation still inside TensorFlow's C++ runtime: the interpreter's shutdown would
+        # tear the runtime down under it and abort the process (exit -6, found by the chaos soak
+        # SIGTERMing mid-evaluation).  Everything is closed and recorded: leave without it.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exit_code)
+    return exit_code
 
 
-async def _serve(args: argparse.Namespace, work_dir: Path, security: LoadedSecurity) -> int:
+async def _serve(args: argparse.Namespace, work_dir: Path, security: LoadedSecurity) -> tuple[int, bool]:
+    """The service until it stops: (exit code, whether an evaluation was abandoned running)."""
     model_dir = str(args.model_dir)
     evaluator = CheckpointEvaluator(model_dir, args.data, args.max_eval_examples, args.beam_size)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -111,6 +123,8 @@ async def _serve(args: argparse.Namespace, work_dir: Path, security: LoadedSecur
         # An evaluation in progress is abandoned (no row): it runs again after a restart.
         if thread.ident is not None:
             await asyncio.to_thread(thread.join, 2)
+            if thread.is_alive():
+                log.info("the evaluation in progress is abandoned (it runs again after a restart)")
         await asyncio.to_thread(runner.close)  # nothing recorded from here on
         if evaluator.scorer is not None:
             evaluator.scorer.close()
@@ -120,4 +134,4 @@ async def _serve(args: argparse.Namespace, work_dir: Path, security: LoadedSecur
         exit_code = signal_exit_code(stopped_by[0])
         log.info("stopped by %s before %s: exit %d (not done)", stopped_by[0].name, finish.describe(),
                  exit_code)
-    return exit_code
+    return exit_code, thread.is_alive()

@@ -7,7 +7,7 @@ teardown, whatever happened.
 from __future__ import annotations
 
 import os
-import socket
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY_SIZES = ["--embedding-size", "32", "--lstm-units", "32", "--batch-size", "4", "--shuffle-buffer", "64",
               "--optimizer", "adam", "--learning-rate", "0.001"]
 TINY_MODEL = [*TINY_SIZES, "--train-inception", "false"]
+SERVING = re.compile(r"serving \S+ \(\+ health, reflection\) on 127\.0\.0\.1:(\d+)")
 TINY_DATA = SyntheticConfig(train_images=40, val_images=8, image_size=75, seed=3, train_shards=4)
 
 
@@ -132,21 +133,19 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
 
 def start_evaluator(procs: Procs, model_dir: Path | str, data: Path, work_dir: Path, log: Path,
                     *extra: str, port: int = 0) -> tuple[subprocess.Popen, int]:
-    """A real evaluator service on 127.0.0.1 (``port`` 0: a free one); returns (process, port)
-    once it accepts connections."""
-    port = port or free_ports(1)[0]
+    """A real evaluator service on 127.0.0.1; returns (process, port) once it serves.  ``port`` 0:
+    the evaluator binds a free port itself and logs it (no port freed here and taken later)."""
     proc = procs.start("evaluate", "--model-dir", str(model_dir), "--data", str(data),
                        "--work-dir", str(work_dir), "--host", "127.0.0.1", "--port", str(port),
                        "--meteor", "false", *extra, log=log)
 
-    def listening() -> bool:
+    def serving() -> int | None:
         if proc.poll() is not None:
             raise AssertionError(f"evaluator exited early:\n{log.read_text()[-3000:]}")
-        with socket.socket() as probe:
-            return probe.connect_ex(("127.0.0.1", port)) == 0
+        found = SERVING.search(log.read_text())
+        return int(found.group(1)) if found else None
 
-    wait_for(listening, 120, f"the evaluator to listen on 127.0.0.1:{port}")
-    return proc, port
+    return proc, wait_for(serving, 120, "the evaluator to serve on 127.0.0.1")
 
 
 @pytest.fixture(scope="session")

@@ -60,7 +60,8 @@ def test_demo_runs_the_recipe_phase_by_phase(tmp_path: Path, procs):
     assert "held-out accuracy" in (base / "pretrain.log").read_text()
     # the console relays the children's progress: pretraining's reports, the trainer's steps
     assert re.search(r"\[pretrain\] pretrain step \d+ \(", text), text[-3000:]
-    assert re.search(r"\[train\] step \d+/\d+ .*; \d+ s left", text), text[-3000:]
+    if re.search(r"^\S+ I \S+: step \d+/\d+ ", trainer, re.M):  # a loaded machine may not reach 50 steps
+        assert re.search(r"\[train\] step \d+/\d+ .*; \d+ s left", text), text[-3000:]
     assert re.search(r"\[train\] feature cache: ", text), text[-3000:]
     assert "oneDNN" not in text and "absl" not in text  # no TensorFlow notice on the console
     pictures = sorted((base / "pictures").glob("val-*.png"))

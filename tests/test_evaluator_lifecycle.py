@@ -21,7 +21,6 @@ from tests.conftest import (
     TINY_MODEL,
     copy_model,
     error_lines,
-    free_ports,
     metrics_stub,
     run_showtell,
     start_evaluator,
@@ -140,10 +139,10 @@ def _newest_step(model_dir: Path) -> int:
 def test_metrics_watch_prints_every_evaluation_once_across_a_restart(
         tiny_data: Path, tiny_model: Path, tmp_path: Path, procs):
     model_dir = copy_model(tiny_model, tmp_path / "model")
-    port = free_ports()[0]
     work = tmp_path / "work"
-    first, _ = start_evaluator(procs, model_dir, tiny_data, work, tmp_path / "eval1.log", "--policy", "all",
-                               "--max-eval-examples", "4", port=port)
+    # the port the first evaluator bound itself; its restart takes it again
+    first, port = start_evaluator(procs, model_dir, tiny_data, work, tmp_path / "eval1.log",
+                                  "--policy", "all", "--max-eval-examples", "4")
     out, err = tmp_path / "watch.out", tmp_path / "watch.err"
     with open(out, "w") as stdout, open(err, "w") as stderr:
         command = processes.command("metrics", "watch", "--json", "--server", f"127.0.0.1:{port}")

@@ -6,6 +6,7 @@ dialing 127.0.0.1 also exercises ``--tls-server-name``.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -14,7 +15,6 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from showtell.common.processes import free_ports
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 from tests.conftest import error_lines, run_showtell, start_evaluator, wait_for
@@ -51,10 +51,11 @@ def _one_error_line(result: subprocess.CompletedProcess) -> str:
 
 
 def test_tls_and_token(tiny_data: Path, trained: Path, pki: Path, tmp_path: Path, procs):
-    [health_port] = free_ports(1)
-    _, port = start_evaluator(procs, trained, tiny_data, tmp_path / "work", tmp_path / "eval.log",
+    log = tmp_path / "eval.log"
+    _, port = start_evaluator(procs, trained, tiny_data, tmp_path / "work", log,
                               "--tls-cert", str(pki / "server.crt"), "--tls-key", str(pki / "server.key"),
-                              "--auth-token-file", str(pki / "token"), "--health-port", str(health_port))
+                              "--auth-token-file", str(pki / "token"), "--health-port", "0")
+    health_port = int(re.search(r"health alone, plaintext, on port (\d+)", log.read_text()).group(1))
     tls = ["--ca", str(pki / "ca.crt"), "--tls-server-name", SERVER_NAME]
 
     # health stays open: no token needed (the image's HEALTHCHECK and Kubernetes probes)
