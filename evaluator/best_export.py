@@ -44,13 +44,14 @@ class BestExport:
     _loaded: bool = field(default=False, init=False, repr=False)
 
     @classmethod
-    def parse(cls, spec: str, work_dir: Path, keep: int = 3) -> BestExport:
+    def parse(cls, spec: str, base: Path, keep: int = 3) -> BestExport:
+        """``--export-best METRIC[:max|min]``, its versions under ``base``."""
         metric, _, mode = spec.partition(":")
         if not metric or mode not in ("", "max", "min"):
             raise ShowtellError(f"--export-best {spec}: expected METRIC[:max|min], e.g. cider:max or "
                                 "loss:min")
         maximize = mode == "max" if mode else metric not in LOWER_IS_BETTER
-        return cls(metric, maximize, work_dir / "export" / "best", keep)
+        return cls(metric, maximize, base, keep)
 
     @property
     def mode(self) -> str:

@@ -14,7 +14,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 from showtell.api.transport import ServerSecurity, add_server_arguments, check_listen_address
-from showtell.common.files import is_url
 from showtell.common.flags import (
     Parser,
     add_verbose_flag,
@@ -26,15 +25,9 @@ from showtell.common.flags import (
     start_command,
 )
 from showtell.common.locks import DirectoryLock
+from showtell.evaluator.workdir import WorkDir
 
 PROG = "showtell evaluate"
-
-
-def default_work_dir(model_dir: str) -> Path:
-    """Beside the model dir, never inside it: ``runs/m`` → ``runs/m-eval``."""
-    if is_url(model_dir):
-        return Path.cwd() / "showtell-eval"
-    return Path(f"{Path(model_dir)}-eval")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -134,15 +127,15 @@ def run(args: argparse.Namespace) -> int:
         if args.checkpoint or args.json:
             raise SystemExit(f"{PROG}: error: --checkpoint and --json go with --once (see --help)")
         security = ServerSecurity.from_args(args).load()  # bad flags/files: one line, before TensorFlow
-        work_dir = args.work_dir or default_work_dir(args.model_dir)
+        work = WorkDir(args.work_dir) if args.work_dir else WorkDir.beside(str(args.model_dir))
         # One evaluator per work dir (its history, exports): a second one is refused by name.
-        with DirectoryLock(directory=work_dir, role="evaluator", flag="--work-dir"):
+        with DirectoryLock(directory=work.root, role="evaluator", flag="--work-dir"):
             check_listen_address(args.host, args.port)
             if args.health_port is not None:
                 check_listen_address(args.host, args.health_port, "--health-port")
             from showtell.evaluator.daemon import serve
 
-            return serve(args, work_dir, security)
+            return serve(args, work, security)
 
     return run_command(PROG, body)
 

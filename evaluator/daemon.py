@@ -16,7 +16,6 @@ import os
 import signal
 import sys
 import threading
-from pathlib import Path
 
 from showtell.api.transport import LoadedSecurity
 from showtell.captioning.model.modeldir import FINISHED, METADATA
@@ -31,12 +30,13 @@ from showtell.evaluator.service import MetricsService
 from showtell.evaluator.store import Store
 from showtell.evaluator.summaries import EvalSummaries
 from showtell.evaluator.watcher import CheckpointWatcher
+from showtell.evaluator.workdir import WorkDir
 
 log = logging.getLogger(__name__)
 
 
-def serve(args: argparse.Namespace, work_dir: Path, security: LoadedSecurity) -> int:
-    exit_code, abandoned = asyncio.run(_serve(args, work_dir, security))
+def serve(args: argparse.Namespace, work: WorkDir, security: LoadedSecurity) -> int:
+    exit_code, abandoned = asyncio.run(_serve(args, work, security))
     if abandoned:
         # An evaluation still inside TensorFlow's C++ runtime: the interpreter's shutdown would
         # tear the runtime down under it and abort the process (exit -6, found by the chaos soak
@@ -48,19 +48,21 @@ def serve(args: argparse.Namespace, work_dir: Path, security: LoadedSecurity) ->
     return exit_code
 
 
-async def _serve(args: argparse.Namespace, work_dir: Path, security: LoadedSecurity) -> tuple[int, bool]:
+async def _serve(args: argparse.Namespace, work: WorkDir, security: LoadedSecurity) -> tuple[int, bool]:
     """The service until it stops: (exit code, whether an evaluation was abandoned running)."""
     model_dir = str(args.model_dir)
     evaluator = CheckpointEvaluator(model_dir, args.data, args.max_eval_examples, args.beam_size)
-    work_dir.mkdir(parents=True, exist_ok=True)
-    store = Store(work_dir / "evaluations.sqlite")
-    summaries = EvalSummaries(str(work_dir / "eval"), evaluator.files)
-    exporter = BestExport.parse(args.export_best, work_dir, args.export_keep) if args.export_best else None
+    work.root.mkdir(parents=True, exist_ok=True)
+    store = Store(work.history)
+    summaries = EvalSummaries(str(work.summaries), evaluator.files)
+    exporter = None
+    if args.export_best:
+        exporter = BestExport.parse(args.export_best, work.exports, args.export_keep)
     # Reading the newest version first also removes what a crashed export left.
     if exporter is not None and exporter.current() is not None:
         log.info("--export-best: newest export %s", exporter.describe())
     finish = Finish(args.until_step, args.max_evaluations, args.exit_when_trained)
-    runner = EvalRunner(model_dir=model_dir, evaluator=evaluator, store=store, work_dir=work_dir,
+    runner = EvalRunner(model_dir=model_dir, evaluator=evaluator, store=store, work=work,
                         policy=args.policy, summaries=summaries, exporter=exporter, finish=finish,
                         arrival_timeout=args.arrival_timeout)
     # The finished marker ends --exit-when-trained; a new run id (a synced copy's record may
@@ -111,7 +113,7 @@ async def _serve(args: argparse.Namespace, work_dir: Path, security: LoadedSecur
         watcher.start()
         await asyncio.to_thread(watcher.ready.wait, 30)
         await server.start()
-        log.info("work dir %s; policy %s; observer %s%s", work_dir, args.policy, watcher.kind,
+        log.info("work dir %s; policy %s; observer %s%s", work.root, args.policy, watcher.kind,
                  f"; ends when {finish.describe()}" if finish.describe() else "")
         thread.start()
         await stop.wait()

@@ -16,11 +16,16 @@ import sqlite3
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import tensorflow as tf
 
-from showtell.captioning.model.modeldir import checkpoint_step, read_finished, read_run_id, read_state
+from showtell.captioning.model.modeldir import (
+    CHECKPOINT_NAME,
+    checkpoint_step,
+    read_finished,
+    read_run_id,
+    read_state,
+)
 from showtell.common.errors import ModelDirIncomplete, ShowtellError
 from showtell.evaluator.best_export import BestExport
 from showtell.evaluator.evaluation import CheckpointEvaluator
@@ -28,6 +33,7 @@ from showtell.evaluator.pinning import Missing, files_state, pin, unpin
 from showtell.evaluator.status import Broadcast, Status
 from showtell.evaluator.store import Record, Store
 from showtell.evaluator.summaries import EvalSummaries
+from showtell.evaluator.workdir import WorkDir
 
 log = logging.getLogger(__name__)
 POLICIES = ("latest", "all")
@@ -72,7 +78,7 @@ class EvalRunner:
       model_dir: the trainer's model directory (local path or ``tf.io.gfile`` URL).
       evaluator: restores and validates one checkpoint.
       store: the durable history.
-      work_dir: this evaluator's own directory (pins live under it).
+      work: this evaluator's own directory (pins live under it).
       policy: ``latest`` or ``all``.
       summaries: TensorBoard writer for successful evaluations (optional).
       exporter: ``--export-best`` (optional).
@@ -81,12 +87,12 @@ class EvalRunner:
         synced copy still arriving) before it is recorded skipped.
     """
 
-    def __init__(self, *, model_dir: str, evaluator: CheckpointEvaluator, store: Store, work_dir: Path,
+    def __init__(self, *, model_dir: str, evaluator: CheckpointEvaluator, store: Store, work: WorkDir,
                  policy: str, summaries: EvalSummaries | None = None, exporter: BestExport | None = None,
                  finish: Finish | None = None, arrival_timeout: float = 300.0) -> None:
         if policy not in POLICIES:
             raise ValueError(policy)
-        self.model_dir, self.store, self.work_dir, self.policy = model_dir, store, work_dir, policy
+        self.model_dir, self.store, self.work, self.policy = model_dir, store, work, policy
         self.evaluator = evaluator
         self.summaries = summaries
         self.exporter = exporter
@@ -218,7 +224,7 @@ class EvalRunner:
         """Pins a stopped evaluator left behind, each an evaluation cut short: one still named is
         simply evaluated again (it is pending); one the trainer deleted since is recorded skipped
         here — no later look at the state file would ever name it again."""
-        root = self.work_dir / "pinned"
+        root = self.work.pins
         try:
             leftovers, named = list(root.iterdir()), set(read_state(self.model_dir))
         except (OSError, ShowtellError):
@@ -226,7 +232,7 @@ class EvalRunner:
         run = self._current_run()
         for leftover in leftovers:
             prefix = os.path.join(self.model_dir, leftover.name)
-            if leftover.name.startswith("ckpt-") and prefix not in named:
+            if leftover.name.startswith(f"{CHECKPOINT_NAME}-") and prefix not in named:
                 step = checkpoint_step(prefix)
                 if not self.store.has(run, step, prefix):
                     self._record(Record(step, prefix, 0.0, time.time(), 0.0, 0, status="skipped", run=run,
@@ -240,10 +246,10 @@ class EvalRunner:
         again shortly: the service stays up and recovers by itself once space is back."""
         self.status.evaluating_step = -1
         try:
-            free = f"{shutil.disk_usage(self.work_dir).free / 2**20:.0f} MB free"
+            free = f"{shutil.disk_usage(self.work.root).free / 2**20:.0f} MB free"
         except OSError:
             free = "free space unknown"
-        message = (f"step {step} not evaluated: --work-dir {self.work_dir} ({free}): "
+        message = (f"step {step} not evaluated: --work-dir {self.work.root} ({free}): "
                    f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; "
                    f"retrying every {WORK_DIR_RETRY_SECS:g} s")
         if message != self.status.work_error:
@@ -285,7 +291,7 @@ class EvalRunner:
         mtime = _mtime(prefix + ".index")
         before = files_state(prefix)
         try:
-            pinned = pin(prefix, self.work_dir / "pinned")
+            pinned = pin(prefix, self.work.pins)
         except Missing as exc:
             return self._not_there(step, prefix, mtime, str(exc))
         try:
@@ -361,7 +367,7 @@ class EvalRunner:
     def _store(self, record: Record, evaluating: bool) -> Record:
         stored = self.store.add(record)
         if self.status.work_error:
-            log.info("--work-dir %s takes records again", self.work_dir)
+            log.info("--work-dir %s takes records again", self.work.root)
             self.status.work_error = ""
         if stored is not None:
             log.info("step %d: %s %s", record.step, record.status,

@@ -39,6 +39,7 @@ from showtell.common.flags import (
     setup_logging,
 )
 from showtell.common.locks import DirectoryLock
+from showtell.evaluator.workdir import WorkDir
 from showtell.v1 import metrics_pb2 as pb
 
 log = logging.getLogger("showtell.demo")
@@ -275,7 +276,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     base = args.dir
-    data, model, work, encoder = base / "data", base / "model", base / "model-eval", base / ENCODER_FILE
+    data, model, encoder = base / "data", base / "model", base / ENCODER_FILE
+    work = WorkDir.beside(str(model))  # the evaluator's default
     console = _Console()
     children = _Children(console)
     seen: list[pb.Evaluation] = []
@@ -301,9 +303,10 @@ def _demo(args: argparse.Namespace) -> int:
         # The evaluator first: it starts while the encoder pretrains and then waits, asleep, for
         # the first checkpoint.
         children.start("evaluator", ["evaluate", "--model-dir", str(model), "--data", str(data),
-                                     "--work-dir", str(work), "--port", str(args.port), "--policy", "latest",
-                                     "--meteor", "false", "--max-eval-examples", str(args.eval_examples),
-                                     "--beam-size", "1", "--threads", str(args.eval_threads)],
+                                     "--work-dir", str(work.root), "--port", str(args.port),
+                                     "--policy", "latest", "--meteor", "false",
+                                     "--max-eval-examples", str(args.eval_examples), "--beam-size", "1",
+                                     "--threads", str(args.eval_threads)],
                        base / "evaluator.log")
         console.say("demo", f"while it runs: .venv/bin/showtell metrics watch --server {target} ; "
                             f".venv/bin/tensorboard --logdir {base} ; Ctrl-C stops everything")
@@ -441,19 +444,19 @@ def _run_id(model: Path) -> str:
 
 def _newest_step(model: Path) -> int | None:
     """The step of the newest checkpoint on disk (the trainer has ended: its final save is done)."""
-    steps = [int(p.name[len("ckpt-"):-len(".index")]) for p in model.glob("ckpt-*.index")
-             if p.name[len("ckpt-"):-len(".index")].isdigit()]
-    return max(steps, default=None)
+    from showtell.captioning.model.modeldir import checkpoint_steps  # TensorFlow: only once, at the end
+
+    return max(checkpoint_steps(model), default=None)
 
 
-def _summary(seen: list[pb.Evaluation], work: Path, console: _Console) -> None:
+def _summary(seen: list[pb.Evaluation], work: WorkDir, console: _Console) -> None:
     curves: dict[str, list[str]] = {}  # per run (the preview's, then the finished encoder's), in order
     for e in seen:
         if e.status == pb.Evaluation.OK and "exact_match" in e.metrics:
             curves.setdefault(e.run_id, []).append(f"{e.global_step}: {e.metrics['exact_match']:.2f}")
     for run, curve in curves.items():
         console.say("summary", f"exact match by step (run {run or '-'}): " + ", ".join(curve))
-    console.say("summary", f"{len(seen)} evaluations; history in {work / 'evaluations.sqlite'}")
+    console.say("summary", f"{len(seen)} evaluations; history in {work.history}")
 
 
 def main(argv: list[str] | None = None) -> int:

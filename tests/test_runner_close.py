@@ -13,11 +13,13 @@ from pathlib import Path
 from showtell.evaluator.runner import EvalRunner
 from showtell.evaluator.store import Record, Store
 from showtell.evaluator.summaries import EvalSummaries
+from showtell.evaluator.workdir import WorkDir
 
 
 def _runner(tmp_path: Path) -> tuple[EvalRunner, Store, EvalSummaries]:
-    store, summaries = Store(tmp_path / "evaluations.sqlite"), EvalSummaries(str(tmp_path / "eval"))
-    runner = EvalRunner(model_dir=str(tmp_path / "model"), evaluator=None, store=store, work_dir=tmp_path,
+    work = WorkDir(tmp_path)
+    store, summaries = Store(work.history), EvalSummaries(str(work.summaries))
+    runner = EvalRunner(model_dir=str(tmp_path / "model"), evaluator=None, store=store, work=work,
                         policy="all", summaries=summaries)
     return runner, store, summaries
 

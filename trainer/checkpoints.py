@@ -16,7 +16,13 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from showtell.captioning.model.modeldir import RESTORE_ERRORS, checkpoint_step, restore
+from showtell.captioning.model.modeldir import (
+    CHECKPOINT_NAME,
+    RESTORE_ERRORS,
+    checkpoint_name,
+    checkpoint_step,
+    restore,
+)
 from showtell.common.errors import ModelDirError, ShowtellError, first_line
 
 log = logging.getLogger(__name__)
@@ -70,7 +76,8 @@ class Checkpoints:
         self.optional = optional or {}
         self.checkpoint = tf.train.Checkpoint(**self.required, **self.optional)
         self.manager = tf.train.CheckpointManager(self.checkpoint, str(write_dir or model_dir),
-                                                  max_to_keep=1 if write_dir else keep)
+                                                  max_to_keep=1 if write_dir else keep,
+                                                  checkpoint_name=CHECKPOINT_NAME)
 
     def restore_latest(self) -> int | None:
         """Restore the newest checkpoint; None when the directory has none."""
@@ -106,7 +113,7 @@ class Checkpoints:
         """A save that hit a full disk: its partial files go (the state file never named them);
         the newest complete checkpoint stays what it was, and the error says so in one line."""
         directory = Path(self.manager.directory)
-        for partial in directory.glob(f"ckpt-{step}[._]*"):
+        for partial in directory.glob(f"{checkpoint_name(step)}[._]*"):
             if partial.is_dir():
                 shutil.rmtree(partial, ignore_errors=True)
             else:
@@ -114,7 +121,7 @@ class Checkpoints:
         usage = shutil.disk_usage(directory)
         kept = self.manager.latest_checkpoint
         return ShowtellError(
-            f"--model-dir {directory}: no space left on its device saving ckpt-{step} "
+            f"--model-dir {directory}: no space left on its device saving {checkpoint_name(step)} "
             f"({usage.free / 2**20:.0f} MB free of {usage.total / 2**20:.0f} MB); "
             f"{Path(kept).name + ' is still the newest complete checkpoint' if kept else 'nothing was saved'}"
             " — free space and start the trainer again: it resumes from there")

@@ -189,6 +189,19 @@ def restore(checkpoint: tf.train.Checkpoint, path: str, hint: str, partial: bool
 # -- checkpoints: TensorFlow's CheckpointManager layout ------------------------------------
 
 STATE_FILE = "checkpoint"  # names the checkpoints; renamed into place after their data files
+CHECKPOINT_NAME = "ckpt"  # CheckpointManager's prefix: ckpt-<global step>
+
+
+def checkpoint_name(step: int) -> str:
+    """The file prefix of the checkpoint at ``step`` (``ckpt-1200``)."""
+    return f"{CHECKPOINT_NAME}-{step}"
+
+
+def checkpoint_steps(model_dir: Path) -> list[int]:
+    """Steps of the complete-looking checkpoints on disk (an ``.index`` file), whether the state
+    file names them or not; ascending."""
+    steps = (checkpoint_step(p.name[:-len(".index")]) for p in model_dir.glob(f"{CHECKPOINT_NAME}-*.index"))
+    return sorted(s for s in steps if s >= 0)
 
 
 def checkpoint_step(path: str) -> int:

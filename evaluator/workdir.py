@@ -1,0 +1,43 @@
+"""The evaluator's own directory (``--work-dir``): one owner for its layout, so the CLI, the
+daemon, the runner and the demo name its files the same way.  It lives beside the model dir,
+never inside it — an evaluator works with the trainer's directory read-only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from showtell.common.files import is_url
+
+
+@dataclass(frozen=True)
+class WorkDir:
+    root: Path
+
+    @classmethod
+    def beside(cls, model_dir: str) -> WorkDir:
+        """The default: ``runs/m`` → ``runs/m-eval``; for a URL model dir, ``./showtell-eval``."""
+        if is_url(model_dir):
+            return cls(Path.cwd() / "showtell-eval")
+        return cls(Path(f"{Path(model_dir)}-eval"))
+
+    @property
+    def history(self) -> Path:
+        """The evaluation history (``evaluator/store.py``)."""
+        return self.root / "evaluations.sqlite"
+
+    @property
+    def pins(self) -> Path:
+        """Hard links (or copies) of the checkpoints being evaluated, so ``--keep`` cannot delete
+        them mid-read (``evaluator/pinning.py``)."""
+        return self.root / "pinned"
+
+    @property
+    def summaries(self) -> Path:
+        """TensorBoard's ``eval`` run."""
+        return self.root / "eval"
+
+    @property
+    def exports(self) -> Path:
+        """``--export-best``'s SavedModel versions (TensorFlow Serving's layout)."""
+        return self.root / "export" / "best"
