@@ -9,7 +9,6 @@ thread watches, restores and validates.  Between checkpoints both sleep.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
@@ -22,21 +21,21 @@ from showtell.captioning.model.modeldir import FINISHED, METADATA
 from showtell.common.errors import ShowtellError
 from showtell.common.processes import signal_exit_code
 from showtell.evaluator.best_export import BestExport
+from showtell.evaluator.config import EvaluatorConfig
 from showtell.evaluator.evaluation import CheckpointEvaluator
-from showtell.evaluator.runner import EvalRunner, Finish
+from showtell.evaluator.runner import EvalRunner
 from showtell.evaluator.scorers import CaptionScorer
 from showtell.evaluator.server import MetricsServer
 from showtell.evaluator.service import MetricsService
 from showtell.evaluator.store import Store
 from showtell.evaluator.summaries import EvalSummaries
 from showtell.evaluator.watcher import CheckpointWatcher
-from showtell.evaluator.workdir import WorkDir
 
 log = logging.getLogger(__name__)
 
 
-def serve(args: argparse.Namespace, work: WorkDir, security: LoadedSecurity) -> int:
-    exit_code, abandoned = asyncio.run(_serve(args, work, security))
+def serve(config: EvaluatorConfig, security: LoadedSecurity) -> int:
+    exit_code, abandoned = asyncio.run(_serve(config, security))
     if abandoned:
         # An evaluation still inside TensorFlow's C++ runtime: the interpreter's shutdown would
         # tear the runtime down under it and abort the process (exit -6, found by the chaos soak
@@ -48,35 +47,38 @@ def serve(args: argparse.Namespace, work: WorkDir, security: LoadedSecurity) -> 
     return exit_code
 
 
-async def _serve(args: argparse.Namespace, work: WorkDir, security: LoadedSecurity) -> tuple[int, bool]:
+async def _serve(config: EvaluatorConfig, security: LoadedSecurity) -> tuple[int, bool]:
     """The service until it stops: (exit code, whether an evaluation was abandoned running)."""
-    model_dir = str(args.model_dir)
-    evaluator = CheckpointEvaluator(model_dir, args.data, args.max_eval_examples, args.beam_size)
-    work.root.mkdir(parents=True, exist_ok=True)
-    store = Store(work.history)
-    summaries = EvalSummaries(str(work.summaries), evaluator.files)
+    model_dir, workdir, evaluation, serving = config.model_dir, config.work, config.evaluation, config.serve
+    evaluator = CheckpointEvaluator(model_dir, config.data, evaluation.max_eval_examples,
+                                    evaluation.beam_size)
+    workdir.root.mkdir(parents=True, exist_ok=True)
+    store = Store(workdir.history)
+    summaries = EvalSummaries(str(workdir.summaries), evaluator.files)
     exporter = None
-    if args.export_best:
-        exporter = BestExport.parse(args.export_best, work.exports, args.export_keep)
+    if config.export.export_best:
+        exporter = BestExport.parse(config.export.export_best, workdir.exports, config.export.export_keep)
     # Reading the newest version first also removes what a crashed export left.
     if exporter is not None and exporter.current() is not None:
         log.info("--export-best: newest export %s", exporter.describe())
-    finish = Finish(args.until_step, args.max_evaluations, args.exit_when_trained)
-    runner = EvalRunner(model_dir=model_dir, evaluator=evaluator, store=store, work=work,
-                        policy=args.policy, summaries=summaries, exporter=exporter, finish=finish,
-                        arrival_timeout=args.arrival_timeout)
+    finish = config.finish
+    runner = EvalRunner(model_dir=model_dir, evaluator=evaluator, store=store, work=workdir,
+                        policy=config.watch.policy, summaries=summaries, exporter=exporter, finish=finish,
+                        arrival_timeout=config.watch.arrival_timeout)
     # The finished marker ends --exit-when-trained; a new run id (a synced copy's record may
     # land after its checkpoints) changes which checkpoints are still to evaluate.
-    watcher = CheckpointWatcher(model_dir, runner.on_change, args.poll_secs, also=(FINISHED, METADATA))
+    watcher = CheckpointWatcher(model_dir, runner.on_change, config.watch.poll_secs,
+                                also=(FINISHED, METADATA))
     service = MetricsService(store=store, status=runner.status, broadcast=runner.broadcast,
-                             policy=args.policy, checkpoint_dir=model_dir, observer=watcher.kind,
-                             exporter=exporter, max_streams=args.max_streams)
+                             policy=config.watch.policy, checkpoint_dir=model_dir, observer=watcher.kind,
+                             exporter=exporter, max_streams=serving.max_streams)
     loop = asyncio.get_running_loop()
     service.attach(loop)
     try:
-        server = MetricsServer(service, args.host, args.port, security=security, health_port=args.health_port)
+        server = MetricsServer(service, serving.host, serving.port, security=security,
+                               health_port=serving.health_port)
     except RuntimeError as exc:  # taken since the CLI's check: grpc's "Failed to bind to address …"
-        raise ShowtellError(f"--host {args.host} --port {args.port}: cannot listen there; is another "
+        raise ShowtellError(f"--host {serving.host} --port {serving.port}: cannot listen there; is another "
                             "evaluator using it? pick another --port (0: any free one)") from exc
 
     stop = asyncio.Event()
@@ -95,7 +97,7 @@ async def _serve(args: argparse.Namespace, work: WorkDir, security: LoadedSecuri
         nonlocal exit_code
         try:
             # METEOR's JVM takes seconds to start: do it here, not before the server answers.
-            evaluator.scorer = CaptionScorer(meteor=args.meteor, tokenizer=args.tokenizer)
+            evaluator.scorer = CaptionScorer(meteor=evaluation.meteor, tokenizer=evaluation.tokenizer)
             runner.run()
         except Exception:
             if runner.stopping.is_set():  # cut short by the shutdown (the JVM closed under it …)
@@ -113,7 +115,7 @@ async def _serve(args: argparse.Namespace, work: WorkDir, security: LoadedSecuri
         watcher.start()
         await asyncio.to_thread(watcher.ready.wait, 30)
         await server.start()
-        log.info("work dir %s; policy %s; observer %s%s", work.root, args.policy, watcher.kind,
+        log.info("work dir %s; policy %s; observer %s%s", workdir.root, config.watch.policy, watcher.kind,
                  f"; ends when {finish.describe()}" if finish.describe() else "")
         thread.start()
         await stop.wait()

@@ -15,7 +15,6 @@ import shutil
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
 
 import tensorflow as tf
 
@@ -28,6 +27,7 @@ from showtell.captioning.model.modeldir import (
 )
 from showtell.common.errors import ModelDirIncomplete, ShowtellError
 from showtell.evaluator.best_export import BestExport
+from showtell.evaluator.config import POLICIES, Finish
 from showtell.evaluator.evaluation import CheckpointEvaluator
 from showtell.evaluator.pinning import Missing, files_state, pin, unpin
 from showtell.evaluator.status import Broadcast, Status
@@ -36,39 +36,10 @@ from showtell.evaluator.summaries import EvalSummaries
 from showtell.evaluator.workdir import WorkDir
 
 log = logging.getLogger(__name__)
-POLICIES = ("latest", "all")
 MAX_RETRY_SECS = 10.0  # longest wait between looks at a checkpoint whose files are still arriving
 # The work dir's own trouble (a full disk, an I/O error): the evaluation is not recorded, the
 # service says so in its status and tries again after this long.
 WORK_DIR_RETRY_SECS = 10.0
-
-
-@dataclass(frozen=True)
-class Finish:
-    """When a finite evaluator is done: Keras' SidecarEvaluator ``max_evaluations``, Orbit's
-    timeout, and the trainer's own word that it has finished (a Kubernetes job completes)."""
-
-    until_step: int | None = None       # --until-step: after evaluating a checkpoint at/after N
-    max_evaluations: int | None = None  # --max-evaluations: after K evaluations by this process
-    when_trained: bool = False          # --exit-when-trained: after the trainer's final checkpoint
-
-    def describe(self) -> str:
-        parts = []
-        if self.until_step is not None:
-            parts.append(f"a checkpoint at step ≥ {self.until_step} is evaluated")
-        if self.max_evaluations is not None:
-            parts.append(f"{self.max_evaluations} evaluation(s) are done")
-        if self.when_trained:
-            parts.append("the trainer's final checkpoint is evaluated")
-        return " or ".join(parts)
-
-    def reason(self, record: Record, evaluations: int) -> str | None:
-        """Why we are done after recording ``record`` (the ``evaluations``-th of this process)."""
-        if self.until_step is not None and record.step >= self.until_step:
-            return f"step {record.step} reaches --until-step {self.until_step}"
-        if self.max_evaluations is not None and evaluations >= self.max_evaluations:
-            return f"{evaluations} evaluation(s) done (--max-evaluations {self.max_evaluations})"
-        return None
 
 
 class EvalRunner:
@@ -164,9 +135,9 @@ class EvalRunner:
             for prefix, step, run in sorted(gone, key=lambda g: g[1]):
                 del self._seen[prefix]
                 if not self.store.has(run, step, prefix):
-                    self._record(Record(step, prefix, 0.0, time.time(), 0.0, 0, status="skipped", run=run,
-                                        reason=f"{prefix}: deleted by the trainer before it could be "
-                                               "evaluated (named by the state file, then no longer: --keep)"),
+                    why = (f"{prefix}: deleted by the trainer before it could be evaluated (named by the "
+                           "state file, then no longer: --keep)")
+                    self._record(Record.skipped(step, prefix, why, run=run),
                                  evaluating=False)
 
     def _current_run(self) -> str:
@@ -235,9 +206,9 @@ class EvalRunner:
             if leftover.name.startswith(f"{CHECKPOINT_NAME}-") and prefix not in named:
                 step = checkpoint_step(prefix)
                 if not self.store.has(run, step, prefix):
-                    self._record(Record(step, prefix, 0.0, time.time(), 0.0, 0, status="skipped", run=run,
-                                        reason=f"{prefix}: its evaluation was cut short (the evaluator "
-                                               "stopped) and the trainer deleted it since"))
+                    why = (f"{prefix}: its evaluation was cut short (the evaluator stopped) and the trainer "
+                           "deleted it since")
+                    self._record(Record.skipped(step, prefix, why, run=run))
             shutil.rmtree(leftover, ignore_errors=True)
 
     def _work_dir_trouble(self, step: int, exc: Exception) -> None:
@@ -278,7 +249,7 @@ class EvalRunner:
         with self._seen_lock:
             run = self.status.run_id
             if self.store.has(run, step, prefix):  # the watcher recorded it meanwhile
-                return Record(step, prefix, 0.0, time.time(), 0.0, 0, status="skipped", run=run)
+                return Record.skipped(step, prefix, "recorded meanwhile by the watcher's thread", run=run)
             self._evaluating = prefix
         try:
             return self._evaluate_one(step, prefix)
@@ -306,8 +277,8 @@ class EvalRunner:
             if files_state(prefix) != before:  # still being written (a sync, a slow copy): not a failure
                 return self._not_there(step, prefix, mtime, f"{prefix}: its files changed while being read")
             log.error("%s", exc)
-            record = Record(step, prefix, mtime, time.time(), time.time() - started, 0, status="failed",
-                            reason=str(exc).replace(pinned, prefix), run=self.status.run_id)
+            record = Record.failed(step, prefix, str(exc).replace(pinned, prefix), run=self.status.run_id,
+                                   mtime=mtime, seconds=time.time() - started)
         finally:
             unpin(pinned)
         self._arrivals.pop(prefix, None)
@@ -344,8 +315,7 @@ class EvalRunner:
                f"{self.arrival_timeout:g})" if named else
                f"{prefix}: deleted by the trainer before it could be evaluated "
                "(no longer named by the state file)")
-        return self._record(Record(step, prefix, mtime, time.time(), 0.0, 0, status="skipped", reason=why,
-                                   run=self.status.run_id))
+        return self._record(Record.skipped(step, prefix, why, run=self.status.run_id, mtime=mtime))
 
     def close(self) -> None:
         """No more records: the daemon closes the store and the summaries next.  Waits for one

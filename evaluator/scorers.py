@@ -32,10 +32,10 @@ from pycocoevalcap.tokenizer import ptbtokenizer
 from showtell.captioning.data.vocab import tokenize
 from showtell.common.errors import ShowtellError
 from showtell.evaluator import metric_names as names
+from showtell.evaluator.config import TOKENIZERS
 
 log = logging.getLogger(__name__)
 
-TOKENIZERS = ("auto", "ptb", "regex")
 EMPTY = "<empty>"  # what an empty caption is scored as (no words cannot be scored)
 
 

@@ -74,6 +74,17 @@ class Record:
     scoring: str = ""  # the tokenizer and scorers behind the caption metrics
     recorded: int = 1  # times this checkpoint was recorded: more than 1 is a defect (see the module)
 
+    @classmethod
+    def skipped(cls, step: int, checkpoint: str, reason: str, *, run: str, mtime: float = 0.0) -> Record:
+        """Not evaluated, and never will be (deleted first, never complete): ``reason`` says why."""
+        return cls(step, checkpoint, mtime, time.time(), 0.0, 0, status="skipped", reason=reason, run=run)
+
+    @classmethod
+    def failed(cls, step: int, checkpoint: str, reason: str, *, run: str, mtime: float,
+               seconds: float) -> Record:
+        """The checkpoint could not be evaluated (corrupt, another model's, bad data)."""
+        return cls(step, checkpoint, mtime, time.time(), seconds, 0, status="failed", reason=reason, run=run)
+
 
 class OtherFormat(sqlite3.DatabaseError):
     """A sound SQLite file written by another version of showtell."""

@@ -4,6 +4,7 @@ written once (``showtell.captioning.config``), and flags and configs agree both 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -69,3 +70,27 @@ def test_every_option_field_is_in_the_help_with_its_default(parser):
                 shown = str(value).lower() if isinstance(value, bool) else \
                     f"{value:g}" if isinstance(value, float) else str(value)
                 assert entries[flag].endswith(f"(default {shown})"), entries[flag]
+
+
+def test_the_evaluator_cli_builds_a_typed_config_and_refuses_combinations_in_one_line(showtell_main):
+    from showtell.evaluator.cli import config_from_args
+    from showtell.evaluator.config import EvaluatorConfig, Finish
+    from showtell.evaluator.workdir import WorkDir
+    from tests.test_deploy import _parse
+
+    args = _parse("showtell.evaluator.cli", ["--model-dir", "runs/m", "--data", "d", "--policy", "all",
+                                             "--port", "0", "--exit-when-trained", "--export-best", "cider"])
+    config = config_from_args(args)
+    assert isinstance(config, EvaluatorConfig) and config.work == WorkDir(Path("runs/m-eval"))
+    assert (config.watch.policy, config.serve.port, config.serve.host) == ("all", 0, "127.0.0.1")
+    assert config.finish == Finish(when_trained=True) and config.export.export_best == "cider"
+    assert (config.evaluation.beam_size, config.evaluation.meteor, config.watch.arrival_timeout) == \
+        (3, True, 300.0)
+    once_and_an_end = ("--until-step, --max-evaluations and --exit-when-trained end the service; --once "
+                       "already evaluates one checkpoint")
+    for flags, problem in (
+            (["--once", "--until-step", "5"], once_and_an_end),
+            (["--json"], "--checkpoint and --json go with --once")):
+        result = showtell_main("evaluate", "--model-dir", "m", "--data", "d", *flags)
+        assert result.returncode == 2
+        assert result.stderr == f"showtell evaluate: error: {problem} (see --help)\n"

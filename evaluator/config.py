@@ -1,0 +1,126 @@
+"""The evaluator's configuration: typed dataclasses, each ``option`` field also a flag of
+``showtell evaluate`` (written once, here — as the trainer's in ``captioning/config.py``).  The
+CLI builds an ``EvaluatorConfig`` from the flags and checks their combinations; nothing below
+it sees ``argparse``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from showtell.common.flags import boolean, non_negative_int, option, positive_float, positive_int
+from showtell.evaluator.workdir import WorkDir
+
+if TYPE_CHECKING:
+    from showtell.evaluator.store import Record
+
+POLICIES = ("latest", "all")
+TOKENIZERS = ("auto", "ptb", "regex")
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    """What one evaluation of a checkpoint is."""
+
+    max_eval_examples: int | None = option(
+        None, "evaluate the first N validation images (each with all its captions); default all",
+        type=positive_int)
+    beam_size: int = option(3, "beam width of the generated captions (1: greedy)", type=positive_int)
+    threads: int | None = option(None, "TensorFlow threads (share a host politely)", type=positive_int)
+    meteor: bool = option(True, "compute METEOR when java is present", type=boolean)
+    tokenizer: str = option("auto", "how captions are tokenized for scoring: ptb (COCO's PTBTokenizer, "
+                                    "needs java; scores comparable with published ones), regex, or auto: "
+                                    "ptb when java is present", choices=TOKENIZERS)
+
+
+@dataclass(frozen=True)
+class WatchConfig:
+    """Which checkpoints are evaluated, and how they are noticed."""
+
+    policy: str = option("latest", "latest: skip to the newest when behind; all: every checkpoint in order",
+                         choices=POLICIES)
+    poll_secs: float | None = option(
+        None, "poll the state file every S seconds instead of inotify (network filesystems)",
+        type=positive_float)
+    arrival_timeout: float = option(
+        300.0, "how long a checkpoint the state file names may stay incomplete (a synced copy still "
+               "arriving) before it is recorded skipped", type=positive_float, metavar="S")
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """The gRPC service."""
+
+    host: str = option("127.0.0.1", "gRPC bind address")
+    port: int = option(50051, "gRPC port, 0 picks a free one", type=int)
+    health_port: int | None = option(
+        None, "also serve grpc.health.v1 alone, in plaintext, on --host:PORT — for probes that cannot "
+              "do TLS (Kubernetes' gRPC probes) when --tls-cert is on (default: off)",
+        type=int, metavar="PORT")
+    max_streams: int = option(10_000, "concurrent Watch streams served; more get RESOURCE_EXHAUSTED",
+                              type=positive_int)
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """``--export-best``: SavedModels of the best evaluations."""
+
+    export_best: str | None = option(
+        None, "export each better evaluation's model as a SavedModel version <work-dir>/export/best/<step>/, "
+              "TensorFlow Serving's layout (e.g. cider:max, loss:min)", metavar="METRIC[:max|min]")
+    export_keep: int = option(3, "export versions kept, newest first", type=positive_int, metavar="K")
+
+
+@dataclass(frozen=True)
+class Finish:
+    """When a finite evaluator is done: Keras' SidecarEvaluator ``max_evaluations``, Orbit's
+    timeout, and the trainer's own word that it has finished (a Kubernetes job completes)."""
+
+    until_step: int | None = option(None, "exit 0 after evaluating a checkpoint at step N or later",
+                                    type=non_negative_int, metavar="N")
+    max_evaluations: int | None = option(
+        None, "exit 0 after K evaluations by this process (skipped checkpoints do not count)",
+        type=positive_int, metavar="K")
+    when_trained: bool = option(
+        False, "exit 0 once the trainer has finished (--steps, --max-seconds or early stop; not a SIGTERM "
+               "or crash) and its final checkpoint is evaluated", flag="--exit-when-trained",
+        action="store_true")
+
+    def describe(self) -> str:
+        parts = []
+        if self.until_step is not None:
+            parts.append(f"a checkpoint at step ≥ {self.until_step} is evaluated")
+        if self.max_evaluations is not None:
+            parts.append(f"{self.max_evaluations} evaluation(s) are done")
+        if self.when_trained:
+            parts.append("the trainer's final checkpoint is evaluated")
+        return " or ".join(parts)
+
+    def reason(self, record: Record, evaluations: int) -> str | None:
+        """Why we are done after recording ``record`` (the ``evaluations``-th of this process)."""
+        if self.until_step is not None and record.step >= self.until_step:
+            return f"step {record.step} reaches --until-step {self.until_step}"
+        if self.max_evaluations is not None and evaluations >= self.max_evaluations:
+            return f"{evaluations} evaluation(s) done (--max-evaluations {self.max_evaluations})"
+        return None
+
+
+@dataclass(frozen=True)
+class EvaluatorConfig:
+    """Everything the evaluator service runs on.
+
+    Args:
+      model_dir: the trainer's model directory (local path or ``tf.io.gfile`` URL).
+      data: the dataset whose validation split is evaluated.
+      work: this evaluator's own directory.
+    """
+
+    model_dir: str
+    data: Path
+    work: WorkDir
+    evaluation: EvaluationConfig = EvaluationConfig()
+    watch: WatchConfig = WatchConfig()
+    serve: ServeConfig = ServeConfig()
+    export: ExportConfig = ExportConfig()
+    finish: Finish = Finish()
