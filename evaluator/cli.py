@@ -86,13 +86,15 @@ def run_once(args: argparse.Namespace) -> int:
     from showtell.evaluator.evaluation import CheckpointEvaluator
     from showtell.evaluator.scorers import CaptionScorer
 
-    scorer = CaptionScorer(meteor=args.meteor, tokenizer=args.tokenizer)
+    def scorer() -> CaptionScorer:
+        return CaptionScorer(meteor=args.meteor, tokenizer=args.tokenizer)
+
+    evaluator = CheckpointEvaluator(args.model_dir, args.data, args.max_eval_examples, args.beam_size,
+                                    scorer=scorer)
     try:
-        evaluator = CheckpointEvaluator(args.model_dir, args.data, args.max_eval_examples,
-                                        args.beam_size, scorer=scorer)
         result = evaluator.evaluate(args.checkpoint or latest_checkpoint(args.model_dir))
     finally:
-        scorer.close()
+        evaluator.close()
     if args.json:
         sys.stdout.write(json.dumps(asdict(result)) + "\n")
         return 0

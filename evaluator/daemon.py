@@ -23,10 +23,12 @@ from showtell.common.processes import signal_exit_code
 from showtell.evaluator.best_export import BestExport
 from showtell.evaluator.config import EvaluatorConfig
 from showtell.evaluator.evaluation import CheckpointEvaluator
+from showtell.evaluator.recorder import Recorder
 from showtell.evaluator.runner import EvalRunner
 from showtell.evaluator.scorers import CaptionScorer
 from showtell.evaluator.server import MetricsServer
 from showtell.evaluator.service import MetricsService
+from showtell.evaluator.status import Broadcast, Status
 from showtell.evaluator.store import Store
 from showtell.evaluator.summaries import EvalSummaries
 from showtell.evaluator.watcher import CheckpointWatcher
@@ -50,8 +52,11 @@ def serve(config: EvaluatorConfig, security: LoadedSecurity) -> int:
 async def _serve(config: EvaluatorConfig, security: LoadedSecurity) -> tuple[int, bool]:
     """The service until it stops: (exit code, whether an evaluation was abandoned running)."""
     model_dir, workdir, evaluation, serving = config.model_dir, config.work, config.evaluation, config.serve
-    evaluator = CheckpointEvaluator(model_dir, config.data, evaluation.max_eval_examples,
-                                    evaluation.beam_size)
+    # METEOR's JVM takes seconds to start: the evaluation thread starts it (runner.run), not
+    # before the server answers.
+    evaluator = CheckpointEvaluator(
+        model_dir, config.data, evaluation.max_eval_examples, evaluation.beam_size,
+        scorer=lambda: CaptionScorer(meteor=evaluation.meteor, tokenizer=evaluation.tokenizer))
     workdir.root.mkdir(parents=True, exist_ok=True)
     store = Store(workdir.history)
     summaries = EvalSummaries(str(workdir.summaries), evaluator.files)
@@ -62,14 +67,17 @@ async def _serve(config: EvaluatorConfig, security: LoadedSecurity) -> tuple[int
     if exporter is not None and exporter.current() is not None:
         log.info("--export-best: newest export %s", exporter.describe())
     finish = config.finish
-    runner = EvalRunner(model_dir=model_dir, evaluator=evaluator, store=store, work=workdir,
-                        policy=config.watch.policy, summaries=summaries, exporter=exporter, finish=finish,
+    status, broadcast = Status(), Broadcast()
+    recorder = Recorder(store=store, status=status, broadcast=broadcast, work_root=workdir.root,
+                        summaries=summaries, exporter=exporter)
+    runner = EvalRunner(model_dir=model_dir, evaluator=evaluator, store=store, recorder=recorder,
+                        pins=workdir.pins, policy=config.watch.policy, finish=finish,
                         arrival_timeout=config.watch.arrival_timeout)
     # The finished marker ends --exit-when-trained; a new run id (a synced copy's record may
     # land after its checkpoints) changes which checkpoints are still to evaluate.
     watcher = CheckpointWatcher(model_dir, runner.on_change, config.watch.poll_secs,
                                 also=(FINISHED, METADATA))
-    service = MetricsService(store=store, status=runner.status, broadcast=runner.broadcast,
+    service = MetricsService(store=store, status=status, broadcast=broadcast,
                              policy=config.watch.policy, checkpoint_dir=model_dir, observer=watcher.kind,
                              exporter=exporter, max_streams=serving.max_streams)
     loop = asyncio.get_running_loop()
@@ -96,8 +104,6 @@ async def _serve(config: EvaluatorConfig, security: LoadedSecurity) -> tuple[int
     def work() -> None:
         nonlocal exit_code
         try:
-            # METEOR's JVM takes seconds to start: do it here, not before the server answers.
-            evaluator.scorer = CaptionScorer(meteor=evaluation.meteor, tokenizer=evaluation.tokenizer)
             runner.run()
         except Exception:
             if runner.stopping.is_set():  # cut short by the shutdown (the JVM closed under it …)
@@ -120,8 +126,7 @@ async def _serve(config: EvaluatorConfig, security: LoadedSecurity) -> tuple[int
         thread.start()
         await stop.wait()
     finally:
-        runner.stopping.set()
-        runner.wake.set()
+        runner.stop()
         await server.stop()
         watcher.stop()
         # An evaluation in progress is abandoned (no row): it runs again after a restart.
@@ -129,9 +134,8 @@ async def _serve(config: EvaluatorConfig, security: LoadedSecurity) -> tuple[int
             await asyncio.to_thread(thread.join, 2)
             if thread.is_alive():
                 log.info("the evaluation in progress is abandoned (it runs again after a restart)")
-        await asyncio.to_thread(runner.close)  # nothing recorded from here on
-        if evaluator.scorer is not None:
-            evaluator.scorer.close()
+        await asyncio.to_thread(recorder.close)  # nothing recorded from here on
+        evaluator.close()
         summaries.close()
         store.close()
     if exit_code == 0 and stopped_by and finish.describe() and not runner.done:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,7 +42,11 @@ class EvalResult:
 
 class CheckpointEvaluator:
     def __init__(self, model_dir: str, data_dir: Path, max_examples: int | None = None,
-                 beam_size: int = 3, samples: int = 5, scorer: CaptionScorer | None = None) -> None:
+                 beam_size: int = 3, samples: int = 5,
+                 scorer: Callable[[], CaptionScorer] | None = None) -> None:
+        """``scorer`` makes the caption scorer when the first evaluation (or ``open``) needs it:
+        METEOR's JVM takes seconds to start, so the service starts it on its evaluation thread,
+        not before its server answers."""
         self.model_dir, self.data_dir = model_dir, data_dir
         self.manifest, self.data_vocab = load_dataset(data_dir)
         self.files = shard_files(data_dir, "val")
@@ -49,7 +54,8 @@ class CheckpointEvaluator:
         # either vocabulary gives the words.
         self.references = inputs.load_references(self.files, self.data_vocab)
         self.max_examples, self.beam_size, self.samples = max_examples, beam_size, samples
-        self.scorer = scorer
+        self._make_scorer = scorer
+        self.scorer: CaptionScorer | None = None
         self._key: tuple | None = None
         self._model = None
         self._validator: Validator | None = None
@@ -60,6 +66,15 @@ class CheckpointEvaluator:
     def model(self):
         """The model as of the last evaluation (its weights are that checkpoint's)."""
         return self._model
+
+    def open(self) -> None:
+        """Start the caption scorer (if any) now rather than at the first evaluation."""
+        if self._make_scorer is not None and self.scorer is None:
+            self.scorer = self._make_scorer()
+
+    def close(self) -> None:
+        if self.scorer is not None:
+            self.scorer.close()
 
     def _prepare(self) -> Validator:
         config = read_model_config(self.model_dir)
@@ -87,6 +102,7 @@ class CheckpointEvaluator:
     def evaluate(self, path: str, step: int | None = None) -> EvalResult:
         """Restore ``path`` and validate it; a ``ShowtellError`` explains any bad input."""
         started = time.monotonic()
+        self.open()
         validator = self._prepare()
         restore(tf.train.Checkpoint(model=self._model), path,
                 "the checkpoint is corrupt or from another model", partial=True)

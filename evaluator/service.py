@@ -16,12 +16,12 @@ import time
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from showtell.api.client import STOPPING
+from showtell.api.contract import ALL_RUNS, STOPPING
 from showtell.evaluator import metric_names
 from showtell.evaluator.best_export import BestExport
 from showtell.evaluator.feed import StreamFeed
 from showtell.evaluator.status import Broadcast, Status
-from showtell.evaluator.store import ALL_RUNS, Record, Store
+from showtell.evaluator.store import Record, Store
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 

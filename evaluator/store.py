@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from showtell.api.client import ALL_RUNS  # the gRPC contract's "every run"
+from showtell.api.contract import ALL_RUNS
 
 FORMAT = 2  # PRAGMA user_version of a history this version reads and writes
 SCHEMA = """

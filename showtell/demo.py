@@ -27,7 +27,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from showtell.api.client import STOPPING, WatchFollower
+from showtell.api.client import WatchFollower
+from showtell.api.contract import STOPPING
 from showtell.captioning.config import SyntheticConfig
 from showtell.common import processes
 from showtell.common.flags import (

@@ -17,7 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from showtell.api.client import ALL_RUNS
+from showtell.api.contract import ALL_RUNS
 from showtell.common import processes
 from showtell.evaluator.server import MetricsServer
 from showtell.evaluator.service import MetricsService

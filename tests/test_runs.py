@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from showtell.api.client import ALL_RUNS
+from showtell.api.contract import ALL_RUNS
 from showtell.evaluator.store import Record, Store
 from showtell.v1 import metrics_pb2 as pb
 from tests.conftest import copy_model, metrics_stub, start_evaluator, train_more, wait_for

@@ -11,6 +11,7 @@ import errno
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,20 +42,25 @@ def _top_level_objects(path: str, hint: str) -> set[str]:
 
 @dataclass
 class SaveSchedule:
-    """Due every ``every_steps`` global steps and/or every ``every_secs`` seconds."""
+    """Due every ``every_steps`` global steps and/or every ``every_secs`` seconds (of ``clock``:
+    monotonic time; tests pass a fake)."""
 
     every_secs: float | None
     every_steps: int | None
-    _last_time: float = field(default_factory=time.monotonic)
-    _last_step: int = 0
+    clock: Callable[[], float] = time.monotonic
+    _last_time: float = field(default=0.0, init=False)
+    _last_step: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self._last_time = self.clock()
 
     def start(self, step: int) -> None:
-        self._last_step, self._last_time = step, time.monotonic()
+        self._last_step, self._last_time = step, self.clock()
 
     def due(self, step: int) -> bool:
         if self.every_steps and step - self._last_step >= self.every_steps:
             return True
-        return bool(self.every_secs) and time.monotonic() - self._last_time >= self.every_secs
+        return bool(self.every_secs) and self.clock() - self._last_time >= self.every_secs
 
     def saved(self, step: int) -> None:
         self.start(step)

@@ -21,8 +21,6 @@ from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
-ALL_RUNS = "*"  # a request's run_id for every run (empty: the model dir's current run)
-STOPPING = "the evaluator is stopping; reconnect to its next instance"  # how its streams end
 KEEPALIVE_SECS = 30.0  # ping a quiet stream this often (the evaluator permits ≥ 10 s) …
 KEEPALIVE_TIMEOUT_SECS = 10.0  # … and give it up when a ping is not answered this soon
 

@@ -22,7 +22,8 @@ import grpc
 from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from showtell.api.client import ALL_RUNS, WatchFollower
+from showtell.api.client import WatchFollower
+from showtell.api.contract import ALL_RUNS
 from showtell.api.transport import ClientSecurity, add_client_arguments
 from showtell.common.errors import ShowtellError
 from showtell.common.flags import Parser, positive_float, positive_int, run_command, setup_logging

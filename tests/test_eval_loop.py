@@ -1,0 +1,278 @@
+"""The evaluation loop in process, in the style of Orbit's ``controller_test``: a fake checkpoint
+evaluator (no TensorFlow model), a fake clock, a real model dir's files (state file, checkpoint
+files, finished marker) in a temporary directory and the real store and recorder.  What crosses
+a process boundary — kills, synced copies, locks, clusters — stays in the e2e tests."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from showtell.captioning.model.modeldir import METADATA, mark_finished
+from showtell.common.errors import ShowtellError
+from showtell.evaluator.config import Finish
+from showtell.evaluator.evaluation import EvalResult
+from showtell.evaluator.recorder import WORK_DIR_RETRY_SECS, Recorder
+from showtell.evaluator.runner import EvalRunner
+from showtell.evaluator.schedule import FIRST_RETRY_SECS
+from showtell.evaluator.status import Broadcast, Status
+from showtell.evaluator.store import Store
+from showtell.evaluator.workdir import WorkDir
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeEvaluator:
+    """Evaluates instantly; ``broken`` steps fail as a corrupt checkpoint does."""
+
+    model = vocab = None
+
+    def __init__(self, broken: tuple[int, ...] = ()) -> None:
+        self.broken, self.calls, self.opened = broken, [], False
+
+    def open(self) -> None:
+        self.opened = True
+
+    def evaluate(self, path: str, step: int | None = None) -> EvalResult:
+        assert Path(path + ".index").exists(), "evaluated a checkpoint that is not pinned"
+        self.calls.append(step)
+        if step in self.broken:
+            raise ShowtellError(f"{path}: cannot restore (corrupt); the checkpoint is corrupt")
+        return EvalResult(step=step, checkpoint=path, metrics={"loss": 10.0 / step}, examples=4, seconds=0.01)
+
+
+class ModelDir:
+    """A trainer's model dir as the evaluator sees it: checkpoint files and the state file."""
+
+    def __init__(self, root: Path, run: str = "run-1") -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        (root / METADATA).write_text(json.dumps({"run_id": run}))
+
+    def prefix(self, step: int) -> str:
+        return str(self.root / f"ckpt-{step}")
+
+    def save(self, step: int, data: bool = True) -> None:
+        (self.root / f"ckpt-{step}.index").write_bytes(b"index")
+        if data:
+            self.data(step)
+
+    def data(self, step: int) -> None:
+        (self.root / f"ckpt-{step}.data-00000-of-00001").write_bytes(b"data")
+
+    def delete(self, step: int) -> None:
+        for path in self.root.glob(f"ckpt-{step}.*"):
+            path.unlink()
+
+    def name(self, *steps: int) -> None:
+        lines = [f'model_checkpoint_path: "ckpt-{steps[-1]}"'] if steps else []
+        lines += [f'all_model_checkpoint_paths: "ckpt-{s}"' for s in steps]
+        (self.root / "checkpoint").write_text("\n".join(lines) + "\n")
+
+
+def build(tmp_path: Path, policy: str = "all", finish: Finish | None = None,
+          evaluator: FakeEvaluator | None = None) -> tuple[EvalRunner, ModelDir, Store, FakeClock]:
+    model, work, clock = ModelDir(tmp_path / "model"), WorkDir(tmp_path / "work"), FakeClock()
+    work.root.mkdir()
+    store = Store(work.history)
+    recorder = Recorder(store=store, status=Status(), broadcast=Broadcast(), work_root=work.root, clock=clock)
+    runner = EvalRunner(model_dir=str(model.root), evaluator=evaluator or FakeEvaluator(), store=store,
+                        recorder=recorder, pins=work.pins, policy=policy, finish=finish,
+                        arrival_timeout=60.0, clock=clock)
+    return runner, model, store, clock
+
+
+def history(store: Store) -> list[tuple[int, str]]:
+    return [(r.step, r.status) for r in sorted(store.after(-1), key=lambda r: r.rowid)]
+
+
+def test_policy_all_evaluates_every_checkpoint_once_in_step_order(tmp_path: Path):
+    runner, model, store, _ = build(tmp_path)
+    for step in (10, 20, 30):
+        model.save(step)
+    model.name(30, 10, 20)
+    runner.look()
+    assert runner.evaluator.calls == [10, 20, 30]
+    assert history(store) == [(10, "ok"), (20, "ok"), (30, "ok")]
+    runner.look()  # nothing new: nothing evaluated again
+    assert runner.evaluator.calls == [10, 20, 30] and runner.evaluations == 3
+    assert not list(runner.pins.iterdir())  # every pin released
+
+
+def test_policy_latest_skips_ahead_while_behind(tmp_path: Path):
+    runner, model, store, _ = build(tmp_path, policy="latest")
+    for step in (10, 20, 30):
+        model.save(step)
+    model.name(10, 20, 30)
+    runner.look()
+    assert runner.evaluator.calls == [30]
+    for step in (40, 50):
+        model.save(step)
+    model.name(30, 40, 50)
+    runner.look()
+    # 10, 20 and 40 were passed over: never evaluated, and no record (they were never its job)
+    assert runner.evaluator.calls == [30, 50] and history(store) == [(30, "ok"), (50, "ok")]
+
+
+def test_exit_when_trained_with_policy_latest_ends_after_the_final_checkpoint(tmp_path: Path):
+    runner, model, _, _ = build(tmp_path, policy="latest", finish=Finish(when_trained=True))
+    for step in (10, 20):
+        model.save(step)
+    model.name(10, 20)
+    mark_finished(model.root, 20, model.prefix(20), "steps")
+    done: list = []
+    thread = threading.Thread(target=lambda: done.append(runner.run(poll_fallback_secs=0.05)))
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive(), "the loop did not end after the final checkpoint was evaluated"
+    assert done == ["the trainer finished (steps) and its final checkpoint, step 20, is evaluated"]
+    assert runner.evaluator.opened and runner.evaluator.calls == [20]
+
+
+def test_exit_when_trained_waits_for_the_final_checkpoint(tmp_path: Path):
+    runner, model, _, _ = build(tmp_path, policy="latest", finish=Finish(when_trained=True))
+    model.save(10)
+    model.name(10)
+    mark_finished(model.root, 20, model.prefix(20), "steps")  # its checkpoint is not named yet
+    thread = threading.Thread(target=runner.run, kwargs={"poll_fallback_secs": 0.05})
+    thread.start()
+    try:
+        thread.join(1.0)
+        assert thread.is_alive() and runner.evaluator.calls == [10]
+        model.save(20)
+        model.name(10, 20)
+        runner.on_change()
+        thread.join(30)
+        assert not thread.is_alive() and runner.done and runner.evaluator.calls == [10, 20]
+    finally:
+        runner.stop()
+        thread.join(10)
+
+
+@pytest.mark.parametrize("finish, expected_calls, reason", [
+    (Finish(until_step=20), [10, 20], "step 20 reaches --until-step 20"),
+    (Finish(max_evaluations=2), [10, 20], "2 evaluation(s) done (--max-evaluations 2)"),
+])
+def test_finish_conditions_end_the_loop(tmp_path: Path, finish, expected_calls, reason):
+    runner, model, _, _ = build(tmp_path, finish=finish)
+    for step in (10, 20, 30):
+        model.save(step)
+    model.name(10, 20, 30)
+    assert runner.run(poll_fallback_secs=0.05) == reason
+    assert runner.evaluator.calls == expected_calls
+
+
+def test_a_checkpoint_still_arriving_is_retried_with_backoff_then_evaluated(tmp_path: Path):
+    runner, model, store, clock = build(tmp_path)
+    model.save(10, data=False)  # a synced copy: the state file and .index came first
+    model.name(10)
+    runner.look()
+    assert history(store) == [] and runner.evaluator.calls == []
+    assert runner.retry_at == clock.now + FIRST_RETRY_SECS
+    clock.now += 1
+    runner.look()
+    assert runner.retry_at == clock.now + 2 * FIRST_RETRY_SECS  # doubled
+    model.data(10)
+    runner.look()
+    assert history(store) == [(10, "ok")] and runner.retry_at is None
+
+
+def test_a_checkpoint_that_never_arrives_is_skipped_after_the_arrival_timeout(tmp_path: Path):
+    runner, model, store, clock = build(tmp_path)
+    model.save(10, data=False)
+    model.save(20)
+    model.name(10, 20)
+    runner.look()
+    assert history(store) == []  # in step order: 20 waits behind the incomplete 10
+    clock.now += 61
+    runner.look()
+    assert history(store) == [(10, "skipped"), (20, "ok")]
+    assert "still incomplete after 61 s (--arrival-timeout 60)" in store.after(-1)[0].reason
+
+
+def test_a_broken_checkpoint_is_recorded_failed_and_the_loop_goes_on(tmp_path: Path):
+    runner, model, store, _ = build(tmp_path, evaluator=FakeEvaluator(broken=(20,)))
+    for step in (10, 20, 30):
+        model.save(step)
+    model.name(10, 20, 30)
+    runner.look()
+    assert history(store) == [(10, "ok"), (20, "failed"), (30, "ok")]
+    failed = next(r for r in store.after(-1) if r.status == "failed")
+    # named as the user knows it, not by its pin
+    assert "cannot restore (corrupt)" in failed.reason and "/pins/" not in failed.reason
+    runner.look()
+    assert runner.evaluator.calls == [10, 20, 30]  # a failure is final, not retried for ever
+
+
+def test_a_checkpoint_deleted_while_the_evaluator_was_busy_is_recorded_skipped(tmp_path: Path):
+    runner, model, store, _ = build(tmp_path)
+    model.save(10, data=False)
+    model.name(10)
+    runner.on_change()  # the watcher saw it named
+    model.delete(10)
+    model.save(20)
+    model.name(20)  # --keep 1 deleted it before its files were complete
+    runner.on_change()
+    assert history(store) == [(10, "skipped")]  # recorded from the watcher's thread, at once
+    assert "--keep" in store.after(-1)[0].reason
+    runner.look()
+    assert history(store) == [(10, "skipped"), (20, "ok")] and runner.evaluator.calls == [20]
+
+
+def test_a_full_work_dir_records_nothing_says_so_and_recovers(tmp_path: Path):
+    runner, model, store, clock = build(tmp_path)
+    model.save(10)
+    model.name(10)
+    real_add, failures = store.add, [sqlite3.OperationalError("database or disk is full")]
+
+    def add(record):
+        if failures:
+            raise failures.pop()
+        return real_add(record)
+
+    store.add = add
+    runner.look()
+    assert history(store) == [] and runner.retry_at == clock.now + WORK_DIR_RETRY_SECS
+    assert "step 10 not evaluated: --work-dir" in runner.status.work_error
+    assert "database or disk is full" in runner.status.work_error
+    clock.now += WORK_DIR_RETRY_SECS
+    runner.look()
+    assert history(store) == [(10, "ok")] and runner.status.work_error == ""
+
+
+def test_a_pin_left_by_a_stopped_evaluator_is_settled_at_start(tmp_path: Path):
+    runner, model, store, _ = build(tmp_path, finish=Finish(max_evaluations=1))
+    gone = runner.pins / "ckpt-5"
+    gone.mkdir(parents=True)
+    (gone / "ckpt-5.index").write_bytes(b"index")  # its evaluation was cut short; deleted since
+    model.save(10)
+    model.name(10)
+    assert runner.run(poll_fallback_secs=0.05)
+    assert history(store) == [(5, "skipped"), (10, "ok")]
+    assert "cut short" in store.after(-1)[0].reason and not gone.exists()
+
+
+def test_a_new_run_in_the_model_dir_is_evaluated_afresh(tmp_path: Path):
+    runner, model, store, _ = build(tmp_path, policy="latest")
+    model.save(100)
+    model.name(100)
+    runner.look()
+    for path in model.root.glob("ckpt-*"):
+        path.unlink()
+    ModelDir(model.root, run="run-2")  # the dir wiped and trained again: steps start low
+    model.save(10)
+    model.name(10)
+    runner.look()
+    assert runner.evaluator.calls == [100, 10]
+    assert [(r.run, r.step) for r in sorted(store.after(-1), key=lambda r: r.rowid)] == \
+        [("run-1", 100), ("run-2", 10)]
