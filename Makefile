@@ -24,9 +24,10 @@ lint: install
 test: lint
 	$(BIN)/pytest
 
-# The inner loop: lint + the in-process tests (no e2e, no Docker), on two workers.
+# The inner loop: lint + the quick in-process tests (no e2e, no Docker, none that trains a model
+# for half a minute), on two workers.  `make test` runs all of them.
 check: lint
-	$(BIN)/pytest -m "not e2e and not docker" -q
+	$(BIN)/pytest -m "not e2e and not docker and not slow" -q
 
 demo: install
 	$(BIN)/showtell demo --dir $(DEMO_DIR) --seconds $(DEMO_SECONDS)

@@ -1,20 +1,23 @@
 """Does a CPU evaluator keep up?  Evaluator images/s ÷ plain Inception forward images/s on the
 same images, at COCO's shape: 299 px, beam 3, captions up to 20 words, the paper's model size
 (512/512) and a COCO-sized vocabulary (12,000 words: the logits and the beam's top-k grow with
-it) — one run of this script.
+it) — in one run of this script.
 
 * plain forward: decode + resize + Inception v3 over every image — what an evaluator cannot
   avoid, and the most an evaluation could do;
 * evaluator: ``Validator.run`` (the same pipeline, each image encoded once, the teacher-forced
   loss of all 5 of its captions, beam search) plus BLEU/ROUGE-L/CIDEr scoring of the result —
-  everything ``CheckpointEvaluator.evaluate`` does after restoring the checkpoint.
+  everything ``CheckpointEvaluator.evaluate`` does after restoring the checkpoint;
+* ``--levers``: the evaluator again with each speed lever alone (XLA for its step), in the same
+  rounds.
 
 A freshly initialised decoder never ends a caption early, so every beam runs all 20 steps: the
-worst case.  Both sides run once to trace, then are timed.  Reports minutes per 5,000-image
-evaluation here and what ``--max-eval-examples`` keeps an evaluation within half of a 10-minute
-checkpoint interval.
+worst case.  Every path runs twice before timing (tracing, then warm caches and tf.data's
+autotuning); then ``--rounds`` rounds each time every path once, in turn, so drift on a shared
+machine falls on all of them alike.  Reported: each path's median images/s and its spread
+(min–max), and the ratio to the forward pass as the median of the per-round ratios.
 
-    .venv/bin/python bench/eval_throughput.py [--images 128] [--batch-size 64] [--beam-size 3]
+    .venv/bin/python bench/eval_throughput.py [--images 128] [--rounds 5] [--levers]
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ import argparse
 import json
 import logging
 import os
+import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -44,8 +49,8 @@ COCO_VOCABULARY = 12000
 CAPTIONS_PER_IMAGE = 5  # COCO's (the synthetic scenes have 3: cycled up to 5)
 
 
-def forward_rate(model, files: list[str], batch_size: int) -> float:
-    """Images/s of decode + preprocess + Inception alone, over the same images and batches."""
+def forward_pass(model, files: list[str], batch_size: int) -> Callable[[], int]:
+    """Decode + preprocess + Inception alone, over the same images and batches."""
     features = tf.function(lambda images: model.features(images, training=False), reduce_retracing=True)
 
     def one_pass() -> int:
@@ -55,21 +60,17 @@ def forward_rate(model, files: list[str], batch_size: int) -> float:
             count += int(batch["image"].shape[0])
         return count
 
-    one_pass()  # trace
-    started = time.perf_counter()
-    count = one_pass()
-    return count / (time.perf_counter() - started)
+    return one_pass
 
 
-def evaluator_rate(validator: Validator, scorer: CaptionScorer, references) -> tuple[float, dict]:
-    validator.run()  # trace
-    started = time.perf_counter()
-    result = validator.run()
-    scoring = time.perf_counter()
-    scorer.score(result.captions, references)
-    done = time.perf_counter()
-    return result.images / (done - started), {"scoring_seconds": round(done - scoring, 2),
-                                              "captions_scored_for_loss": result.loss.examples}
+def evaluator_pass(validator: Validator, scorer: CaptionScorer, references) -> Callable[[], int]:
+    """Everything an evaluation does after the restore: validation, then caption scoring."""
+    def one_pass() -> int:
+        result = validator.run()
+        scorer.score(result.captions, references)
+        return result.images
+
+    return one_pass
 
 
 def coco_like(files: list[str], out: Path) -> list[str]:
@@ -84,12 +85,33 @@ def coco_like(files: list[str], out: Path) -> list[str]:
     return shard_files(out, "val")
 
 
+def measure(paths: dict[str, Callable[[], int]], rounds: int) -> dict[str, list[float]]:
+    """Images/s of each path per round, after two untimed passes each."""
+    for one_pass in paths.values():
+        one_pass()
+        one_pass()
+    rates: dict[str, list[float]] = {name: [] for name in paths}
+    for _ in range(rounds):
+        for name, one_pass in paths.items():
+            started = time.perf_counter()
+            images = one_pass()
+            rates[name].append(images / (time.perf_counter() - started))
+    return rates
+
+
+def spread(values: list[float], digits: int) -> dict[str, float]:
+    return {"median": round(statistics.median(values), digits), "min": round(min(values), digits),
+            "max": round(max(values), digits)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=64, help="the evaluator's (64)")
     parser.add_argument("--beam-size", type=int, default=3)
     parser.add_argument("--image-size", type=int, default=299)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--levers", action="store_true", help="also the evaluator with XLA (jit_compile)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp:
@@ -104,24 +126,25 @@ def main() -> int:
         model = build_model(ModelConfig(vocab_size=len(big), image_size=args.image_size))
         references = inputs.load_references(files, vocab)
         scorer = CaptionScorer(meteor=False)
-        forward = forward_rate(model, files, args.batch_size)
-        validator = Validator(model, files, big, batch_size=args.batch_size, beam_size=args.beam_size)
-        evaluator, detail = evaluator_rate(validator, scorer, references)
-        forward_again = forward_rate(model, files, args.batch_size)  # drift check: the machine is shared
-    minutes = 5000 / evaluator / 60
-    print(json.dumps({
-        "images": args.images, "image_size": args.image_size, "batch_size": args.batch_size,
-        "beam_size": args.beam_size, "vocabulary": len(big),
-        "captions_per_image": detail["captions_scored_for_loss"] / args.images,
-        "inception_forward_images_per_sec": round(forward, 2),
-        "inception_forward_images_per_sec_after": round(forward_again, 2),
-        "evaluator_images_per_sec": round(evaluator, 2),
-        # against the faster of the two forward passes: the machine is shared, be conservative
-        "ratio_evaluator_over_forward": round(evaluator / max(forward, forward_again), 3),
-        **detail,
-        "minutes_per_5000_images": round(minutes, 1),
-        "max_eval_examples_for_half_of_10_minutes": int(evaluator * 300),
-    }, indent=2))
+        paths = {"forward": forward_pass(model, files, args.batch_size)}
+        for name, jit in (("evaluator", False), ("evaluator_xla", True))[:2 if args.levers else 1]:
+            validator = Validator(model, files, big, batch_size=args.batch_size, beam_size=args.beam_size,
+                                  jit_compile=jit)
+            paths[name] = evaluator_pass(validator, scorer, references)
+        rates = measure(paths, args.rounds)
+    report = {"images": args.images, "image_size": args.image_size, "batch_size": args.batch_size,
+              "beam_size": args.beam_size, "vocabulary": len(big), "rounds": args.rounds,
+              "threads": {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
+                          "inter_op": tf.config.threading.get_inter_op_parallelism_threads()}}
+    for name, values in rates.items():
+        report[f"{name}_images_per_sec"] = spread(values, 2)
+        if name != "forward":
+            ratios = [e / f for e, f in zip(values, rates["forward"], strict=True)]
+            report[f"ratio_{name}_over_forward"] = spread(ratios, 3)
+    evaluator = statistics.median(rates["evaluator"])
+    report["minutes_per_5000_images"] = round(5000 / evaluator / 60, 1)
+    report["max_eval_examples_for_half_of_10_minutes"] = int(evaluator * 300)
+    print(json.dumps(report, indent=2))
     return 0
 
 

@@ -182,3 +182,6 @@ class CocoConfig:
     workers: int = 4  # image reading / validation threads
     split: str = "im2txt"  # im2txt | karpathy
     karpathy_json: str | None = None
+    # A model's vocabulary (its vocab.txt, or im2txt's word_counts.txt) to build in, instead of one
+    # from the training captions: data to continue training that model.
+    vocab: str | None = None

@@ -18,7 +18,7 @@ import tensorflow as tf
 from showtell.captioning.data import inputs
 from showtell.captioning.data.manifest import VOCAB, load_dataset
 from showtell.captioning.data.records import shard_files
-from showtell.captioning.data.vocab import Vocabulary
+from showtell.captioning.data.vocab import Vocabulary, same_ids
 from showtell.captioning.model.modeldir import checkpoint_step, model_vocabulary, read_model_config, restore
 from showtell.captioning.model.network import build_model
 from showtell.captioning.model.validation import Validator, exact_match
@@ -83,7 +83,7 @@ class CheckpointEvaluator:
             raise ModelDirError(f"{self.model_dir}/{VOCAB} has {len(vocab)} words, the model "
                                 f"{config.vocab_size}; it is not this model's vocabulary")
         if (config, vocab) != self._key:
-            if vocab.words == self.data_vocab.words:
+            if same_ids(self.data_vocab, vocab):  # (an imported model may have rows no word owns)
                 id_map, self.unknown_words = None, []
             else:
                 id_map, self.unknown_words = self.data_vocab.id_map(vocab)
@@ -99,14 +99,17 @@ class CheckpointEvaluator:
         assert self._validator is not None
         return self._validator
 
-    def evaluate(self, path: str, step: int | None = None) -> EvalResult:
-        """Restore ``path`` and validate it; a ``ShowtellError`` explains any bad input."""
+    def evaluate(self, path: str, step: int | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> EvalResult:
+        """Restore ``path`` and validate it; a ``ShowtellError`` explains any bad input.
+        ``progress(images done, total)`` after each batch."""
         started = time.monotonic()
         self.open()
         validator = self._prepare()
         restore(tf.train.Checkpoint(model=self._model), path,
                 "the checkpoint is corrupt or from another model", partial=True)
-        validation = validator.run()
+        split = self.manifest.splits.get("val")
+        validation = validator.run(progress, split_images=split.images if split else 0)
         loss, captions = validation.loss, validation.captions
         metrics = {names.LOSS: loss.loss, names.PERPLEXITY: loss.perplexity,
                    names.EXACT_MATCH: exact_match(captions, self.references)}

@@ -68,7 +68,7 @@ class Recorder:
                 if self.summaries is not None and record.status == "ok":
                     self.summaries.write(record)
             if ends_evaluation:
-                self.status.evaluating_step = -1
+                self.status.end()
             self.broadcast.notify(stored)
             return stored or record
 
@@ -87,7 +87,7 @@ class Recorder:
         """The work dir failed a record (a full disk, an I/O error) — not the checkpoint's fault:
         nothing is recorded (SQLite rolled the row back), the status says what, one line is
         logged (once per distinct message).  Returns when to try the same checkpoint again."""
-        self.status.evaluating_step = -1
+        self.status.end()
         try:
             free = f"{shutil.disk_usage(self.work_root).free / 2**20:.0f} MB free"
         except OSError:

@@ -30,6 +30,7 @@ from showtell.evaluator.evaluation import EvalResult
 from showtell.evaluator.pinning import Missing, files_state, pin, unpin
 from showtell.evaluator.recorder import Recorder
 from showtell.evaluator.schedule import Checkpoint, Retry, Skip
+from showtell.evaluator.status import Progress
 from showtell.evaluator.store import Record, Store
 
 log = logging.getLogger(__name__)
@@ -43,13 +44,14 @@ class Evaluator(Protocol):
 
     def open(self) -> None: ...
 
-    def evaluate(self, path: str, step: int | None = None) -> EvalResult: ...
+    def evaluate(self, path: str, step: int | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> EvalResult: ...
 
 
 class EvalRunner:
     def __init__(self, *, model_dir: str, evaluator: Evaluator, store: Store, recorder: Recorder, pins: Path,
                  policy: str, finish: Finish | None = None, arrival_timeout: float = 300.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 progress_log_secs: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
         """
         Args:
           model_dir: the trainer's model directory (local path or ``tf.io.gfile`` URL).
@@ -61,6 +63,7 @@ class EvalRunner:
           finish: when to stop by itself (default: never).
           arrival_timeout: seconds a checkpoint named by the state file may stay incomplete (a
             synced copy still arriving) before it is recorded skipped.
+          progress_log_secs: how often a long evaluation logs how far it is.
           clock: monotonic seconds (tests pass a fake).
         """
         if policy not in schedule.POLICIES:
@@ -68,6 +71,8 @@ class EvalRunner:
         self.model_dir, self.evaluator, self.store, self.recorder = model_dir, evaluator, store, recorder
         self.pins, self.policy, self.finish = pins, policy, finish or Finish()
         self.arrival_timeout, self.clock = arrival_timeout, clock
+        self.progress_log_secs = progress_log_secs
+        self._progress_logged = 0.0
         self.status = recorder.status
         self.wake, self.stopping = threading.Event(), threading.Event()
         self.evaluations = 0  # by this process (ok or failed; a skipped checkpoint is not one)
@@ -253,7 +258,7 @@ class EvalRunner:
         """Pin, evaluate, record, unpin.  None: the checkpoint's files are not all there yet
         (or were changing while read) and it is still named — ``retry_at`` says when to look."""
         step, prefix, run = checkpoint.step, checkpoint.prefix, self.status.run_id
-        self.status.evaluating_step = step
+        self.status.begin(step)
         started = time.time()
         mtime = _mtime(prefix + ".index")
         before = files_state(prefix)
@@ -263,7 +268,8 @@ class EvalRunner:
             return self._not_arrived(checkpoint, str(exc), mtime)
         try:
             log.info("evaluating %s (step %d)", prefix, step)
-            result = self.evaluator.evaluate(pinned, step=step)
+            self._progress_logged = self.clock()
+            result = self.evaluator.evaluate(pinned, step=step, progress=self._progress)
             record = Record(step, prefix, mtime, time.time(), result.seconds, result.examples,
                             metrics=result.metrics, samples=result.samples, run=run, scoring=result.scoring)
         except ModelDirIncomplete as exc:  # e.g. showtell-model.json not synced yet
@@ -281,8 +287,20 @@ class EvalRunner:
         self.recorder.export(record, self.evaluator.model, self.evaluator.vocab)
         return recorded
 
+    def _progress(self, done: int, total: int) -> None:
+        """The evaluator's count after each batch: kept for GetStatus, logged now and then (the
+        Watch streams hear nothing until the record lands)."""
+        now, current = self.clock(), self.status.progress
+        progress = Progress.first(done, total, now) if current is None else current.advanced(done, now)
+        self.status.progress = progress
+        if done < total and now - self._progress_logged >= self.progress_log_secs:
+            self._progress_logged = now
+            left = progress.seconds_left()
+            log.info("evaluating step %d: %d of %d images done%s", self.status.evaluating_step, done, total,
+                     "" if left is None else f", about {left:.0f} s left")
+
     def _not_arrived(self, checkpoint: Checkpoint, reason: str, mtime: float) -> Record | None:
-        self.status.evaluating_step = -1
+        self.status.end()
         try:
             named = checkpoint.prefix in read_state(self.model_dir)
         except ShowtellError:

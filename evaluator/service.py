@@ -20,7 +20,7 @@ from showtell.api.contract import ALL_RUNS, STOPPING
 from showtell.evaluator import metric_names
 from showtell.evaluator.best_export import BestExport
 from showtell.evaluator.feed import StreamFeed
-from showtell.evaluator.status import Broadcast, Status
+from showtell.evaluator.status import Broadcast, Progress, Status
 from showtell.evaluator.store import Record, Store
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
@@ -186,6 +186,7 @@ class MetricsService(pb_grpc.MetricsServicer):
             last_error=status.last_error,
             best_export=self.exporter.describe() if self.exporter else "",
             run_id=status.run_id, runs=self.store.runs(),
+            **_progress_fields(status.progress),
         )
 
     async def Watch(self, request, context):
@@ -230,3 +231,11 @@ class MetricsService(pb_grpc.MetricsServicer):
                 await feed.wait()
         finally:
             self.streams -= 1
+
+
+def _progress_fields(progress: Progress | None) -> dict:
+    if progress is None:
+        return {"seconds_left": -1.0}
+    left = progress.seconds_left()
+    return {"images_done": progress.done, "images_total": progress.total,
+            "seconds_left": -1.0 if left is None else left}

@@ -4,6 +4,7 @@ reads these, never the loop itself (it can be served, and tested, without one)."
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -12,11 +13,39 @@ from dataclasses import dataclass, field
 from showtell.evaluator.store import Record
 
 
+@dataclass(frozen=True)
+class Progress:
+    """How far the current evaluation is (replaced whole, never changed: the service's thread
+    reads it while the loop's goes on).  The rate is taken from the batches after the first,
+    which also pays for restoring the checkpoint (and, once per model, tracing)."""
+
+    total: int  # images this evaluation covers
+    done: int
+    first_at: float  # when the first batch was done (monotonic)
+    first_done: int
+    at: float  # when ``done`` was counted
+
+    @classmethod
+    def first(cls, done: int, total: int, now: float) -> Progress:
+        return cls(total=total, done=done, first_at=now, first_done=done, at=now)
+
+    def advanced(self, done: int, now: float) -> Progress:
+        return dataclasses.replace(self, done=done, at=now)
+
+    def seconds_left(self) -> float | None:
+        """None until a batch after the first has been timed."""
+        if self.done <= self.first_done or self.at <= self.first_at:
+            return None
+        rate = (self.done - self.first_done) / (self.at - self.first_at)
+        return max(0, self.total - self.done) / rate
+
+
 @dataclass
 class Status:
     started: float = field(default_factory=time.monotonic)
     last_seen_step: int = -1
     evaluating_step: int = -1
+    progress: Progress | None = None  # of the evaluation of ``evaluating_step``, once it has begun
     pending_steps: list[int] = field(default_factory=list)
     state_error: str = ""
     work_error: str = ""  # the work dir's trouble, until an evaluation is recorded again
@@ -25,6 +54,12 @@ class Status:
     @property
     def last_error(self) -> str:
         return self.state_error or self.work_error
+
+    def begin(self, step: int) -> None:
+        self.evaluating_step, self.progress = step, None
+
+    def end(self) -> None:
+        self.evaluating_step, self.progress = -1, None
 
 
 class Broadcast:

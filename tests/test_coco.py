@@ -35,7 +35,12 @@ def _captions(rng: random.Random, image_id: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def layout(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("mscoco")
+    return write_layout(tmp_path_factory.mktemp("mscoco"))
+
+
+def write_layout(root: Path) -> dict:
+    """MSCOCO's layout in ``root``: captions files, image folders (with the broken images)."""
+    root.mkdir(parents=True, exist_ok=True)
     rng = random.Random(1)
     files = {}
     for pool, first, count in (("train2014", 0, TRAIN), ("val2014", 100, VAL)):

@@ -37,15 +37,23 @@ class FakeEvaluator:
 
     model = vocab = None
 
-    def __init__(self, broken: tuple[int, ...] = ()) -> None:
-        self.broken, self.calls, self.opened = broken, [], False
+    def __init__(self, broken: tuple[int, ...] = (), batches: list[tuple[int, float]] = ()) -> None:
+        """``batches``: (images done, seconds it took) reported as an evaluation's progress."""
+        self.broken, self.calls, self.opened, self.batches = broken, [], False, list(batches)
+        self.clock: FakeClock | None = None
+        self.during: list = []  # what ``watch`` returned after each batch
+        self.watch = lambda: None
 
     def open(self) -> None:
         self.opened = True
 
-    def evaluate(self, path: str, step: int | None = None) -> EvalResult:
+    def evaluate(self, path: str, step: int | None = None, progress=None) -> EvalResult:
         assert Path(path + ".index").exists(), "evaluated a checkpoint that is not pinned"
         self.calls.append(step)
+        for done, seconds in self.batches:
+            self.clock.now += seconds
+            progress(done, self.batches[-1][0])
+            self.during.append(self.watch())
         if step in self.broken:
             raise ShowtellError(f"{path}: cannot restore (corrupt); the checkpoint is corrupt")
         return EvalResult(step=step, checkpoint=path, metrics={"loss": 10.0 / step}, examples=4, seconds=0.01)
@@ -89,6 +97,7 @@ def build(tmp_path: Path, policy: str = "all", finish: Finish | None = None,
     runner = EvalRunner(model_dir=str(model.root), evaluator=evaluator or FakeEvaluator(), store=store,
                         recorder=recorder, pins=work.pins, policy=policy, finish=finish,
                         arrival_timeout=60.0, clock=clock)
+    runner.evaluator.clock = clock
     return runner, model, store, clock
 
 
@@ -276,3 +285,29 @@ def test_a_new_run_in_the_model_dir_is_evaluated_afresh(tmp_path: Path):
     assert runner.evaluator.calls == [100, 10]
     assert [(r.run, r.step) for r in sorted(store.after(-1), key=lambda r: r.rowid)] == \
         [("run-1", 100), ("run-2", 10)]
+
+
+def test_a_long_evaluation_reports_how_far_it_is_and_broadcasts_only_its_record(tmp_path: Path, caplog):
+    # The first batch pays for the restore (40 s); then 100 images per 10 s.
+    batches = [(100, 40.0)] + [(100 * i, 10.0) for i in range(2, 11)]
+    runner, model, _, _ = build(tmp_path, evaluator=FakeEvaluator(batches=batches))
+    heard = []
+    runner.recorder.broadcast.subscribe(heard.append)
+    status = runner.status
+    runner.evaluator.watch = lambda: (status.evaluating_step, status.progress.done, status.progress.total,
+                                      status.progress.seconds_left(), len(heard))
+    model.save(5)
+    model.name(5)
+    with caplog.at_level("INFO", logger="showtell.evaluator.runner"):
+        runner.look()
+    during = runner.evaluator.during
+    assert during[0] == (5, 100, 1000, None, 0)  # one batch: no rate yet
+    assert during[1] == (5, 200, 1000, 80.0, 0)  # 100 images / 10 s; 800 left
+    assert during[8] == (5, 900, 1000, 10.0, 0)
+    assert all(heard_then == 0 for *_, heard_then in during)  # Watch hears only the record
+    assert len(heard) == 1 and heard[0].step == 5 and status.progress is None and status.evaluating_step == -1
+    # Logged at most every 30 s: after the first batch (40 s in), then 30 s later, … — not at the end.
+    logged = [r.getMessage() for r in caplog.records if "images done" in r.getMessage()]
+    assert logged == ["evaluating step 5: 100 of 1000 images done",
+                      "evaluating step 5: 400 of 1000 images done, about 60 s left",
+                      "evaluating step 5: 700 of 1000 images done, about 30 s left"]

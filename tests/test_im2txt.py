@@ -13,10 +13,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from showtell.captioning.weights.im2txt import import_checkpoint, read_word_counts
+from showtell.captioning.data.vocab import Vocabulary, first_difference, read_word_counts, same_ids
+from showtell.captioning.weights.im2txt import import_checkpoint
 from showtell.common.errors import WeightsError
 from tests import slim_reference
 from tests.conftest import error_lines
+from tests.test_coco import coco_args, write_layout
+from tests.test_coco import records as coco_records
 
 SIZE, E, U = 75, 16, 12  # embedding ≠ LSTM size: a transposed or mis-split kernel cannot fit
 # word_counts.txt as im2txt writes it (most frequent first; <S> and </S> counted like words); one
@@ -79,7 +82,7 @@ def test_next_word_log_probabilities_equal_im2txts_own(im2txt):
     imported = import_checkpoint(im2txt["prefix"], im2txt["word_counts"], image_size=SIZE)
     vocab, model = imported.vocab, imported.model
     assert imported.step == 3000000 and (model.config.embedding_size, model.config.lstm_units) == (E, U)
-    entries = [w for w, _ in read_word_counts(im2txt["word_counts"])]
+    entries = [w for w, _ in read_word_counts(im2txt["word_counts"], "--im2txt-vocab")]
     assert entries[3] == "man"  # b'man' read as the word
     im2txt_id = {w: i for i, w in enumerate(entries)} | {"<UNK>": len(entries)}
     assert len(vocab) == im2txt["rows"]  # every row kept: the softmax is over im2txt's logits
@@ -122,6 +125,7 @@ def test_missing_or_misshapen_tensors_are_named_in_one_line(im2txt, tmp_path: Pa
         import_checkpoint(im2txt["prefix"], tmp_path / "bad.txt", image_size=SIZE)
 
 
+@pytest.mark.slow
 def test_import_then_caption_and_evaluate(im2txt, tmp_path: Path, showtell_main, tiny_data: Path):
     model_dir = tmp_path / "imported"
     result = showtell_main("import-im2txt", "--im2txt-checkpoint", im2txt["prefix"], "--im2txt-vocab",
@@ -135,7 +139,7 @@ def test_import_then_caption_and_evaluate(im2txt, tmp_path: Path, showtell_main,
     result = showtell_main("caption", "--model-dir", str(model_dir), str(picture))
     assert result.returncode == 0, result.stderr[-3000:]
     caption = result.stdout.strip().split("\t")[1].split()  # "<path>\t<caption>"
-    known = {w for w, _ in read_word_counts(im2txt["word_counts"])} | {"<UNK>"}
+    known = {w for w, _ in read_word_counts(im2txt["word_counts"], "--im2txt-vocab")} | {"<UNK>"}
     assert caption and all(w in known or w.startswith("<unused-") for w in caption), result.stdout
     # the evaluator scores it on a dataset of another vocabulary (references re-encoded into its own)
     result = showtell_main("evaluate", "--once", "--json", "--model-dir", str(model_dir),
@@ -148,3 +152,54 @@ def test_import_then_caption_and_evaluate(im2txt, tmp_path: Path, showtell_main,
     assert again.returncode == 1
     assert error_lines(again.stderr) == [
         f"showtell import-im2txt: error: --model-dir {model_dir}: not empty; import into a new directory"]
+
+
+@pytest.mark.slow
+def test_data_built_in_the_imported_vocabulary_continues_its_training(im2txt, tmp_path: Path,
+                                                                      showtell_main, caplog):
+    model_dir = tmp_path / "imported"
+    result = showtell_main("import-im2txt", "--im2txt-checkpoint", im2txt["prefix"], "--im2txt-vocab",
+                           str(im2txt["word_counts"]), "--model-dir", str(model_dir),
+                           "--image-size", str(SIZE))
+    assert result.returncode == 0, result.stderr[-3000:]
+    layout = write_layout(tmp_path / "mscoco")
+
+    # im2txt's word list: the imported model's words at its ids (less the rows no word owns).
+    data = tmp_path / "data"
+    with caplog.at_level("INFO", logger="showtell.captioning.data.coco"):
+        result = showtell_main(*coco_args(layout, data, "--vocab", str(im2txt["word_counts"])))
+    assert result.returncode == 0, result.stderr[-3000:]
+    built, imported = Vocabulary.load(data / "vocab.txt"), Vocabulary.load(model_dir / "vocab.txt")
+    assert same_ids(built, imported) and len(imported) == len(built) + UNUSED_ROWS
+    assert "--min-word-count not used); it covers " in caplog.text, caplog.text
+    captions = [imported.decode(ids) for _, ids in coco_records(data, "train")]
+    assert {w for c in captions for w in c.split()} <= {"a", "dog", "on", "the", "<UNK>"}  # in both
+    assert any("dog" in c for c in captions) and any("<UNK>" in c for c in captions)
+    # The model dir's own vocab.txt gives the same data.
+    again = tmp_path / "again"
+    assert showtell_main(*coco_args(layout, again, "--vocab", str(model_dir / "vocab.txt"))).returncode == 0
+    assert Vocabulary.load(again / "vocab.txt") == imported
+    # A file that is no word list: one line.
+    bad = tmp_path / "bad.txt"
+    bad.write_text("a 4\nnot-a-count-line\n")
+    result = showtell_main(*coco_args(layout, tmp_path / "nothing", "--vocab", str(bad)))
+    assert result.returncode == 1 and error_lines(result.stderr) == [
+        f"showtell data: error: --vocab {bad}: line 2 is not 'word count' ('not-a-count-line'); "
+        "pass im2txt's word_counts.txt"]
+
+    # Training goes on from the imported step on that data ...
+    train = ["train", "--model-dir", str(model_dir), "--image-size", str(SIZE), "--embedding-size", str(E),
+             "--lstm-units", str(U), "--batch-size", "4", "--save-every-secs", "0", "--optimizer", "adam"]
+    result = showtell_main(*train, "--data", str(data), "--steps", "3000002")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (model_dir / "ckpt-3000002.index").exists()
+    assert Vocabulary.load(model_dir / "vocab.txt") == imported  # its own, rows and all
+    # ... and is refused, in one line, on data in a vocabulary of its own.
+    own = tmp_path / "own"
+    assert showtell_main(*coco_args(layout, own)).returncode == 0
+    result = showtell_main(*train, "--data", str(own), "--steps", "3000003")
+    assert result.returncode == 1
+    assert error_lines(result.stderr) == [
+        f"showtell train: error: --data {own}: not in the vocabulary {model_dir} was trained with "
+        f"({first_difference(imported, Vocabulary.load(own / 'vocab.txt'))}); build the data in it "
+        f"(showtell data coco … --vocab {model_dir / 'vocab.txt'}) or use a new --model-dir"]

@@ -120,12 +120,16 @@ def test_ptb_scores_equal_pycocoevalcap_on_its_own_ptb_tokenizer_and_touch_no_pa
     assert regex.score(RAW_PREDICTIONS, RAW_REFERENCES)["cider"] != got["cider"]
 
 
+@pytest.mark.slow
 def test_perplexity_is_exp_of_mean_token_loss(tiny_data: Path):
     manifest, vocab = load_dataset(tiny_data)
     model = build_model(ModelConfig(vocab_size=manifest.vocab_size, image_size=75, embedding_size=16,
                                     lstm_units=16))
     files = shard_files(tiny_data, "val")
-    result = Validator(model, files, vocab, batch_size=7).run().loss  # padded batches, a short last one
+    images, progress = manifest.splits["val"].images, []
+    result = Validator(model, files, vocab, batch_size=7).run(  # padded batches, a short last one
+        lambda done, total: progress.append((done, total)), split_images=images).loss
+    assert progress == [(min(done, images), images) for done in range(7, images + 7, 7)]
 
     # independently: one unpadded example at a time, log-softmax in numpy
     total, words = 0.0, 0

@@ -21,7 +21,7 @@ from showtell.api.contract import ALL_RUNS
 from showtell.common import processes
 from showtell.evaluator.server import MetricsServer
 from showtell.evaluator.service import MetricsService
-from showtell.evaluator.status import Broadcast, Status
+from showtell.evaluator.status import Broadcast, Progress, Status
 from showtell.evaluator.store import Record, Store
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
@@ -36,6 +36,7 @@ HISTORY = [("old", 1, 0.9, 0.5), ("old", 2, 1.5, 0.4),
 class Served:
     target: str
     store: Store
+    status: Status
     broadcast: Broadcast
     loop: asyncio.AbstractEventLoop
 
@@ -56,8 +57,8 @@ def served(tmp_path: Path) -> Iterator[Served]:
     for row in HISTORY:
         store.add(_record(*row))
     store.add(_record("cur", 8, 0, 0, status="failed"))
-    broadcast = Broadcast()
-    service = MetricsService(store=store, status=Status(run_id="cur", last_seen_step=8), broadcast=broadcast,
+    broadcast, status = Broadcast(), Status(run_id="cur", last_seen_step=8)
+    service = MetricsService(store=store, status=status, broadcast=broadcast,
                              policy="all", checkpoint_dir="/m", observer="inotify")
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -71,7 +72,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
 
     server = asyncio.run_coroutine_threadsafe(start(), loop).result(30)
     try:
-        yield Served(f"127.0.0.1:{server.port}", store, broadcast, loop)
+        yield Served(f"127.0.0.1:{server.port}", store, status, broadcast, loop)
     finally:
         asyncio.run_coroutine_threadsafe(server.stop(0), loop).result(30)
         loop.call_soon_threadsafe(loop.stop)
@@ -129,6 +130,34 @@ def test_latest_per_run(served: Served):
         with pytest.raises(grpc.RpcError) as no_metric:
             stub.GetBest(pb.GetBestRequest(metric="cider", run_id="never-trained"), timeout=10)
         assert no_metric.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_status_says_how_far_the_current_evaluation_is(served: Served, showtell_main):
+    def status() -> tuple[pb.EvaluatorStatus, str]:
+        with grpc.insecure_channel(served.target) as channel:
+            reply = pb_grpc.MetricsStub(channel).GetStatus(pb.GetStatusRequest(), timeout=10)
+        shown = showtell_main("metrics", "status", "--server", served.target)
+        assert shown.returncode == 0, shown.stderr
+        return reply, shown.stdout
+
+    def progress(reply: pb.EvaluatorStatus) -> tuple:
+        return reply.evaluating_step, reply.images_done, reply.images_total, reply.seconds_left
+
+    reply, shown = status()
+    assert progress(reply) == (-1, 0, 0, -1)
+    assert "  idle; newest checkpoint seen: step 8" in shown
+    served.status.begin(10)
+    served.status.progress = Progress.first(64, 2000, now=100.0)  # the first batch: no rate yet
+    reply, shown = status()
+    assert progress(reply) == (10, 64, 2000, -1)
+    assert "  evaluating step 10 (64 of 2000 images); newest" in shown
+    # 256 images in 10 s after the first batch: 1680 left take 65.6 s.
+    served.status.progress = served.status.progress.advanced(320, now=110.0)
+    reply, shown = status()
+    assert (reply.images_done, reply.seconds_left) == (320, pytest.approx(65.625))
+    assert "  evaluating step 10 (320 of 2000 images, about 1 min 06 s left); newest" in shown
+    served.status.end()
+    assert status()[0].images_total == 0
 
 
 def test_watch_replays_an_old_run_then_the_current_one_then_live(served: Served):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from showtell.captioning.config import InputConfig, ModelConfig
@@ -31,6 +32,7 @@ def _distinct_image_batch(data: Path, size: int = 4) -> dict[str, tf.Tensor]:
     return {"image": batch["image"], **{k: pairs[k] for k in ("input_ids", "target_ids", "mask")}}
 
 
+@pytest.mark.slow
 def test_overfits_one_batch_and_trains_the_encoder(tiny_data: Path):
     manifest, _ = load_dataset(tiny_data)
     keras.utils.set_random_seed(0)

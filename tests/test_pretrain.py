@@ -50,6 +50,7 @@ def encoder_file(tiny_data: Path, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_pretraining_stopped_by_sigterm_saves_the_encoder_and_is_not_done(tiny_data: Path, tmp_path: Path):
     """Exit 143, not 0: a scheduler must not read a preempted pretraining as done."""
     from showtell.trainer.pretrain import pretrain
@@ -89,6 +90,7 @@ def test_held_out_accuracy_scores_each_shape_head_on_the_images_that_have_that_s
     assert (labels["shape3_kind"] == 0).mean() > 0.5  # most scenes have no third shape
 
 
+@pytest.mark.slow
 def test_pretrained_encoder_is_a_weights_file_the_trainer_loads(encoder_file: Path, tiny_data: Path,
                                                                  tmp_path: Path, showtell_main):
     assert [p.name for p in encoder_file.parent.iterdir()] == [encoder_file.name]  # no temporary left

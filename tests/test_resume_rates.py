@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import tensorflow as tf
 
 from tests.conftest import TINY_MODEL
@@ -16,6 +17,7 @@ def _rate(checkpoint: Path, optimizer: str = "optimizer") -> float:
     return float(tf.train.load_variable(str(checkpoint), name))
 
 
+@pytest.mark.slow
 def test_a_resumed_run_takes_its_learning_rates_from_the_flags(tiny_data: Path, tmp_path: Path,
                                                                 showtell_main):
     model_dir = tmp_path / "model"

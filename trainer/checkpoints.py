@@ -69,9 +69,10 @@ class SaveSchedule:
 class Checkpoints:
     """A ``CheckpointManager`` over model, optimizer(s) and global step.
 
-    ``optional`` trackables may be absent from older checkpoints of the same model dir — the
-    encoder's optimizer, which exists only once the encoder trains (phase 2) — and start fresh
-    then; a checkpoint's objects this run does not use are left unread.
+    ``optional`` trackables may be absent from a checkpoint of the same model dir — the encoder's
+    optimizer, which exists only once the encoder trains (phase 2); any optimizer in a checkpoint
+    ``import-im2txt`` wrote — and start fresh then; a checkpoint's objects this run does not use
+    are left unread.
     """
 
     def __init__(self, model_dir: Path, step: tf.Variable, keep: int, optional: dict | None = None,

@@ -30,7 +30,7 @@ from showtell.captioning.data import inputs
 from showtell.captioning.data.feature_cache import BuildStats, cache_key, ensure_cache
 from showtell.captioning.data.manifest import Manifest, load_dataset
 from showtell.captioning.data.records import shard_files
-from showtell.captioning.model.modeldir import check_model_dir, recorded_encoder_init
+from showtell.captioning.model.modeldir import check_model_dir, recorded_encoder_init, trained_vocabulary_size
 from showtell.captioning.model.network import ShowAndTell, build_model, masked_loss_sum
 from showtell.captioning.weights.encoder import NONE, weights_digest
 from showtell.common.errors import DataError
@@ -42,15 +42,16 @@ log = logging.getLogger(__name__)
 
 
 def resolve_model_config(config: ModelConfig, manifest: Manifest, data_dir: Path,
-                         image_size: int | None) -> ModelConfig:
-    """Fill vocab and image size from the dataset; refuse sizes the data cannot serve."""
+                         image_size: int | None, vocab_size: int | None = None) -> ModelConfig:
+    """Fill vocab and image size from the dataset (``vocab_size``: the model dir's, when it goes
+    on in its own vocabulary); refuse sizes the data cannot serve."""
     size = image_size or manifest.image_size or config.image_size
     if manifest.image_size and size > manifest.image_size:
         raise DataError(
             f"--image-size {size}: the images in {data_dir} are {manifest.image_size} px and would be "
             f"upsampled; rebuild the data with --image-size {size} or pass --image-size {manifest.image_size}"
         )
-    return dataclasses.replace(config, vocab_size=manifest.vocab_size, image_size=size)
+    return dataclasses.replace(config, vocab_size=vocab_size or manifest.vocab_size, image_size=size)
 
 
 class CaptionTask:
@@ -92,7 +93,8 @@ class CaptionTask:
         self.data_dir, self.model_dir = data_dir, model_dir
         self.manifest, self.vocab = load_dataset(data_dir)
         self.files = shard_files(data_dir, "train")
-        model = resolve_model_config(model, self.manifest, data_dir, image_size)
+        model = resolve_model_config(model, self.manifest, data_dir, image_size,
+                                     trained_vocabulary_size(model_dir, self.vocab, data_dir))
         check_model_dir(model_dir, model)  # before anything is written
         self.inception_weights = inception_weights
         pretrained = pretrained_encoder(inception_weights, recorded_encoder_init(model_dir))
@@ -140,13 +142,17 @@ class CaptionTask:
                 0, dtype=tf.int64, trainable=False, name="global_step",
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
             )
-        optional = {"encoder_optimizer": self.encoder_optimizer} if self.encoder_optimizer else {}
+        # Optimizers start fresh where a checkpoint has none: the encoder's before phase 2, both
+        # in a checkpoint `import-im2txt` wrote (weights only).
+        optional = {"optimizer": self.optimizer}
+        if self.encoder_optimizer:
+            optional["encoder_optimizer"] = self.encoder_optimizer
         # Non-chief multi-worker tasks must save too (the save may run collectives) but into a
         # scratch dir of their own; every task restores from the shared model dir.
         self.scratch = None if is_chief else Path(tempfile.mkdtemp(prefix="showtell-worker-"))
         self.checkpoints = Checkpoints(
             model_dir, self.global_step, train.keep, optional=optional, write_dir=self.scratch,
-            model=self.model, optimizer=self.optimizer,
+            model=self.model,
         )
 
     def _optimizer(self, optimizer: keras.Optimizer, variables: list) -> keras.Optimizer:

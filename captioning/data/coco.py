@@ -34,7 +34,7 @@ from tqdm import tqdm
 from showtell.captioning.config import CocoConfig
 from showtell.captioning.data.manifest import VOCAB, Manifest, SplitInfo, existing_build
 from showtell.captioning.data.records import make_example, shard_name
-from showtell.captioning.data.vocab import Vocabulary
+from showtell.captioning.data.vocab import Vocabulary, read_vocabulary, tokenize
 from showtell.common.errors import DataError, first_line
 from showtell.common.files import write_atomic
 
@@ -145,7 +145,7 @@ def build(out_dir: Path, config: CocoConfig) -> Manifest:
     images = load_captions(config.captions)
     splits = split_karpathy(images, config.karpathy_json) if config.split == "karpathy" \
         else split_im2txt(images)
-    vocab = Vocabulary.build((c for image in splits["train"] for c in image.captions), config.min_word_count)
+    vocab = _vocabulary(splits["train"], config)
     out_dir.mkdir(parents=True, exist_ok=True)
     _save_vocab(out_dir, vocab)
     shard_counts = {"train": config.train_shards, "val": config.val_shards, "test": config.test_shards}
@@ -173,10 +173,11 @@ def build(out_dir: Path, config: CocoConfig) -> Manifest:
     manifest = Manifest(builder=BUILDER, image_size=0, vocab_size=len(vocab), splits=infos, source=source)
     manifest.save(out_dir)
     reasons = Counter(reason.split(" (")[0] for _, _, reason in bad)
-    log.info("wrote %s: %s; vocabulary %d words (min count %d)%s; %d image(s) skipped%s — listed in %s",
+    log.info("wrote %s: %s; vocabulary %d words (%s)%s; %d image(s) skipped%s — listed in %s",
              out_dir, ", ".join(f"{s}: {infos[s].images} images, {infos[s].captions} captions"
                                 for s in SPLITS),
-             len(vocab), config.min_word_count, f"; kept {kept} finished shard(s)" if kept else "",
+             len(vocab), f"--vocab {config.vocab}" if config.vocab else f"min count {config.min_word_count}",
+             f"; kept {kept} finished shard(s)" if kept else "",
              len(bad), f" ({', '.join(f'{r}: {n}' for r, n in sorted(reasons.items()))})" if bad else "",
              out_dir / REPORT)
     return manifest
@@ -220,6 +221,22 @@ def _sidecar(out_dir: Path, shard: str) -> Path:
     return out_dir / f".{shard}.json"
 
 
+def _vocabulary(train: list[CocoImage], config: CocoConfig) -> Vocabulary:
+    """The training captions' own vocabulary, or ``--vocab``'s (then: how much of the captions
+    it covers — the rest is trained as ``<UNK>``)."""
+    captions = (c for image in train for c in image.captions)
+    if not config.vocab:
+        return Vocabulary.build(captions, config.min_word_count)
+    vocab = read_vocabulary(Path(config.vocab), "--vocab")
+    counts = Counter(word for caption in captions for word in tokenize(caption))
+    known = sum(n for word, n in counts.items() if vocab.word_to_id(word) != vocab.unknown_id)
+    missing = sorted((w for w in counts if vocab.word_to_id(w) == vocab.unknown_id), key=lambda w: -counts[w])
+    log.info("vocabulary from --vocab %s: %d words (--min-word-count not used); it covers %.1f %% of the "
+             "training captions' words (most frequent it lacks: %s)", config.vocab, len(vocab),
+             100 * known / max(1, sum(counts.values())), " ".join(missing[:8]) or "none")
+    return vocab
+
+
 def _save_vocab(out_dir: Path, vocab: Vocabulary) -> None:
     """Write ``vocab.txt``; a resumed build must find the same one (same captions, same rule)."""
     path = out_dir / VOCAB
@@ -247,5 +264,6 @@ def _source(config: CocoConfig) -> dict:
         "split": config.split,
         "karpathy_json": stat(config.karpathy_json) if config.karpathy_json else None,
         "min_word_count": config.min_word_count,
+        "vocab": stat(Path(config.vocab)) if config.vocab else None,
         "shards": {"train": config.train_shards, "val": config.val_shards, "test": config.test_shards},
     }

@@ -19,6 +19,8 @@ from showtell.common.files import write_atomic
 START, END, UNKNOWN = "<S>", "</S>", "<UNK>"
 SPECIALS = (START, END, UNKNOWN)
 START_ID, END_ID, UNKNOWN_ID = range(len(SPECIALS))  # the same in every vocabulary
+UNUSED = "<unused-"  # an imported im2txt model's rows that no word owns: "<unused-N>"
+_BYTES_WORD = re.compile(r"^b(['\"])(.*)\1$")  # im2txt under Python 3 wrote words as b'word'
 _TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?|[^\sa-z0-9]")
 
 
@@ -118,6 +120,59 @@ class Vocabulary:
         missing = [word for word, i in zip(self.words, mapping, strict=True)
                    if i == target.unknown_id and word != UNKNOWN]
         return mapping, missing
+
+
+def read_word_counts(path: Path, flag: str) -> list[tuple[str, int]]:
+    """im2txt's ``word_counts.txt``: ``word count`` per line, its ids in file order."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise DataError(f"{flag} {path}: cannot read it ({exc.strerror})") from exc
+    entries = []
+    for number, line in enumerate(lines, 1):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 2 or not parts[1].isdigit():
+            raise DataError(f"{flag} {path}: line {number} is not 'word count' ({line[:60]!r}); "
+                            "pass im2txt's word_counts.txt")
+        match = _BYTES_WORD.match(parts[0])
+        entries.append((match.group(2) if match else parts[0], int(parts[1])))
+    words = [w for w, _ in entries]
+    for needed in (START, END):
+        if needed not in words:
+            raise DataError(f"{flag} {path}: no {needed} line; pass im2txt's word_counts.txt")
+    return entries
+
+
+def from_word_counts(entries: list[tuple[str, int]]) -> Vocabulary:
+    """im2txt's words as a showtell vocabulary: the specials first, then its words in its order
+    (im2txt puts ``<UNK>`` after its last word) — what ``import-im2txt`` gives the model, less the
+    rows no word owns."""
+    counts = dict(entries)
+    rest = [(w, c) for w, c in entries if w not in SPECIALS]
+    return Vocabulary((*SPECIALS, *(w for w, _ in rest)),
+                      (counts.get(START, 0), counts.get(END, 0), 0, *(c for _, c in rest)))
+
+
+def read_vocabulary(path: Path, flag: str) -> Vocabulary:
+    """A model's vocabulary to build data in: showtell's ``vocab.txt`` (a model dir's own, as
+    ``import-im2txt`` or the trainer writes it) or im2txt's ``word_counts.txt``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise DataError(f"{flag} {path}: cannot read it ({exc.strerror}); pass a vocab.txt or "
+                        "im2txt's word_counts.txt") from exc
+    if text.split()[:1] == [START] and text.split()[2:3] == [END]:
+        return Vocabulary.parse(text, f"{flag} {path}")
+    return from_word_counts(read_word_counts(path, flag))
+
+
+def same_ids(data: Vocabulary, model: Vocabulary) -> bool:
+    """True when captions encoded with ``data`` mean the same to ``model``: the same words in
+    the same order, the model's extra rows being ones no word owns (an imported im2txt's)."""
+    extra = model.words[len(data):]
+    return model.words[:len(data)] == data.words and all(w.startswith(UNUSED) for w in extra)
 
 
 def first_difference(a: Vocabulary, b: Vocabulary) -> str:

@@ -19,7 +19,7 @@ from google.protobuf import text_format
 
 from showtell.captioning.config import ModelConfig
 from showtell.captioning.data.manifest import VOCAB
-from showtell.captioning.data.vocab import Vocabulary, first_difference
+from showtell.captioning.data.vocab import Vocabulary, first_difference, same_ids
 from showtell.captioning.internals import checkpoint_state_proto
 from showtell.common.errors import ModelDirError, ModelDirIncomplete, first_line
 from showtell.common.files import is_url, write_atomic
@@ -53,6 +53,22 @@ def check_model_dir(model_dir: Path, config: ModelConfig) -> None:
                 f"{model_dir} was written by a model with {name} {recorded[name]}, this one has "
                 f"{name} {value} ({_FIELD_FLAGS[name]}); use a new --model-dir"
             )
+
+
+def trained_vocabulary_size(model_dir: Path, data: Vocabulary, data_dir: Path) -> int | None:
+    """A model dir with checkpoints goes on only with data encoded in its own vocabulary (the
+    same words at the same ids; a trained model reads other ids as other words and says nothing).
+    Returns the model's vocabulary size — an imported im2txt model's exceeds its data's by rows
+    no word owns — or None for a model dir that starts anew."""
+    path = model_dir / VOCAB
+    if not path.is_file() or not tf.train.latest_checkpoint(str(model_dir)):
+        return None
+    own = Vocabulary.load(path)
+    if same_ids(data, own):
+        return len(own)
+    raise ModelDirError(f"--data {data_dir}: not in the vocabulary {model_dir} was trained with "
+                        f"({first_difference(own, data)}); build the data in it (showtell data coco "
+                        f"… --vocab {path}) or use a new --model-dir")
 
 
 def write_metadata(model_dir: Path, config: ModelConfig, data: dict, encoder_init: dict) -> str:

@@ -10,7 +10,7 @@ words (not batches) so batch padding and the last short batch do not bias it.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import tensorflow as tf
@@ -46,32 +46,52 @@ class Validator:
 
     def __init__(self, model: ShowAndTell, files: Sequence[str], vocab: Vocabulary, batch_size: int = 64,
                  beam_size: int = 3, max_length: int = 20, max_examples: int | None = None,
-                 id_map: Sequence[int] | None = None) -> None:
+                 id_map: Sequence[int] | None = None, jit_compile: bool = False) -> None:
         """``vocab`` is the model's own; ``id_map`` re-encodes the records' captions into it when
         the dataset was built with another vocabulary (``Vocabulary.id_map``).  ``max_examples``
-        caps the images (each with all its captions)."""
+        caps the images (each with all its captions).  ``jit_compile``: the encoder, and the
+        decoder's loss and beam search, each compiled by XLA (the encoder once per batch shape;
+        the decoder once per caption length: XLA needs static shapes, so its loss takes the
+        logits at every position, padding masked out)."""
         self.model, self.files, self.vocab = model, list(files), vocab
         self.batch_size, self.max_examples, self.id_map = batch_size, max_examples, id_map
 
-        @tf.function(reduce_retracing=True)
-        def evaluate_batch(images, captions):
-            embedding = model.encode(images, training=False)
-            pairs = inputs.teacher_forcing(captions)
-            outputs = model.decoder_outputs(tf.gather(embedding, pairs["owner"]), pairs["input_ids"])
-            # Logits only where there is a word: the vocabulary-wide matmul and softmax are most of
-            # the loss's cost, and padding to the batch's longest caption would waste a third.
-            real = pairs["mask"] > 0
-            words = tf.boolean_mask(outputs, real)
-            loss_sum, count = masked_loss_sum(model.logits(words), tf.boolean_mask(pairs["target_ids"], real),
-                                              tf.ones(tf.shape(words)[:1]))
+        @tf.function(jit_compile=jit_compile)
+        def encode(images):
+            return model.encode(images, training=False)
+
+        @tf.function(jit_compile=jit_compile)
+        def decode(embedding, owner, input_ids, target_ids, mask):
+            outputs = model.decoder_outputs(tf.gather(embedding, owner), input_ids)
+            if jit_compile:
+                loss_sum, count = masked_loss_sum(model.logits(outputs), target_ids, mask)
+            else:
+                # Logits only where there is a word: the vocabulary-wide matmul and softmax are
+                # most of the loss's cost, and padding to the batch's longest caption would waste
+                # a third.
+                real = mask > 0
+                words = tf.boolean_mask(outputs, real)
+                loss_sum, count = masked_loss_sum(model.logits(words), tf.boolean_mask(target_ids, real),
+                                                  tf.ones(tf.shape(words)[:1]))
             ids, _ = beam_search(model.start_state(embedding), model.step, vocab.start_id, vocab.end_id,
                                  beam_size, max_length)
-            return loss_sum, count, tf.shape(pairs["owner"])[0], ids[:, 0]
+            return loss_sum, count, ids[:, 0]
+
+        @tf.function(reduce_retracing=True)
+        def evaluate_batch(images, captions):
+            embedding = encode(images)
+            pairs = inputs.teacher_forcing(captions)
+            loss_sum, count, best = decode(embedding, pairs["owner"], pairs["input_ids"], pairs["target_ids"],
+                                           pairs["mask"])
+            return loss_sum, count, tf.shape(pairs["owner"])[0], best
 
         self._evaluate_batch = evaluate_batch
 
-    def run(self) -> Validation:
-        """One pass: every image encoded once, every caption scored, every image captioned."""
+    def run(self, progress: Callable[[int, int], None] | None = None, split_images: int = 0) -> Validation:
+        """One pass: every image encoded once, every caption scored, every image captioned.
+        ``progress(done, total)`` after each batch, ``total`` from ``split_images`` (the
+        manifest's count) and ``max_examples`` — the records themselves are not counted ahead."""
+        expected = min(split_images, self.max_examples) if self.max_examples else split_images
         ds = inputs.eval_images(self.files, self.model.config.image_size, self.batch_size,
                                 max_images=self.max_examples, id_map=self.id_map)
         total, words, examples, unknown, images = 0.0, 0.0, 0, 0, 0
@@ -86,6 +106,8 @@ class Validator:
                 unknown += int(tf.reduce_sum(batch["unknown"]))
             for image_id, ids in zip(batch["image_id"].numpy(), best.numpy(), strict=True):
                 captions[int(image_id)] = self.vocab.decode(ids)
+            if progress is not None:
+                progress(images, max(expected, images))
         loss = total / max(words, 1.0)
         result = LossResult(loss=loss, perplexity=math.exp(min(loss, 50.0)), examples=examples,
                             words=int(words), unknown_words=unknown)

@@ -22,7 +22,6 @@ embedding rows and the logits' columns are gathered into showtell's order.
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,10 +29,18 @@ import numpy as np
 import tensorflow as tf
 
 from showtell.captioning.config import ModelConfig
-from showtell.captioning.data.vocab import END, SPECIALS, START, Vocabulary
+from showtell.captioning.data.vocab import (
+    END,
+    SPECIALS,
+    START,
+    UNUSED,
+    Vocabulary,
+    from_word_counts,
+    read_word_counts,
+)
 from showtell.captioning.model.network import ShowAndTell, build_model
 from showtell.captioning.weights.encoder import EncoderInit, load_encoder_weights
-from showtell.common.errors import WeightsError, first_line
+from showtell.common.errors import DataError, WeightsError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +52,6 @@ LOGITS_WEIGHTS, LOGITS_BIASES = "logits/weights", "logits/biases"
 GLOBAL_STEP = "global_step"
 FORGET_BIAS = 1.0  # BasicLSTMCell's default; im2txt does not change it
 FLAG = "--im2txt-checkpoint"
-_BYTES_WORD = re.compile(r"^b(['\"])(.*)\1$")  # im2txt under Python 3 wrote words as b'word'
 
 
 @dataclass(frozen=True)
@@ -57,29 +63,6 @@ class Imported:
     mapping: list[tuple[str, str]]  # (im2txt tensor, showtell variable: how it was transformed)
 
 
-def read_word_counts(path: Path) -> list[tuple[str, int]]:
-    """``word_counts.txt``: ``word count`` per line, im2txt's ids in file order."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise WeightsError(f"--im2txt-vocab {path}: cannot read it ({exc.strerror})") from exc
-    entries = []
-    for number, line in enumerate(lines, 1):
-        parts = line.split()
-        if not parts:
-            continue
-        if len(parts) != 2 or not parts[1].isdigit():
-            raise WeightsError(f"--im2txt-vocab {path}: line {number} is not 'word count' ({line[:60]!r}); "
-                               "pass im2txt's word_counts.txt")
-        match = _BYTES_WORD.match(parts[0])
-        entries.append((match.group(2) if match else parts[0], int(parts[1])))
-    words = [w for w, _ in entries]
-    for needed in (START, END):
-        if needed not in words:
-            raise WeightsError(f"--im2txt-vocab {path}: no {needed} line; pass im2txt's word_counts.txt")
-    return entries
-
-
 def vocabulary(entries: list[tuple[str, int]], rows: int) -> tuple[Vocabulary, list[int]]:
     """showtell's vocabulary of the same words, and for each of its ids the im2txt row.
 
@@ -87,13 +70,11 @@ def vocabulary(entries: list[tuple[str, int]], rows: int) -> tuple[Vocabulary, l
     no word uses are kept, as ``<unused-N>``, so the softmax is over exactly im2txt's logits.
     """
     index = {w: i for i, (w, _) in enumerate(entries)}
-    counts = dict(entries)
-    rest = [(w, c) for w, c in entries if w not in SPECIALS]
-    order = [index[START], index[END], len(entries), *(index[w] for w, _ in rest)]  # <UNK>: after the last
-    unused = sorted(set(range(rows)) - set(order))
-    words = (*SPECIALS, *(w for w, _ in rest), *(f"<unused-{r}>" for r in unused))
-    vocab = Vocabulary(words, (counts.get(START, 0), counts.get(END, 0), 0, *(c for _, c in rest),
-                               *(0 for _ in unused)))
+    words = from_word_counts(entries)
+    order = [index[START], index[END], len(entries), *(index[w] for w in words.words[len(SPECIALS):])]
+    unused = sorted(set(range(rows)) - set(order))  # <UNK>'s row is the one after the last word
+    vocab = Vocabulary((*words.words, *(f"{UNUSED}{r}>" for r in unused)),
+                       (*words.counts, *(0 for _ in unused)))
     return vocab, order + unused
 
 
@@ -127,7 +108,10 @@ def import_checkpoint(prefix: str, word_counts: Path, image_size: int = 299) -> 
         raise WeightsError(f"{FLAG} {prefix}: no tensor {names[0]}; is it an im2txt (Show and Tell) "
                            "checkpoint?")
 
-    entries = read_word_counts(word_counts)
+    try:
+        entries = read_word_counts(word_counts, "--im2txt-vocab")
+    except DataError as exc:
+        raise WeightsError(str(exc)) from exc
     embedding_map, image_weights = tensor(SEQ_EMBEDDING), tensor(IMAGE_EMBEDDING)
     kernel, bias = tensor(*LSTM_KERNEL), tensor(*LSTM_BIAS)
     logits_w, logits_b = tensor(LOGITS_WEIGHTS), tensor(LOGITS_BIASES)

@@ -40,6 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="image folder (repeat; each file_name is looked up in order)")
     coco.add_argument("--out", type=Path, required=True, help="output directory")
     coco.add_argument("--min-word-count", type=positive_int, default=c.min_word_count)
+    coco.add_argument("--vocab", type=Path, metavar="FILE",
+                      help="build in this vocabulary instead of one from the training captions: a "
+                           "model dir's vocab.txt or im2txt's word_counts.txt — data to continue "
+                           "training that model (e.g. one from import-im2txt)")
     coco.add_argument("--train-shards", type=positive_int, default=c.train_shards)
     coco.add_argument("--val-shards", type=positive_int, default=c.val_shards)
     coco.add_argument("--test-shards", type=positive_int, default=c.test_shards)
@@ -80,6 +84,7 @@ def _coco(args: argparse.Namespace) -> int:
         captions=tuple(args.captions), images=tuple(args.images), min_word_count=args.min_word_count,
         train_shards=args.train_shards, val_shards=args.val_shards, test_shards=args.test_shards,
         workers=args.workers, split=args.split, karpathy_json=args.karpathy_json,
+        vocab=str(args.vocab) if args.vocab else None,
     )
     coco.build(args.out, config)
     return 0

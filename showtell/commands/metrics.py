@@ -151,6 +151,9 @@ def format_status(s: pb.EvaluatorStatus) -> str:
     up = int(s.uptime_seconds)
     uptime = f"{up // 3600}h{up // 60 % 60:02d}m"
     doing = f"evaluating step {s.evaluating_step}" if s.evaluating_step >= 0 else "idle"
+    if s.evaluating_step >= 0 and s.images_total:
+        doing += f" ({s.images_done} of {s.images_total} images" + (
+            f", about {_duration(s.seconds_left)} left)" if s.seconds_left >= 0 else ")")
     lines = [
         f"evaluator of {s.checkpoint_dir}  (policy {s.policy}, {s.observer}, up {uptime})",
         f"  {doing}; newest checkpoint seen: "
@@ -166,6 +169,11 @@ def format_status(s: pb.EvaluatorStatus) -> str:
     if s.last_error:
         lines.append(f"  last error: {s.last_error}")
     return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    return f"{seconds // 60} min {seconds % 60:02d} s" if seconds >= 60 else f"{seconds} s"
 
 
 def health(channel: grpc.Channel, timeout: float) -> int:

@@ -116,7 +116,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class EvaluatorStatus(_message.Message):
-    __slots__ = ("checkpoint_dir", "policy", "last_seen_step", "evaluating_step", "pending_steps", "evaluations", "failures", "uptime_seconds", "observer", "last_error", "best_export", "run_id", "runs")
+    __slots__ = ("checkpoint_dir", "policy", "last_seen_step", "evaluating_step", "pending_steps", "evaluations", "failures", "uptime_seconds", "observer", "last_error", "best_export", "run_id", "runs", "images_done", "images_total", "seconds_left")
     CHECKPOINT_DIR_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     LAST_SEEN_STEP_FIELD_NUMBER: _ClassVar[int]
@@ -130,6 +130,9 @@ class EvaluatorStatus(_message.Message):
     BEST_EXPORT_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     RUNS_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_DONE_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_LEFT_FIELD_NUMBER: _ClassVar[int]
     checkpoint_dir: str
     policy: str
     last_seen_step: int
@@ -143,7 +146,10 @@ class EvaluatorStatus(_message.Message):
     best_export: str
     run_id: str
     runs: int
-    def __init__(self, checkpoint_dir: _Optional[str] = ..., policy: _Optional[str] = ..., last_seen_step: _Optional[int] = ..., evaluating_step: _Optional[int] = ..., pending_steps: _Optional[_Iterable[int]] = ..., evaluations: _Optional[int] = ..., failures: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., observer: _Optional[str] = ..., last_error: _Optional[str] = ..., best_export: _Optional[str] = ..., run_id: _Optional[str] = ..., runs: _Optional[int] = ...) -> None: ...
+    images_done: int
+    images_total: int
+    seconds_left: float
+    def __init__(self, checkpoint_dir: _Optional[str] = ..., policy: _Optional[str] = ..., last_seen_step: _Optional[int] = ..., evaluating_step: _Optional[int] = ..., pending_steps: _Optional[_Iterable[int]] = ..., evaluations: _Optional[int] = ..., failures: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., observer: _Optional[str] = ..., last_error: _Optional[str] = ..., best_export: _Optional[str] = ..., run_id: _Optional[str] = ..., runs: _Optional[int] = ..., images_done: _Optional[int] = ..., images_total: _Optional[int] = ..., seconds_left: _Optional[float] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
     __slots__ = ("after_step", "run_id")
