@@ -70,6 +70,9 @@ def argument_problem(args: argparse.Namespace) -> str | None:
                 "evaluates one checkpoint")
     if not args.once and (args.checkpoint or args.json):
         return "--checkpoint and --json go with --once"
+    if args.once and args.max_eval_examples == "auto":
+        return ("--max-eval-examples auto fits evaluations between the trainer's checkpoints; with --once "
+                "pass a number of images or leave it out (all)")
     return None
 
 
@@ -90,7 +93,7 @@ def run_once(args: argparse.Namespace) -> int:
         return CaptionScorer(meteor=args.meteor, tokenizer=args.tokenizer)
 
     evaluator = CheckpointEvaluator(args.model_dir, args.data, args.max_eval_examples, args.beam_size,
-                                    scorer=scorer)
+                                    scorer=scorer, jit_compile=args.jit_compile)
     try:
         result = evaluator.evaluate(args.checkpoint or latest_checkpoint(args.model_dir))
     finally:

@@ -9,7 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from showtell.common.flags import boolean, non_negative_int, option, positive_float, positive_int
+from showtell.common.flags import (
+    boolean,
+    non_negative_int,
+    option,
+    positive_float,
+    positive_int,
+    positive_int_or_auto,
+)
 from showtell.evaluator.workdir import WorkDir
 
 if TYPE_CHECKING:
@@ -23,11 +30,15 @@ TOKENIZERS = ("auto", "ptb", "regex")
 class EvaluationConfig:
     """What one evaluation of a checkpoint is."""
 
-    max_eval_examples: int | None = option(
-        None, "evaluate the first N validation images (each with all its captions); default all",
-        type=positive_int)
+    max_eval_examples: int | str | None = option(
+        None, "evaluate the first N validation images (each with all its captions); auto: as many as "
+              "fit in half of the trainer's checkpoint interval at this evaluator's rate, chosen once "
+              "per run; default all", type=positive_int_or_auto, metavar="N|auto")
     beam_size: int = option(3, "beam width of the generated captions (1: greedy)", type=positive_int)
     threads: int | None = option(None, "TensorFlow threads (share a host politely)", type=positive_int)
+    jit_compile: bool = option(False, "compile the evaluation step with XLA (on 2 CPU cores: 8 %% more "
+                                      "images per CPU second; compiles once per batch shape and caption "
+                                      "length)", type=boolean)
     meteor: bool = option(True, "compute METEOR when java is present", type=boolean)
     tokenizer: str = option("auto", "how captions are tokenized for scoring: ptb (COCO's PTBTokenizer, "
                                     "needs java; scores comparable with published ones), regex, or auto: "

@@ -28,6 +28,7 @@ from showtell.evaluator.runner import EvalRunner
 from showtell.evaluator.scorers import CaptionScorer
 from showtell.evaluator.server import MetricsServer
 from showtell.evaluator.service import MetricsService
+from showtell.evaluator.sizing import AUTO, RunSizes
 from showtell.evaluator.status import Broadcast, Status
 from showtell.evaluator.store import Store
 from showtell.evaluator.summaries import EvalSummaries
@@ -54,9 +55,11 @@ async def _serve(config: EvaluatorConfig, security: LoadedSecurity) -> tuple[int
     model_dir, workdir, evaluation, serving = config.model_dir, config.work, config.evaluation, config.serve
     # METEOR's JVM takes seconds to start: the evaluation thread starts it (runner.run), not
     # before the server answers.
+    auto = evaluation.max_eval_examples == AUTO
     evaluator = CheckpointEvaluator(
-        model_dir, config.data, evaluation.max_eval_examples, evaluation.beam_size,
-        scorer=lambda: CaptionScorer(meteor=evaluation.meteor, tokenizer=evaluation.tokenizer))
+        model_dir, config.data, None if auto else evaluation.max_eval_examples, evaluation.beam_size,
+        scorer=lambda: CaptionScorer(meteor=evaluation.meteor, tokenizer=evaluation.tokenizer),
+        jit_compile=evaluation.jit_compile)
     workdir.root.mkdir(parents=True, exist_ok=True)
     store = Store(workdir.history)
     summaries = EvalSummaries(str(workdir.summaries), evaluator.files)
@@ -72,7 +75,8 @@ async def _serve(config: EvaluatorConfig, security: LoadedSecurity) -> tuple[int
                         summaries=summaries, exporter=exporter)
     runner = EvalRunner(model_dir=model_dir, evaluator=evaluator, store=store, recorder=recorder,
                         pins=workdir.pins, policy=config.watch.policy, finish=finish,
-                        arrival_timeout=config.watch.arrival_timeout)
+                        arrival_timeout=config.watch.arrival_timeout,
+                        sizes=RunSizes(workdir.auto_sizes) if auto else None)
     # The finished marker ends --exit-when-trained; a new run id (a synced copy's record may
     # land after its checkpoints) changes which checkpoints are still to evaluate.
     watcher = CheckpointWatcher(model_dir, runner.on_change, config.watch.poll_secs,

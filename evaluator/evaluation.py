@@ -43,7 +43,7 @@ class EvalResult:
 class CheckpointEvaluator:
     def __init__(self, model_dir: str, data_dir: Path, max_examples: int | None = None,
                  beam_size: int = 3, samples: int = 5,
-                 scorer: Callable[[], CaptionScorer] | None = None) -> None:
+                 scorer: Callable[[], CaptionScorer] | None = None, jit_compile: bool = False) -> None:
         """``scorer`` makes the caption scorer when the first evaluation (or ``open``) needs it:
         METEOR's JVM takes seconds to start, so the service starts it on its evaluation thread,
         not before its server answers."""
@@ -54,6 +54,7 @@ class CheckpointEvaluator:
         # either vocabulary gives the words.
         self.references = inputs.load_references(self.files, self.data_vocab)
         self.max_examples, self.beam_size, self.samples = max_examples, beam_size, samples
+        self.jit_compile = jit_compile
         self._make_scorer = scorer
         self.scorer: CaptionScorer | None = None
         self._key: tuple | None = None
@@ -94,22 +95,32 @@ class CheckpointEvaluator:
             if self._key is None or config != self._key[0]:
                 self._model = build_model(config)
             self._validator = Validator(self._model, self.files, vocab, beam_size=self.beam_size,
-                                        max_examples=self.max_examples, id_map=id_map)
+                                        max_examples=self.max_examples, id_map=id_map,
+                                        jit_compile=self.jit_compile)
             self._key, self.vocab = (config, vocab), vocab
         assert self._validator is not None
         return self._validator
 
     def evaluate(self, path: str, step: int | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> EvalResult:
+                 progress: Callable[[int, int], None] | None = None,
+                 images: int | Callable[[float | None, int, int], int] | None = None) -> EvalResult:
         """Restore ``path`` and validate it; a ``ShowtellError`` explains any bad input.
-        ``progress(images done, total)`` after each batch."""
+        ``progress(images done, total)`` after each batch.  ``images``: the first N images
+        (instead of ``max_examples``), or ``images(rate, split images, batch size)`` deciding
+        N from this evaluation's own rate once its first batches are timed."""
         started = time.monotonic()
         self.open()
         validator = self._prepare()
         restore(tf.train.Checkpoint(model=self._model), path,
                 "the checkpoint is corrupt or from another model", partial=True)
         split = self.manifest.splits.get("val")
-        validation = validator.run(progress, split_images=split.images if split else 0)
+        split_images = split.images if split else 0
+        if callable(images):
+            decide = images
+            validation = validator.run(progress, split_images=split_images, limit=lambda rate: decide(
+                rate, split_images, validator.batch_size))
+        else:
+            validation = validator.run(progress, split_images=split_images, max_images=images)
         loss, captions = validation.loss, validation.captions
         metrics = {names.LOSS: loss.loss, names.PERPLEXITY: loss.perplexity,
                    names.EXACT_MATCH: exact_match(captions, self.references)}

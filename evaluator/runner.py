@@ -22,14 +22,21 @@ from typing import Any, Protocol
 
 import tensorflow as tf
 
-from showtell.captioning.model.modeldir import checkpoint_step, read_finished, read_run_id, read_state
+from showtell.captioning.model.modeldir import (
+    METADATA,
+    checkpoint_step,
+    read_finished,
+    read_run_id,
+    read_state,
+)
 from showtell.common.errors import ModelDirIncomplete, ShowtellError
-from showtell.evaluator import schedule
+from showtell.evaluator import schedule, sizing
 from showtell.evaluator.config import Finish
 from showtell.evaluator.evaluation import EvalResult
 from showtell.evaluator.pinning import Missing, files_state, pin, unpin
 from showtell.evaluator.recorder import Recorder
 from showtell.evaluator.schedule import Checkpoint, Retry, Skip
+from showtell.evaluator.sizing import RunSizes
 from showtell.evaluator.status import Progress
 from showtell.evaluator.store import Record, Store
 
@@ -45,13 +52,15 @@ class Evaluator(Protocol):
     def open(self) -> None: ...
 
     def evaluate(self, path: str, step: int | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> EvalResult: ...
+                 progress: Callable[[int, int], None] | None = None,
+                 images: int | Callable[[float | None, int, int], int] | None = None) -> EvalResult: ...
 
 
 class EvalRunner:
     def __init__(self, *, model_dir: str, evaluator: Evaluator, store: Store, recorder: Recorder, pins: Path,
                  policy: str, finish: Finish | None = None, arrival_timeout: float = 300.0,
-                 progress_log_secs: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 progress_log_secs: float = 30.0, sizes: RunSizes | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         """
         Args:
           model_dir: the trainer's model directory (local path or ``tf.io.gfile`` URL).
@@ -64,6 +73,7 @@ class EvalRunner:
           arrival_timeout: seconds a checkpoint named by the state file may stay incomplete (a
             synced copy still arriving) before it is recorded skipped.
           progress_log_secs: how often a long evaluation logs how far it is.
+          sizes: ``--max-eval-examples auto``: each run's size, chosen at its first evaluation.
           clock: monotonic seconds (tests pass a fake).
         """
         if policy not in schedule.POLICIES:
@@ -71,7 +81,7 @@ class EvalRunner:
         self.model_dir, self.evaluator, self.store, self.recorder = model_dir, evaluator, store, recorder
         self.pins, self.policy, self.finish = pins, policy, finish or Finish()
         self.arrival_timeout, self.clock = arrival_timeout, clock
-        self.progress_log_secs = progress_log_secs
+        self.progress_log_secs, self.sizes = progress_log_secs, sizes
         self._progress_logged = 0.0
         self.status = recorder.status
         self.wake, self.stopping = threading.Event(), threading.Event()
@@ -269,7 +279,8 @@ class EvalRunner:
         try:
             log.info("evaluating %s (step %d)", prefix, step)
             self._progress_logged = self.clock()
-            result = self.evaluator.evaluate(pinned, step=step, progress=self._progress)
+            result = self.evaluator.evaluate(pinned, step=step, progress=self._progress,
+                                             images=self._images(run))
             record = Record(step, prefix, mtime, time.time(), result.seconds, result.examples,
                             metrics=result.metrics, samples=result.samples, run=run, scoring=result.scoring)
         except ModelDirIncomplete as exc:  # e.g. showtell-model.json not synced yet
@@ -286,6 +297,28 @@ class EvalRunner:
         recorded = self.recorder.record(record)
         self.recorder.export(record, self.evaluator.model, self.evaluator.vocab)
         return recorded
+
+    def _images(self, run: str) -> int | Callable[[float | None, int, int], int] | None:
+        """``--max-eval-examples auto``: the run's size, or how the evaluation decides it."""
+        if self.sizes is None:
+            return None
+        known = self.sizes.get(run)
+        if known is not None:
+            return known
+
+        def decide(rate: float | None, split_images: int, batch_size: int) -> int:
+            if rate is None:
+                size = sizing.Size(split_images, f"all {split_images} images: one batch, nothing to time")
+            else:
+                named = read_state(self.model_dir)
+                interval = sizing.checkpoint_interval([_mtime(p + ".index") for p in named],
+                                                      _mtime(os.path.join(self.model_dir, METADATA)) or None)
+                size = sizing.choose(rate=rate, interval=interval, split_images=split_images,
+                                     batch_size=batch_size)
+            self.sizes.set(run, size)
+            return size.images
+
+        return decide
 
     def _progress(self, done: int, total: int) -> None:
         """The evaluator's count after each batch: kept for GetStatus, logged now and then (the

@@ -41,3 +41,8 @@ class WorkDir:
     def exports(self) -> Path:
         """``--export-best``'s SavedModel versions (TensorFlow Serving's layout)."""
         return self.root / "export" / "best"
+
+    @property
+    def auto_sizes(self) -> Path:
+        """``--max-eval-examples auto``'s size per run (``evaluator/sizing.py``)."""
+        return self.root / "auto-size.json"

@@ -47,7 +47,7 @@ class FakeEvaluator:
     def open(self) -> None:
         self.opened = True
 
-    def evaluate(self, path: str, step: int | None = None, progress=None) -> EvalResult:
+    def evaluate(self, path: str, step: int | None = None, progress=None, images=None) -> EvalResult:
         assert Path(path + ".index").exists(), "evaluated a checkpoint that is not pinned"
         self.calls.append(step)
         for done, seconds in self.batches:
@@ -91,7 +91,7 @@ class ModelDir:
 def build(tmp_path: Path, policy: str = "all", finish: Finish | None = None,
           evaluator: FakeEvaluator | None = None) -> tuple[EvalRunner, ModelDir, Store, FakeClock]:
     model, work, clock = ModelDir(tmp_path / "model"), WorkDir(tmp_path / "work"), FakeClock()
-    work.root.mkdir()
+    work.root.mkdir(exist_ok=True)
     store = Store(work.history)
     recorder = Recorder(store=store, status=Status(), broadcast=Broadcast(), work_root=work.root, clock=clock)
     runner = EvalRunner(model_dir=str(model.root), evaluator=evaluator or FakeEvaluator(), store=store,

@@ -130,6 +130,13 @@ def test_perplexity_is_exp_of_mean_token_loss(tiny_data: Path):
     result = Validator(model, files, vocab, batch_size=7).run(  # padded batches, a short last one
         lambda done, total: progress.append((done, total)), split_images=images).loss
     assert progress == [(min(done, images), images) for done in range(7, images + 7, 7)]
+    # --max-eval-examples auto: the cap decided from the pass's own rate after its second batch.
+    rates, shown = [], []
+    capped = Validator(model, files, vocab, batch_size=2).run(
+        lambda done, total: shown.append((done, total)), split_images=images,
+        limit=lambda rate: rates.append(rate) or 4)
+    assert capped.images == len(capped.captions) == 4 and len(rates) == 1 and rates[0] > 0
+    assert shown == [(2, images), (4, 4)]
 
     # independently: one unpadded example at a time, log-softmax in numpy
     total, words = 0.0, 0
@@ -148,6 +155,10 @@ def test_perplexity_is_exp_of_mean_token_loss(tiny_data: Path):
     assert result.examples == manifest.splits["val"].captions
     assert math.isclose(result.loss, total / words, rel_tol=1e-4)
     assert math.isclose(result.perplexity, math.exp(total / words), rel_tol=1e-4)
+
+    # XLA (--jit-compile): the loss over every position with padding masked, not only the words.
+    compiled = Validator(model, files, vocab, batch_size=7, jit_compile=True).run()
+    assert math.isclose(compiled.loss.loss, result.loss, rel_tol=1e-4) and compiled.loss.words == words
 
 
 def test_without_java_auto_falls_back_to_the_regex_and_says_so(monkeypatch, tmp_path: Path, caplog):

@@ -10,6 +10,7 @@ words (not batches) so batch padding and the last short batch do not bias it.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -87,15 +88,23 @@ class Validator:
 
         self._evaluate_batch = evaluate_batch
 
-    def run(self, progress: Callable[[int, int], None] | None = None, split_images: int = 0) -> Validation:
+    def run(self, progress: Callable[[int, int], None] | None = None, split_images: int = 0,
+            max_images: int | None = None, limit: Callable[[float | None], int] | None = None) -> Validation:
         """One pass: every image encoded once, every caption scored, every image captioned.
+
         ``progress(done, total)`` after each batch, ``total`` from ``split_images`` (the
-        manifest's count) and ``max_examples`` — the records themselves are not counted ahead."""
-        expected = min(split_images, self.max_examples) if self.max_examples else split_images
+        manifest's count) and the cap — the records themselves are not counted ahead.
+        ``max_images`` overrides ``max_examples``.  ``limit(rate)`` decides the cap from this
+        pass's own rate (images/s of the batches after the first, which also traced or
+        restored; None if there was only one batch): the pass stops at the images it returns.
+        """
+        cap = max_images if max_images is not None else self.max_examples
+        expected = min(split_images, cap) if cap else split_images
         ds = inputs.eval_images(self.files, self.model.config.image_size, self.batch_size,
-                                max_images=self.max_examples, id_map=self.id_map)
+                                max_images=cap, id_map=self.id_map)
         total, words, examples, unknown, images = 0.0, 0.0, 0, 0, 0
         captions: dict[int, str] = {}
+        first: tuple[float, int] | None = None  # (when the first batch was done, its images)
         for batch in inputs.checked(ds, self.files):
             loss_sum, count, scored, best = self._evaluate_batch(batch["image"], batch["captions"])
             total += float(loss_sum)
@@ -106,8 +115,19 @@ class Validator:
                 unknown += int(tf.reduce_sum(batch["unknown"]))
             for image_id, ids in zip(batch["image_id"].numpy(), best.numpy(), strict=True):
                 captions[int(image_id)] = self.vocab.decode(ids)
+            if limit is not None:
+                now = time.monotonic()
+                if first is None:
+                    first = (now, images)
+                elif now > first[0]:
+                    cap, limit = limit((images - first[1]) / (now - first[0])), None
+                    expected = min(expected, cap) if expected else cap
             if progress is not None:
                 progress(images, max(expected, images))
+            if cap and images >= cap:
+                break
+        if limit is not None:  # one batch: nothing to time
+            limit(None)
         loss = total / max(words, 1.0)
         result = LossResult(loss=loss, perplexity=math.exp(min(loss, 50.0)), examples=examples,
                             words=int(words), unknown_words=unknown)

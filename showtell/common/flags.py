@@ -54,6 +54,11 @@ def positive_int(text: str) -> int:
     return _at_least(int(text), 1, text)
 
 
+@flag_type("positive integer or 'auto'")
+def positive_int_or_auto(text: str) -> int | str:
+    return "auto" if text == "auto" else _at_least(int(text), 1, text)
+
+
 @flag_type("integer ≥ 0")
 def non_negative_int(text: str) -> int:
     return _at_least(int(text), 0, text)
