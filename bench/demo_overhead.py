@@ -1,98 +1,96 @@
-"""What the evaluator costs the trainer in ``showtell demo``: trainer examples/s with the
-evaluator beside it (the demo as it runs) ÷ the trainer alone, same settings, one run each.
+"""What the evaluator costs the trainer in ``showtell demo``: the demo's phase-1 trainer with the
+demo's evaluator beside it ÷ the same trainer alone, in alternating rounds (``rounds.py``).
 Goal ≥ 0.9 on a 2-core machine.
 
-Each side trains ``--seconds`` from scratch on the demo's own dataset; examples/s is the
-time-weighted mean of the trainer's logged windows (first step — tracing — excluded).  The
-evaluator's CPU time and evaluation count are reported so its own cost can be read apart
-from any idle cost: an idle evaluator should add nothing.
+Two model dirs, each trained in ``--seconds`` slices that resume where the last round stopped:
+one alone, one watched by a real evaluator with the demo's flags (``showtell.demo.evaluator_args``),
+which evaluates each checkpoint the trainer writes (every 30 s, the demo's setting) and sleeps
+between them.  Both start from the same encoder weights file (written here: the speed of a phase-1
+step does not depend on what the encoder learnt) on the demo's dataset and feature cache, which the
+warm-up round builds.  A round's figure is the time-weighted examples/s of the trainer's logged
+windows after its first (graph tracing).  The evaluator's CPU seconds (its JVM children included)
+and evaluations are reported so its own cost can be read apart.
 
-    .venv/bin/python bench/demo_overhead.py [--seconds 300] [--eval-threads 1]
+    .venv/bin/python bench/demo_overhead.py [--seconds 60] [--rounds 3] [--eval-threads 1]
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
+from itertools import pairwise
 from pathlib import Path
+
+from rounds import alternate, ratio, spread
 
 ROOT = Path(__file__).resolve().parents[1]
 from showtell.common import processes  # noqa: E402
-from showtell.demo import TRAIN_FLAGS  # noqa: E402
+from showtell.demo import TRAIN_FLAGS, evaluator_args  # noqa: E402
 
 WINDOW = re.compile(r"step (\d+)/\d+ .* ([0-9.]+) examples/s")
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+BATCH = int(TRAIN_FLAGS[TRAIN_FLAGS.index("--batch-size") + 1])
 
 
-def trainer_rate(log: str) -> dict:
+def trainer_rate(log: str) -> float:
+    """Time-weighted examples/s over the logged windows after the first."""
     windows = [(int(m.group(1)), float(m.group(2))) for m in WINDOW.finditer(log)]
-    examples, seconds, previous = 0.0, 0.0, 1
-    for step, rate in windows:
-        n = (step - previous) * 32  # the demo's batch
-        examples, seconds, previous = examples + n, seconds + n / rate, step
-    return {"examples_per_sec": round(examples / seconds, 2), "steps": windows[-1][0] if windows else 0}
+    if len(windows) < 2:
+        raise SystemExit(f"the trainer logged {len(windows)} windows: run longer (--seconds)\n{log[-2000:]}")
+    examples = seconds = 0.0
+    for (previous, _), (step, rate) in pairwise(windows):
+        n = (step - previous) * BATCH
+        examples, seconds = examples + n, seconds + n / rate
+    return examples / seconds
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=300.0)
+    parser.add_argument("--seconds", type=float, default=60.0, help="training per round and side")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--eval-threads", type=int, default=1)
     args = parser.parse_args()
-    out: dict = {"seconds": args.seconds, "eval_threads": args.eval_threads}
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
-        data = tmp_path / "demo" / "data"  # the demo builds the same dataset here and keeps it
-        subprocess.run([*processes.command(), "data", "synthetic", "--out", str(data)],
-                       check=True, capture_output=True, cwd=ROOT, env=ENV)
+        data, encoder = tmp_path / "data", tmp_path / "encoder.weights.h5"
+        for setup in (processes.command("data", "synthetic", "--out", str(data)),
+                      [sys.executable, "-c", "import sys; from showtell.captioning.model.network import "
+                       "build_encoder; build_encoder(75).save_weights(sys.argv[1])", str(encoder)]):
+            done = processes.run_command(setup, cwd=ROOT, env=ENV, timeout=600)
+            if done.returncode != 0:
+                raise SystemExit(done.stderr[-3000:])
 
-        alone = subprocess.run([*processes.command(), "train", "--data", str(data), "--model-dir",
-                                str(tmp_path / "alone"), "--max-seconds", str(args.seconds), *TRAIN_FLAGS],
-                               capture_output=True, text=True, cwd=ROOT, env=ENV)
-        out["alone"] = trainer_rate(alone.stderr)
+        def train(model: Path) -> float:
+            run = processes.run_command(
+                [*processes.command(), "train", "--data", str(data), "--model-dir", str(model),
+                 "--max-seconds", str(args.seconds), "--inception-weights", str(encoder), *TRAIN_FLAGS],
+                cwd=ROOT, env=ENV, timeout=args.seconds * 5 + 600)
+            if run.returncode != 0:
+                raise SystemExit(f"trainer exited {run.returncode}:\n{run.stderr[-3000:]}")
+            return trainer_rate(run.stderr)
 
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        demo_log = tmp_path / "demo.log"
-        demo = subprocess.Popen([*processes.command(), "demo", "--dir", str(tmp_path / "demo"),
-                                 "--seconds", str(args.seconds), "--port", str(port),
-                                 "--eval-threads", str(args.eval_threads)],
-                                stdout=open(demo_log, "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
-                                cwd=ROOT, env=ENV)
-        evaluator_pid, evaluator_cpu = None, 0.0
+        watched = tmp_path / "watched"
+        evaluator = processes.start(evaluator_args(watched, data, tmp_path / "watched-eval", port=0,
+                                                   examples=100, threads=args.eval_threads),
+                                    tmp_path / "evaluator.log", cwd=ROOT, env=ENV)
         try:
-            while demo.poll() is None:
-                if evaluator_pid is None:
-                    found = re.search(r"evaluator pid (\d+)", demo_log.read_text())
-                    evaluator_pid = int(found.group(1)) if found else None
-                if evaluator_pid is not None:
-                    with contextlib.suppress(OSError):  # exited (--exit-when-trained)
-                        evaluator_cpu = processes.cpu_seconds(evaluator_pid)
-                time.sleep(1)
-        except KeyboardInterrupt:
-            demo.send_signal(signal.SIGINT)
-            demo.wait()
-            raise
-        out["demo"] = trainer_rate((tmp_path / "demo" / "trainer.log").read_text())
-        evaluator_log = (tmp_path / "demo" / "evaluator.log").read_text()
-        eval_secs = [float(s) for s in re.findall(r"\(\d+ examples, ([0-9.]+) s", demo_log.read_text())]
-        out["evaluator"] = {"cpu_seconds": round(evaluator_cpu, 1),
-                            "evaluations": evaluator_log.count(": ok "),
-                            "evaluation_seconds": round(sum(eval_secs), 1),
-                            "exit_code": demo.returncode}
-    ratio = out["demo"]["examples_per_sec"] / out["alone"]["examples_per_sec"]
-    out["ratio_demo_over_alone"] = round(ratio, 3)
-    out["goal"] = 0.9
-    print(json.dumps(out, indent=2))
+            rates = alternate({"alone": lambda: train(tmp_path / "alone"), "beside": lambda: train(watched)},
+                              rounds=args.rounds, warm=1)
+            cpu = processes.tree_cpu_seconds(evaluator.pid)
+        finally:
+            processes.stop(evaluator)
+        evaluations = (tmp_path / "evaluator.log").read_text().count(": ok ")
+    print(json.dumps({
+        "seconds_per_round": args.seconds, "eval_threads": args.eval_threads,
+        "trainer_examples_per_sec": {side: spread(r, 1) for side, r in rates.items()},
+        "ratio_beside_over_alone": ratio(rates["beside"], rates["alone"]),
+        "goal": 0.9,
+        "evaluator": {"cpu_seconds_incl_children": round(cpu, 1), "evaluations": evaluations},
+    }, indent=2))
     return 0
 
 

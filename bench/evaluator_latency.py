@@ -37,9 +37,7 @@ from showtell.v1 import metrics_pb2_grpc as pb_grpc  # noqa: E402
 
 
 def showtell(*args: str, log: Path) -> subprocess.Popen:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-    return subprocess.Popen([*processes.command(), *args], stdout=open(log, "w"),
-                            stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
+    return processes.start(list(args), log, cwd=ROOT)
 
 
 def wait_port(log: Path, proc: subprocess.Popen) -> int:
@@ -53,15 +51,27 @@ def wait_port(log: Path, proc: subprocess.Popen) -> int:
     raise SystemExit("evaluator did not start")
 
 
+LATEST = re.compile(r'^model_checkpoint_path: "(?:.*/)?ckpt-(\d+)"', re.MULTILINE)
+
+
 class StateWrites(FileSystemEventHandler):
-    """Timestamps of the trainer's state-file renames, in order."""
+    """When the state file first named each step as the newest checkpoint: read from the file the
+    rename brought, not inferred from the renames' order (a save renames it twice, and a save the
+    watch missed would shift every later pairing)."""
 
     def __init__(self) -> None:
-        self.times: list[float] = []
+        self.named_at: dict[int, float] = {}
 
     def on_moved(self, event) -> None:
-        if os.path.basename(os.fsdecode(event.dest_path)) == "checkpoint":
-            self.times.append(time.time())
+        if os.path.basename(os.fsdecode(event.dest_path)) != "checkpoint":
+            return
+        now = time.time()
+        try:
+            found = LATEST.search(Path(os.fsdecode(event.dest_path)).read_text())
+        except OSError:
+            return  # replaced again already: the next event reads it
+        if found:
+            self.named_at.setdefault(int(found.group(1)), now)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -120,12 +130,7 @@ def main() -> int:
             observer.stop()
             for proc in procs:
                 processes.stop(proc)
-        # CheckpointManager renames the state file twice per save; the first is the commit.
-        step_writes = {}
-        write_times = iter(writes.times)
-        for step in range(args.every_steps, steps + 1, args.every_steps):
-            step_writes[step] = next(write_times)
-            next(write_times, None)
+        step_writes = writes.named_at
         result = {}
         for name, got in arrivals.items():
             detection, freshness = [], []
@@ -138,6 +143,7 @@ def main() -> int:
                 freshness.append(1000 * (arrived - written - evaluation.eval_seconds))
             result[name] = {
                 "checkpoints": len(detection),
+                "checkpoints_without_a_seen_write": len(got) - len(detection),
                 "detection_ms": {"median": round(statistics.median(detection), 1),
                                  "p95": round(percentile(detection, 0.95), 1)},
                 "freshness_minus_eval_ms": {"median": round(statistics.median(freshness), 1),

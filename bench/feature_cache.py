@@ -9,7 +9,12 @@ decoder, encoder frozen at the same pretrained weights):
 * cache build rate (images/s after the first batch, which carries graph tracing) vs. a plain
   ``tf.function`` encoder forward pass over in-memory batches at the same size — goal ≥ 0.9.
 
-    .venv/bin/python bench/feature_cache.py [--images 160] [--batch-size 32] [--image-steps 4]
+Training rates are measured in alternating rounds (``rounds.py``; a warm-up round each not
+counted): each round times ``--image-steps`` steps on images and ``--cache-steps`` on the cache,
+and the ratio is the median of the per-round ratios.  The plain forward pass is timed in the same
+rounds.
+
+    .venv/bin/python bench/feature_cache.py [--images 160] [--batch-size 32] [--image-steps 8] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -18,13 +23,16 @@ import argparse
 import json
 import logging
 import os
+import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf
+from rounds import alternate, ratio, spread
 
 from showtell.captioning.config import (
     CacheConfig,
@@ -49,25 +57,32 @@ def trainer(data: Path, model_dir: Path, weights: Path, batch_size: int, cache: 
     return t
 
 
-def examples_per_sec(t: CaptionTask, steps: int) -> float:
+def training(t: CaptionTask, steps: int) -> Callable[[], float]:
+    """Examples/s of ``steps`` steps per call, on one iterator (the first call builds a cache)."""
     dataset = t.dataset()
     step_fn = t.make_train_step(dataset.element_spec)
     batches = iter(dataset)
-    float(step_fn(next(batches)))  # trace
-    start = time.perf_counter()
-    for _ in range(steps):
-        float(step_fn(next(batches)))
-    return steps * t.batch_size / (time.perf_counter() - start)
+
+    def timed() -> float:
+        start = time.perf_counter()
+        for _ in range(steps):
+            float(step_fn(next(batches)))
+        return steps * t.batch_size / (time.perf_counter() - start)
+
+    return timed
 
 
-def plain_forward_rate(t: CaptionTask, image_size: int, batch_size: int, batches: int) -> float:
+def plain_forward(t: CaptionTask, image_size: int, batch_size: int, batches: int) -> Callable[[], float]:
     images = tf.random.uniform([batch_size, image_size, image_size, 3], -1.0, 1.0)
     forward = tf.function(lambda x: t.model.features(x, training=False))
-    forward(images).numpy()  # trace
-    start = time.perf_counter()
-    for _ in range(batches):
-        forward(images).numpy()
-    return batches * batch_size / (time.perf_counter() - start)
+
+    def timed() -> float:
+        start = time.perf_counter()
+        for _ in range(batches):
+            forward(images).numpy()
+        return batches * batch_size / (time.perf_counter() - start)
+
+    return timed
 
 
 def main() -> int:
@@ -75,8 +90,9 @@ def main() -> int:
     parser.add_argument("--images", type=int, default=160, help="training images to cache")
     parser.add_argument("--image-size", type=int, default=299)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--image-steps", type=int, default=4, help="timed steps on images")
-    parser.add_argument("--cache-steps", type=int, default=200, help="timed steps on the cache")
+    parser.add_argument("--image-steps", type=int, default=8, help="timed steps on images per round")
+    parser.add_argument("--cache-steps", type=int, default=100, help="timed steps on the cache per round")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -87,26 +103,30 @@ def main() -> int:
         build_encoder(args.image_size).save_weights(str(weights))
 
         on_images = trainer(data, Path(tmp) / "images", weights, args.batch_size, cache=False)
-        images_rate = examples_per_sec(on_images, args.image_steps)
-        forward_rate = plain_forward_rate(on_images, args.image_size, CacheConfig().batch_size,
-                                          max(2, args.images // CacheConfig().batch_size))
-
         on_cache = trainer(data, Path(tmp) / "cached", weights, args.batch_size, cache=True)
-        cache_rate = examples_per_sec(on_cache, args.cache_steps)  # builds the cache first
+        cache_batch = CacheConfig().batch_size
+        rates = alternate({
+            "images": training(on_images, args.image_steps),
+            "cache": training(on_cache, args.cache_steps),  # its warm-up call builds the cache
+            "forward": plain_forward(on_images, args.image_size, cache_batch,
+                                     max(2, args.images // cache_batch)),
+        }, rounds=args.rounds, warm=1)
         build = on_cache.cache_build
 
+    forward = statistics.median(rates["forward"])
     result = {
         "image_size": args.image_size,
         "batch_size": args.batch_size,
-        "train_examples_per_sec_images": round(images_rate, 2),
-        "train_examples_per_sec_cache": round(cache_rate, 1),
-        "train_ratio_cache_over_images": round(cache_rate / images_rate, 1),
+        "train_examples_per_sec_images": spread(rates["images"], 2),
+        "train_examples_per_sec_cache": spread(rates["cache"], 1),
+        "train_ratio_cache_over_images": ratio(rates["cache"], rates["images"], 1),
         "cache_build_images": build.images,
         "cache_build_seconds": round(build.seconds, 1),
         "cache_build_images_per_sec_overall": round(build.images_per_sec, 2),
         "cache_build_images_per_sec_steady": round(build.steady_images_per_sec, 2),
-        "plain_forward_images_per_sec": round(forward_rate, 2),
-        "build_ratio_steady_over_forward": round(build.steady_images_per_sec / forward_rate, 3),
+        "plain_forward_images_per_sec": spread(rates["forward"], 2),
+        # The build happened once (in the warm-up round): against the forward pass's median.
+        "build_ratio_steady_over_forward_median": round(build.steady_images_per_sec / forward, 3),
     }
     print(json.dumps(result, indent=2))
     return 0

@@ -3,19 +3,18 @@
 Starts a real evaluator service (no checkpoints to watch; its store is pre-filled with a
 realistic evaluation so ``GetLatest`` returns a full record with metrics and samples),
 then drives each RPC for the same wall time from 50 client threads with their own
-channels, alternating rounds. Prints median / p99 latency and requests/s, and the ratio
-GetLatest ÷ health throughput (goal ≥ 0.8).
+channels, in alternating rounds after a warm-up round each (``rounds.py``). Prints requests/s per
+round (median, spread), median / p99 latency over all rounds, and the ratio GetLatest ÷ health
+throughput as the median of the per-round ratios (goal ≥ 0.8).
 
-    .venv/bin/python bench/grpc_throughput.py [--clients 50] [--seconds 5] [--rounds 2]
+    .venv/bin/python bench/grpc_throughput.py [--clients 50] [--seconds 5] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from rounds import alternate, ratio, spread
 
 ROOT = Path(__file__).resolve().parents[1]
 from showtell.common import processes  # noqa: E402
@@ -68,7 +68,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
@@ -85,11 +85,9 @@ def main() -> int:
                              metrics, samples))
         store.close()
         log = tmp_path / "eval.log"
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        proc = subprocess.Popen([*processes.command(), "evaluate", "--model-dir",
-                                 str(tmp_path / "no-model-yet"), "--data", str(data), "--work-dir",
-                                 str(tmp_path / "work"), "--port", "0", "--meteor", "false"],
-                                stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)  # noqa: SIM115
+        proc = processes.start(["evaluate", "--model-dir", str(tmp_path / "no-model-yet"), "--data",
+                                str(data), "--work-dir", str(tmp_path / "work"), "--port", "0",
+                                "--meteor", "false"], log, cwd=ROOT)
         try:
             port = None
             for _ in range(600):
@@ -99,22 +97,27 @@ def main() -> int:
                     break
                 time.sleep(0.2)
             assert port, log.read_text()
-            results: dict[str, list[float]] = {"latest": [], "health": []}
-            for _ in range(args.rounds):
-                for kind in results:
-                    results[kind] += drive(port, args.clients, args.seconds, kind)
+            latencies: dict[str, list[float]] = {"latest": [], "health": []}
+            warmed: set[str] = set()
+
+            def per_sec(kind: str) -> float:
+                got = drive(port, args.clients, args.seconds, kind)
+                if kind in warmed:
+                    latencies[kind] += got
+                warmed.add(kind)
+                return len(got) / args.seconds
+
+            throughput = alternate({kind: (lambda kind=kind: per_sec(kind)) for kind in latencies},
+                                   rounds=args.rounds, warm=1)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
-    total = args.rounds * args.seconds
-    out = {}
-    for kind, lat in results.items():
+            processes.stop(proc)
+    out: dict[str, object] = {}
+    for kind, lat in latencies.items():
         lat_ms = sorted(1000 * x for x in lat)
-        out[kind] = {"requests_per_sec": round(len(lat) / total, 1),
+        out[kind] = {"requests_per_sec": spread(throughput[kind], 1),
                      "median_ms": round(statistics.median(lat_ms), 2),
                      "p99_ms": round(lat_ms[int(0.99 * (len(lat_ms) - 1))], 2)}
-    out["ratio_latest_over_health_throughput"] = round(
-        out["latest"]["requests_per_sec"] / out["health"]["requests_per_sec"], 3)
+    out["ratio_latest_over_health_throughput"] = ratio(throughput["latest"], throughput["health"])
     out["goal"] = 0.8
     out["clients"] = args.clients
     print(json.dumps(out, indent=2))

@@ -3,10 +3,12 @@
 Measures, in one run, training examples/sec fed by the real TFRecord pipeline (parallel
 interleave, shuffle, parallel decode + augmentation, padding, prefetch) and fed by the
 same pipeline's first k batches cached in memory (``take(k).cache().repeat()``), in
-alternating rounds so machine noise hits both.  Prints the ratio pipeline ÷ in-memory
-(goal ≥ 0.95: the pipeline keeps the model busy).
+alternating rounds (``rounds.py``).  Each round opens a fresh iterator and drops it after its
+steps: an idle iterator's prefetch threads would otherwise go on decoding during the other
+source's round and take CPU from it.  Prints the median of the per-round ratios pipeline ÷
+in-memory with its spread (goal ≥ 0.95: the pipeline keeps the model busy).
 
-    .venv/bin/python bench/input_pipeline.py [--rounds 4] [--steps 25] [--batch-size 32]
+    .venv/bin/python bench/input_pipeline.py [--rounds 5] [--steps 25] [--batch-size 32]
 """
 
 from __future__ import annotations
@@ -22,23 +24,30 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from rounds import alternate, ratio, spread
+
 from showtell.captioning.config import InputConfig, ModelConfig, OptimizerConfig, SyntheticConfig, TrainConfig
 from showtell.captioning.data import synthetic
 from showtell.trainer.task import CaptionTask
 
 
-def timed_steps(step_fn, iterator, steps: int) -> float:
-    """Seconds for ``steps`` training steps, fetching each batch as the trainer does."""
+def examples_per_sec(step_fn, dataset, steps: int, batch_size: int) -> float:
+    """``steps`` training steps on a fresh iterator (its first batch untimed: the pipeline's start),
+    fetching each batch as the trainer does; the iterator is gone when this returns."""
+    iterator = iter(dataset)
+    float(step_fn(next(iterator)))
     start = time.perf_counter()
     for _ in range(steps):
         float(step_fn(next(iterator)))
-    return time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    del iterator
+    return steps * batch_size / seconds
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, help="dataset dir (default: build a synthetic one)")
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=25, help="steps per round and source")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--cached-batches", type=int, default=20)
@@ -56,28 +65,22 @@ def main() -> int:
             train=TrainConfig(),
         )
         strategy = trainer.strategy
-        pipeline = trainer.dataset()
-        cached = pipeline.take(args.cached_batches).cache().repeat()
-        step_fn = trainer.make_train_step(strategy.experimental_distribute_dataset(pipeline).element_spec)
-        sources = {
-            "pipeline": iter(strategy.experimental_distribute_dataset(pipeline)),
-            "in_memory": iter(strategy.experimental_distribute_dataset(cached)),
-        }
-        for it in sources.values():  # trace once, fill the cache, warm the prefetch buffers
-            timed_steps(step_fn, it, args.cached_batches)
-        seconds = {name: 0.0 for name in sources}
-        for _ in range(args.rounds):
-            for name, it in sources.items():
-                seconds[name] += timed_steps(step_fn, it, args.steps)
-    examples = args.rounds * args.steps * args.batch_size
-    rate = {name: examples / s for name, s in seconds.items()}
+        pipeline = strategy.experimental_distribute_dataset(trainer.dataset())
+        cached = strategy.experimental_distribute_dataset(
+            trainer.dataset().take(args.cached_batches).cache().repeat())
+        step_fn = trainer.make_train_step(pipeline.element_spec)
+        rates = alternate({
+            "pipeline": lambda: examples_per_sec(step_fn, pipeline, args.steps, args.batch_size),
+            # A cache is filled by its first full pass: each round's iterator starts from it.
+            "in_memory": lambda: examples_per_sec(step_fn, cached, args.steps, args.batch_size),
+        }, rounds=args.rounds, warm=1)
     result = {
-        "examples_per_sec": {k: round(v, 1) for k, v in rate.items()},
-        "ratio_pipeline_over_in_memory": round(rate["pipeline"] / rate["in_memory"], 3),
+        "examples_per_sec": {k: spread(v, 1) for k, v in rates.items()},
+        "ratio_pipeline_over_in_memory": ratio(rates["pipeline"], rates["in_memory"]),
         "goal": 0.95,
         "batch_size": args.batch_size,
         "image_size": trainer.model_config.image_size,
-        "steps_per_source": args.rounds * args.steps,
+        "steps_per_round": args.steps,
     }
     print(json.dumps(result, indent=2))
     return 0

@@ -1,12 +1,13 @@
 """Parameter-server scaling on this machine: steps/s of a local cluster (1 ps, a chief, W workers
 as separate processes on 127.0.0.1) with 2 workers ÷ with 1 worker, same per-worker batch, same
-model, one run of this script.
+model, one run of this script: clusters of 1 and 2 workers alternate over ``--rounds`` rounds
+(``rounds.py``), each round a fresh cluster, and the ratio is the median of the per-round ratios.
 
 steps/s comes from the chief's log windows (each window = the steps between two log lines, timed
 from schedule to ``join``), after the first window (graph tracing on the workers).  Every process
 shares this machine's 2 cores, so this measures the PS machinery here, not multi-host scaling.
 
-    .venv/bin/python bench/ps_cluster.py [--steps 40] [--batch-size 16]
+    .venv/bin/python bench/ps_cluster.py [--steps 40] [--batch-size 16] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import tempfile
 from pathlib import Path
+
+from rounds import alternate, ratio, spread
 
 from showtell.captioning.config import SyntheticConfig
 from showtell.captioning.data import synthetic
@@ -29,18 +31,18 @@ def run_cluster(data: Path, model_dir: Path, workers: int, steps: int, batch: in
     ports = processes.free_ports(2 + workers)
     ps, chief, worker_hosts = f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}", \
         ",".join(f"127.0.0.1:{p}" for p in ports[2:])
-    base = [*processes.command(), "train", "--data", str(data), "--model-dir", str(model_dir),
+    base = ["train", "--data", str(data), "--model-dir", str(model_dir),
             "--strategy", "parameter_server", "--ps-hosts", ps, "--worker-hosts", worker_hosts,
             "--chief-host", chief, "--batch-size", str(batch), "--optimizer", "adam", "--learning-rate",
             "3e-4", "--save-every-secs", "0", "--log-every-steps", str(log_every)]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    servers = [subprocess.Popen([*base, "--job-name", "ps"], env=env, stderr=subprocess.DEVNULL,
-                                start_new_session=True)]
-    servers += [subprocess.Popen([*base, "--job-name", "worker", "--task-index", str(i)], env=env,
-                                 stderr=subprocess.DEVNULL, start_new_session=True) for i in range(workers)]
+    logs = model_dir.parent / f"{model_dir.name}-servers.log"
+    servers = [processes.start([*base, "--job-name", "ps"], logs)]
+    servers += [processes.start([*base, "--job-name", "worker", "--task-index", str(i)], logs)
+                for i in range(workers)]
     try:
-        chief_run = processes.run_command([*base, "--job-name", "chief", "--steps", str(steps)], env=env,
-                                          timeout=3600)
+        chief_args = processes.command(*base, "--job-name", "chief", "--steps", str(steps))
+        chief_run = processes.run_command(chief_args, env=env, timeout=3600)
     finally:
         for proc in servers:
             processes.stop(proc)
@@ -56,17 +58,24 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--batch-size", type=int, default=16, help="per worker step")
     parser.add_argument("--log-every-steps", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         synthetic.build(data, SyntheticConfig(train_images=400, val_images=8))
-        one = run_cluster(data, Path(tmp) / "one", 1, args.steps, args.batch_size, args.log_every_steps)
-        two = run_cluster(data, Path(tmp) / "two", 2, args.steps, args.batch_size, args.log_every_steps)
+        runs = iter(range(1_000_000))
+
+        def cluster(workers: int) -> float:
+            return run_cluster(data, Path(tmp) / f"run-{next(runs)}", workers, args.steps, args.batch_size,
+                               args.log_every_steps) / args.batch_size
+
+        # No warm-up round: every cluster is new, and its first window (tracing) is not counted.
+        steps_per_sec = alternate({"1_worker": lambda: cluster(1), "2_workers": lambda: cluster(2)},
+                                  rounds=args.rounds, warm=0)
     print(json.dumps({
         "batch_per_worker_step": args.batch_size,
-        "steps_per_sec_1_worker": round(one / args.batch_size, 3),
-        "steps_per_sec_2_workers": round(two / args.batch_size, 3),
-        "ratio_2_over_1": round(two / one, 3),
+        "steps_per_sec": {k: spread(v, 3) for k, v in steps_per_sec.items()},
+        "ratio_2_over_1": ratio(steps_per_sec["2_workers"], steps_per_sec["1_worker"]),
     }, indent=2))
     return 0
 

@@ -7,9 +7,11 @@ on a GPU host; here the CPU, where they are not expected to pay).
 A warm-up round per configuration is run first and not counted.
 Prints mirrored(1) ÷ one_device (goal ≥ 0.95: the strategy machinery costs little),
 mirrored(2 logical) ÷ mirrored(1) (this machine has 2 cores; logical CPUs share them, so this
-shows the cost of towers, not GPU scaling), and each lever ÷ float32, with medians and spreads.
+shows the cost of towers, not GPU scaling), and each lever ÷ float32: each the median of the
+per-round ratios with its spread, and whether 1.0 lies inside it (then this run cannot tell
+the two apart).
 
-    .venv/bin/python bench/strategies.py [--rounds 3] [--steps 12] [--batch-size 32] [--device GPU:0]
+    .venv/bin/python bench/strategies.py [--rounds 5] [--steps 12] [--batch-size 32] [--device GPU:0]
         [--only strategies|levers]
 """
 
@@ -19,12 +21,13 @@ import argparse
 import json
 import logging
 import os
-import statistics
 import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from rounds import alternate, ratio, spread
 
 from showtell.trainer.strategy import configure_devices
 
@@ -69,18 +72,14 @@ LEVERS = {"float32": ComputeConfig(), "bf16": ComputeConfig(mixed_precision="bf1
 
 
 def measure(runners: dict, rounds: int, steps: int) -> dict[str, list[float]]:
-    for timed in runners.values():  # warm-up round, not counted (tf.data autotuning settles)
-        timed(steps)
-    rates: dict[str, list[float]] = {name: [] for name in runners}
-    for _ in range(rounds):  # alternated: machine noise hits every configuration
-        for name, timed in runners.items():
-            rates[name].append(timed(steps))
-    return rates
+    """A warm-up round each (tf.data autotuning settles), then alternated rounds (``rounds.py``)."""
+    return alternate({name: (lambda timed=timed: timed(steps)) for name, timed in runners.items()},
+                     rounds=rounds, warm=1)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--batch-size", type=int, default=32, help="per replica")
     parser.add_argument("--device", help="the levers' device (default: the first CPU)")
@@ -102,13 +101,10 @@ def main() -> int:
             }
             rates = measure({name: runner(data, Path(tmp) / name, strategy, args.batch_size)
                              for name, strategy in strategies.items()}, args.rounds, args.steps)
-            median = {name: statistics.median(r) for name, r in rates.items()}
             report["strategies"] = {
-                "examples_per_sec_median": {k: round(v, 1) for k, v in median.items()},
-                "per_round": {k: [round(x, 1) for x in v] for k, v in rates.items()},
-                "mirrored_1_over_one_device": round(median["mirrored_1"] / median["one_device"], 3),
-                "mirrored_2_logical_over_mirrored_1":
-                    round(median["mirrored_2_logical"] / median["mirrored_1"], 3),
+                "examples_per_sec": {k: spread(v, 1) for k, v in rates.items()},
+                "mirrored_1_over_one_device": ratio(rates["mirrored_1"], rates["one_device"]),
+                "mirrored_2_logical_over_mirrored_1": ratio(rates["mirrored_2_logical"], rates["mirrored_1"]),
             }
         if args.only != "strategies":
             device = args.device or cpus[0]
@@ -116,13 +112,10 @@ def main() -> int:
                                           tf.distribute.OneDeviceStrategy(device), args.batch_size, compute)
                              for name, compute in LEVERS.items()
                              if name == "float32" or name in args.levers.split(",")}, args.rounds, args.steps)
-            median = {name: statistics.median(r) for name, r in rates.items()}
             report["levers"] = {
                 "device": device,
-                "examples_per_sec_median": {k: round(v, 1) for k, v in median.items()},
-                "per_round": {k: [round(x, 1) for x in v] for k, v in rates.items()},
-                "over_float32": {k: round(v / median["float32"], 3)
-                                 for k, v in median.items() if k != "float32"},
+                "examples_per_sec": {k: spread(v, 1) for k, v in rates.items()},
+                "over_float32": {k: ratio(v, rates["float32"]) for k, v in rates.items() if k != "float32"},
             }
     print(json.dumps(report, indent=2))
     return 0

@@ -16,7 +16,6 @@ import asyncio
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -109,11 +108,9 @@ def main() -> int:
         showtell("data", "synthetic", "--out", str(data), "--train", "40", "--val", "8", "--image-size", "75")
         showtell("train", "--data", str(data), "--model-dir", str(model), *TINY, "--steps", "2")
         log = tmp_path / "eval.log"
-        proc = subprocess.Popen([*processes.command(), "evaluate", "--model-dir", str(model),
-                                 "--data", str(data), "--work-dir", str(tmp_path / "work"), "--port", "0",
-                                 "--meteor", "false", "--policy", "all", "--max-eval-examples", "8"],
-                                stdout=open(log, "w"), stderr=subprocess.STDOUT, cwd=ROOT,  # noqa: SIM115
-                                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        proc = processes.start(["evaluate", "--model-dir", str(model), "--data", str(data), "--work-dir",
+                                str(tmp_path / "work"), "--port", "0", "--meteor", "false", "--policy", "all",
+                                "--max-eval-examples", "8"], log, cwd=ROOT)
         try:
             port = None
             for _ in range(1200):
@@ -128,8 +125,7 @@ def main() -> int:
             time.sleep(3)
             figures["after_close"] = processes.figures(proc.pid)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
+            processes.stop(proc)
     figures.update(streams=args.streams, connections=args.connections,
                    goals={"p99_ms": 50, "fanout_last_s": 1.0})
     print(json.dumps(figures, indent=2))

@@ -55,6 +55,15 @@ PHASE2_FLAGS = ["--train-inception", "true", "--learning-rate", "0.0003",
                 "--inception-learning-rate", "0.0001"]
 
 
+
+def evaluator_args(model: Path, data: Path, work: Path, *, port: int, examples: int,
+                   threads: int) -> list[str]:
+    """The demo's evaluator (``bench/demo_overhead.py`` measures what it costs the trainer)."""
+    return ["evaluate", "--model-dir", str(model), "--data", str(data), "--work-dir", str(work),
+            "--port", str(port), "--policy", "latest", "--meteor", "false",
+            "--max-eval-examples", str(examples), "--beam-size", "1", "--threads", str(threads)]
+
+
 @dataclass(frozen=True)
 class Phases:
     """How the demo's seconds are split: pretraining the encoder, phase 1, phase 2."""
@@ -303,11 +312,8 @@ def _demo(args: argparse.Namespace) -> int:
         pretrain_s, phase1_s, phase2_s = args.phases.seconds(args.seconds)
         # The evaluator first: it starts while the encoder pretrains and then waits, asleep, for
         # the first checkpoint.
-        children.start("evaluator", ["evaluate", "--model-dir", str(model), "--data", str(data),
-                                     "--work-dir", str(work.root), "--port", str(args.port),
-                                     "--policy", "latest", "--meteor", "false",
-                                     "--max-eval-examples", str(args.eval_examples), "--beam-size", "1",
-                                     "--threads", str(args.eval_threads)],
+        children.start("evaluator", evaluator_args(model, data, work.root, port=args.port,
+                                                   examples=args.eval_examples, threads=args.eval_threads),
                        base / "evaluator.log")
         console.say("demo", f"while it runs: .venv/bin/showtell metrics watch --server {target} ; "
                             f".venv/bin/tensorboard --logdir {base} ; Ctrl-C stops everything")

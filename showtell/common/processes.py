@@ -140,6 +140,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time of a process and of every process it started that is still running (a JVM the
+    evaluator's scorer keeps: its cost is the evaluator's)."""
+    total = cpu_seconds(pid)
+    for child in descendants(pid):
+        with contextlib.suppress(OSError):
+            total += cpu_seconds(child)
+    return total
+
+
 def figures(pid: int) -> dict[str, float]:
     """Threads, open file descriptors and resident memory (MB) of a process."""
     pairs = (line.partition(":") for line in Path(f"/proc/{pid}/status").read_text().splitlines())

@@ -1,0 +1,44 @@
+"""How the benches measure: warm-up passes not counted, rounds alternated, median and spread.
+
+A shared 2-core VM drifts by tens of percent within a minute, so one timing of A then one of B
+says little.  Each path runs ``warm`` untimed passes first (tracing, caches, tf.data's
+autotuning); then every round times each path once, in turn, so drift falls on all of them
+alike; a ratio is the median of the per-round ratios, reported with its spread, so a reader
+can see whether a difference is larger than the noise.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+
+MIN_ROUNDS = 3
+
+
+def alternate(paths: dict[str, Callable[[], float]], *, rounds: int, warm: int = 1) -> dict[str, list[float]]:
+    """Each path's figure per round (whatever its callable returns: a rate, seconds, …)."""
+    if rounds < MIN_ROUNDS:
+        raise SystemExit(f"--rounds {rounds}: at least {MIN_ROUNDS}, or the spread means nothing")
+    for one in paths.values():
+        for _ in range(warm):
+            one()
+    figures: dict[str, list[float]] = {name: [] for name in paths}
+    for _ in range(rounds):
+        for name, one in paths.items():
+            figures[name].append(one())
+    return figures
+
+
+def spread(values: list[float], digits: int = 2) -> dict[str, object]:
+    """Median, min–max and every round's value."""
+    return {"median": round(statistics.median(values), digits), "min": round(min(values), digits),
+            "max": round(max(values), digits), "rounds": [round(v, digits) for v in values]}
+
+
+def ratio(numerator: list[float], denominator: list[float], digits: int = 3) -> dict[str, object]:
+    """Per-round ratios (same round, same conditions), their median and spread, and whether 1.0
+    lies inside the spread (then the two are not told apart by this run)."""
+    ratios = [a / b for a, b in zip(numerator, denominator, strict=True)]
+    out = spread(ratios, digits)
+    out["one_inside_spread"] = min(ratios) <= 1.0 <= max(ratios)
+    return out
