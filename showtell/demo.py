@@ -37,7 +37,7 @@ from showtell.common.flags import (
     positive_float,
     positive_int,
     run_command,
-    setup_logging,
+    start_command,
 )
 from showtell.common.locks import DirectoryLock
 from showtell.evaluator.workdir import WorkDir
@@ -270,7 +270,7 @@ _TRAINER_PROGRESS = r"^step \d+/\d+"
 
 
 def run(args: argparse.Namespace) -> int:
-    setup_logging()
+    start_command(args)  # TensorFlow's start-up notices stay off the console (it imports TF at the end)
     # Explicit handlers: a shell may start us with SIGINT ignored (background jobs), and a
     # supervisor stops us with SIGTERM; both must stop the children cleanly.
     signal.signal(signal.SIGINT, _interrupt)
