@@ -203,6 +203,8 @@ class _Relay:
                 text = self._PREFIX.sub("", line)
                 if self.keep.search(text):
                     self.console.say(self.tag, text)
+                    if text.startswith("final checkpoint"):  # a trainer can take a while to exit after it
+                        self.console.status = f"{self.tag}: final checkpoint written; waiting for it to exit"
                 elif self.progress.search(text):
                     pending = text
             if pending and (stopping or time.monotonic() - shown >= self.every):
