@@ -84,9 +84,11 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=32, help="per replica")
     parser.add_argument("--device", help="the levers' device (default: the first CPU)")
     parser.add_argument("--only", choices=("strategies", "levers"))
-    parser.add_argument("--levers", default=",".join(LEVERS),
-                        help=f"which besides float32 (default {','.join(LEVERS)}; fp16 is slow on a CPU)")
+    parser.add_argument("--levers", help="which besides float32 (default on a GPU: bf16,fp16,xla; on a CPU "
+                                         "bf16,xla — float16 kernels on a CPU are too slow to finish)")
     args = parser.parse_args()
+    if args.levers is None:
+        args.levers = "bf16,fp16,xla" if args.device and "GPU" in args.device.upper() else "bf16,xla"
     logging.basicConfig(level=logging.WARNING)
     cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
     report: dict[str, object] = {"batch_per_replica": args.batch_size}

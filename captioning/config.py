@@ -80,6 +80,10 @@ class InputConfig:
     deterministic: bool = option(False, "reproducible example order (slower input); to compare runs step by "
                                  "step", flag="--deterministic-input", action="store_true")
     seed: int | None = None  # the trainer passes TrainConfig.seed
+    # Captions padded to a multiple of this many words (1: to the batch's longest).  The trainer
+    # sets it under --jit-compile: XLA compiles once per shape, and a batch as long as its longest
+    # caption has a new shape for every length (COCO: dozens of compilations, seconds each).
+    caption_multiple: int = 1
 
 
 OPTIMIZERS = ("sgd", "momentum", "adam")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import shutil
 from pathlib import Path
@@ -36,6 +37,34 @@ def test_train_batches_are_padded_shifted_and_masked(tiny_data: Path):
             assert (tgt[row, n:] == 0).all() and (inp[row, n:] == 0).all()
         assert mask.shape[1] == max(int(m.sum()) for m in mask)  # dynamic: padded to the longest
     assert len(lengths_seen) > 1
+
+
+def test_under_xla_captions_are_padded_to_a_few_lengths_and_the_loss_is_the_same(tiny_data: Path):
+    """--jit-compile: a batch's captions padded to a multiple of 8 words (XLA compiles once per
+    shape); the padding is masked, so the model's loss on it is the unpadded batch's."""
+    from showtell.captioning.config import ModelConfig
+    from showtell.captioning.model.network import build_model, masked_loss_sum
+
+    files = shard_files(tiny_data, "train")
+    config = InputConfig(batch_size=4, seed=1, deterministic=True)
+    dynamic = next(iter(inputs.train_dataset(files, 75, config)))
+    padded = next(iter(inputs.train_dataset(files, 75, dataclasses.replace(config, caption_multiple=8))))
+    length = dynamic["input_ids"].shape[1]
+    assert padded["input_ids"].shape[1] == -(-length // 8) * 8 and padded["input_ids"].shape[1] % 8 == 0
+    for key in ("input_ids", "target_ids", "mask"):
+        np.testing.assert_array_equal(padded[key][:, :length], dynamic[key])
+        assert not padded[key][:, length:].numpy().any()
+    np.testing.assert_array_equal(padded["image"], dynamic["image"])
+
+    _, vocab = load_dataset(tiny_data)
+    model = build_model(ModelConfig(vocab_size=len(vocab), embedding_size=16, lstm_units=16))
+
+    def loss(batch) -> float:
+        logits = model((batch["image"], batch["input_ids"]), training=False)
+        total, words = masked_loss_sum(logits, batch["target_ids"], batch["mask"])
+        return float(total / words)
+
+    assert loss(padded) == pytest.approx(loss(dynamic), rel=1e-5)
 
 
 def test_eval_images_yield_each_image_once_with_all_references(tiny_data: Path):

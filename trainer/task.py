@@ -39,6 +39,7 @@ from showtell.trainer.optimizer import build_optimizer, current_learning_rate, d
 from showtell.trainer.transfer import encoder_optimizer_config, pretrained_encoder, resolve_train_inception
 
 log = logging.getLogger(__name__)
+XLA_CAPTION_MULTIPLE = 8  # words: a synthetic caption (≤ 20) meets 3 lengths, a COCO one (≤ 50) 7
 
 
 def resolve_model_config(config: ModelConfig, manifest: Manifest, data_dir: Path,
@@ -106,6 +107,8 @@ class CaptionTask:
         self.input_config, self.optimizer_config, self.train_config = input_config, optimizer, train
         self.cache_config = cache or CacheConfig()
         self.compute = compute or ComputeConfig()
+        if self.compute.jit_compile:  # a few caption lengths: XLA compiles once for each
+            self.input_config = dataclasses.replace(self.input_config, caption_multiple=XLA_CAPTION_MULTIPLE)
         self.uses_cache = self.cache_config.enabled and not trains_encoder
         self.strategy = strategy or tf.distribute.get_strategy()
         self.is_chief = is_chief

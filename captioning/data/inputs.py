@@ -115,7 +115,21 @@ def train_pipeline(
     ds = ds.shuffle(config.shuffle_buffer, seed=config.seed)
     ds = ds.map(example_fn, num_parallel_calls=AUTOTUNE, deterministic=config.deterministic)
     ds = ds.padded_batch(batch_size, drop_remainder=True)
+    if config.caption_multiple > 1:
+        ds = ds.map(lambda batch: pad_captions(batch, config.caption_multiple), num_parallel_calls=AUTOTUNE)
     return ds.prefetch(AUTOTUNE)
+
+
+CAPTION_FIELDS = ("input_ids", "target_ids", "mask")
+
+
+def pad_captions(batch: dict[str, tf.Tensor], multiple: int) -> dict[str, tf.Tensor]:
+    """Pad a batch's captions (ids 0, mask 0: nothing the loss counts) to a multiple of
+    ``multiple`` words, so a compiled step meets a few lengths instead of every one."""
+    length = tf.shape(batch["input_ids"])[1]
+    extra = (multiple - length % multiple) % multiple
+    return {key: tf.pad(value, [[0, 0], [0, extra]]) if key in CAPTION_FIELDS else value
+            for key, value in batch.items()}
 
 
 def eval_images(
