@@ -108,6 +108,22 @@ def test_next_word_log_probabilities_equal_im2txts_own(im2txt):
     assert np.abs(other - expected[0]).max() > 1e-2
 
 
+@pytest.mark.slow
+def test_a_checkpoint_with_tf_1_0_lstm_names_imports_the_same_weights(im2txt, tmp_path: Path):
+    """im2txt trained under TF ≤ 1.0 wrote the LSTM as ``lstm/BasicLSTMCell/Linear/{Matrix,Bias}``."""
+    renamed = {("lstm/BasicLSTMCell/Linear/Matrix" if k == "lstm/basic_lstm_cell/kernel" else
+                "lstm/BasicLSTMCell/Linear/Bias" if k == "lstm/basic_lstm_cell/bias" else k): v
+               for k, v in im2txt["values"].items()}
+    assert "lstm/basic_lstm_cell/kernel" not in renamed
+    prefix = str(tmp_path / "model.ckpt-1000")
+    slim_reference.save_slim_checkpoint(prefix, {**renamed, "global_step": np.int64(1000)})
+    old = import_checkpoint(prefix, im2txt["word_counts"], image_size=SIZE).model
+    new = import_checkpoint(im2txt["prefix"], im2txt["word_counts"], image_size=SIZE).model
+    assert [w.name for w in old.lstm.weights] == [w.name for w in new.lstm.weights]
+    for a, b in zip(old.lstm.weights, new.lstm.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
 def test_missing_or_misshapen_tensors_are_named_in_one_line(im2txt, tmp_path: Path):
     values = dict(im2txt["values"])
     del values["logits/biases"]
