@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 import tempfile
@@ -32,7 +31,6 @@ from showtell.common import processes  # noqa: E402
 from showtell.demo import TRAIN_FLAGS, evaluator_args  # noqa: E402
 
 WINDOW = re.compile(r"step (\d+)/\d+ .* ([0-9.]+) examples/s")
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
 BATCH = int(TRAIN_FLAGS[TRAIN_FLAGS.index("--batch-size") + 1])
 
 
@@ -60,15 +58,14 @@ def main() -> int:
         for setup in (processes.command("data", "synthetic", "--out", str(data)),
                       [sys.executable, "-c", "import sys; from showtell.captioning.model.network import "
                        "build_encoder; build_encoder(75).save_weights(sys.argv[1])", str(encoder)]):
-            done = processes.run_command(setup, cwd=ROOT, env=ENV, timeout=600)
+            done = processes.run_command(setup, cwd=ROOT, env=processes.environment(), timeout=600)
             if done.returncode != 0:
                 raise SystemExit(done.stderr[-3000:])
 
         def train(model: Path) -> float:
-            run = processes.run_command(
-                [*processes.command(), "train", "--data", str(data), "--model-dir", str(model),
-                 "--max-seconds", str(args.seconds), "--inception-weights", str(encoder), *TRAIN_FLAGS],
-                cwd=ROOT, env=ENV, timeout=args.seconds * 5 + 600)
+            run = processes.run("train", "--data", str(data), "--model-dir", str(model), "--max-seconds",
+                                str(args.seconds), "--inception-weights", str(encoder), *TRAIN_FLAGS,
+                                cwd=ROOT, timeout=args.seconds * 5 + 600)
             if run.returncode != 0:
                 raise SystemExit(f"trainer exited {run.returncode}:\n{run.stderr[-3000:]}")
             return trainer_rate(run.stderr)
@@ -76,7 +73,7 @@ def main() -> int:
         watched = tmp_path / "watched"
         evaluator = processes.start(evaluator_args(watched, data, tmp_path / "watched-eval", port=0,
                                                    examples=100, threads=args.eval_threads),
-                                    tmp_path / "evaluator.log", cwd=ROOT, env=ENV)
+                                    tmp_path / "evaluator.log", cwd=ROOT)
         try:
             rates = alternate({"alone": lambda: train(tmp_path / "alone"), "beside": lambda: train(watched)},
                               rounds=args.rounds, warm=1)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import tempfile
 from pathlib import Path
@@ -35,14 +34,12 @@ def run_cluster(data: Path, model_dir: Path, workers: int, steps: int, batch: in
             "--strategy", "parameter_server", "--ps-hosts", ps, "--worker-hosts", worker_hosts,
             "--chief-host", chief, "--batch-size", str(batch), "--optimizer", "adam", "--learning-rate",
             "3e-4", "--save-every-secs", "0", "--log-every-steps", str(log_every)]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     logs = model_dir.parent / f"{model_dir.name}-servers.log"
     servers = [processes.start([*base, "--job-name", "ps"], logs)]
     servers += [processes.start([*base, "--job-name", "worker", "--task-index", str(i)], logs)
                 for i in range(workers)]
     try:
-        chief_args = processes.command(*base, "--job-name", "chief", "--steps", str(steps))
-        chief_run = processes.run_command(chief_args, env=env, timeout=3600)
+        chief_run = processes.run(*base, "--job-name", "chief", "--steps", str(steps), timeout=3600)
     finally:
         for proc in servers:
             processes.stop(proc)

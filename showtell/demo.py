@@ -55,7 +55,6 @@ PHASE2_FLAGS = ["--train-inception", "true", "--learning-rate", "0.0003",
                 "--inception-learning-rate", "0.0001"]
 
 
-
 def evaluator_args(model: Path, data: Path, work: Path, *, port: int, examples: int,
                    threads: int) -> list[str]:
     """The demo's evaluator (``bench/demo_overhead.py`` measures what it costs the trainer)."""
