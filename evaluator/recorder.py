@@ -20,6 +20,7 @@ from typing import Any
 import tensorflow as tf
 
 from showtell.evaluator.best_export import BestExport
+from showtell.evaluator.schedule import Skip
 from showtell.evaluator.status import Broadcast, Status
 from showtell.evaluator.store import Record, Store
 from showtell.evaluator.summaries import EvalSummaries
@@ -71,6 +72,12 @@ class Recorder:
                 self.status.end()
             self.broadcast.notify(stored)
             return stored or record
+
+    def skip(self, skip: Skip, *, run: str, mtime: float = 0.0, ends_evaluation: bool = True) -> Record:
+        """Record ``skip``'s checkpoint skipped, for its reason (``schedule`` decided it)."""
+        checkpoint = skip.checkpoint
+        record = Record.skipped(checkpoint.step, checkpoint.prefix, skip.reason, run=run, mtime=mtime)
+        return self.record(record, ends_evaluation=ends_evaluation)
 
     def export(self, record: Record, model: Any, vocab: Any) -> None:
         """``--export-best``: consider the model just evaluated (still in memory); a failed

@@ -9,9 +9,11 @@ import itertools
 import json
 import logging
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from showtell.captioning.model.modeldir import read_state, run_started, saved_at
 from showtell.common.files import write_atomic
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,25 @@ class RunSizes:
             self._sizes: dict[str, dict] = json.loads(path.read_text())
         except (OSError, ValueError):
             self._sizes = {}
+
+    def for_run(self, run: str, model_dir: str) -> int | Callable[[float | None, int, int], int]:
+        """The run's size, or — at its first evaluation — how that evaluation decides it once it
+        has timed its own batches: ``decide(rate, split_images, batch_size)``, which keeps it."""
+        known = self.get(run)
+        if known is not None:
+            return known
+
+        def decide(rate: float | None, split_images: int, batch_size: int) -> int:
+            if rate is None:
+                size = Size(split_images, f"all {split_images} images: one batch, nothing to time")
+            else:
+                saves = [saved_at(p) for p in read_state(model_dir)]
+                interval = checkpoint_interval(saves, run_started(model_dir))
+                size = choose(rate=rate, interval=interval, split_images=split_images, batch_size=batch_size)
+            self.set(run, size)
+            return size.images
+
+        return decide
 
     def get(self, run: str) -> int | None:
         entry = self._sizes.get(run)

@@ -5,12 +5,15 @@ reads these, never the loop itself (it can be served, and tested, without one)."
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from showtell.evaluator.store import Record
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,28 @@ class Status:
 
     def end(self) -> None:
         self.evaluating_step, self.progress = -1, None
+
+
+class ProgressReport:
+    """An evaluation's count after each batch: kept in the ``Status`` for GetStatus, logged every
+    ``log_secs`` (the Watch streams hear nothing until the record lands)."""
+
+    def __init__(self, status: Status, *, log_secs: float, clock: Callable[[], float]) -> None:
+        self.status, self.log_secs, self.clock = status, log_secs, clock
+        self._logged = 0.0
+
+    def start(self) -> None:
+        self._logged = self.clock()
+
+    def __call__(self, done: int, total: int) -> None:
+        now, current = self.clock(), self.status.progress
+        progress = Progress.first(done, total, now) if current is None else current.advanced(done, now)
+        self.status.progress = progress
+        if done < total and now - self._logged >= self.log_secs:
+            self._logged = now
+            left = progress.seconds_left()
+            log.info("evaluating step %d: %d of %d images done%s", self.status.evaluating_step, done, total,
+                     "" if left is None else f", about {left:.0f} s left")
 
 
 class Broadcast:

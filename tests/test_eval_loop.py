@@ -19,6 +19,7 @@ from showtell.evaluator.evaluation import EvalResult
 from showtell.evaluator.recorder import WORK_DIR_RETRY_SECS, Recorder
 from showtell.evaluator.runner import EvalRunner
 from showtell.evaluator.schedule import FIRST_RETRY_SECS
+from showtell.evaluator.sizing import RunSizes
 from showtell.evaluator.status import Broadcast, Status
 from showtell.evaluator.store import Store
 from showtell.evaluator.workdir import WorkDir
@@ -89,14 +90,15 @@ class ModelDir:
 
 
 def build(tmp_path: Path, policy: str = "all", finish: Finish | None = None,
-          evaluator: FakeEvaluator | None = None) -> tuple[EvalRunner, ModelDir, Store, FakeClock]:
+          evaluator: FakeEvaluator | None = None,
+          sizes: RunSizes | None = None) -> tuple[EvalRunner, ModelDir, Store, FakeClock]:
     model, work, clock = ModelDir(tmp_path / "model"), WorkDir(tmp_path / "work"), FakeClock()
     work.root.mkdir(exist_ok=True)
     store = Store(work.history)
     recorder = Recorder(store=store, status=Status(), broadcast=Broadcast(), work_root=work.root, clock=clock)
     runner = EvalRunner(model_dir=str(model.root), evaluator=evaluator or FakeEvaluator(), store=store,
                         recorder=recorder, pins=work.pins, policy=policy, finish=finish,
-                        arrival_timeout=60.0, clock=clock)
+                        arrival_timeout=60.0, sizes=sizes, clock=clock)
     runner.evaluator.clock = clock
     return runner, model, store, clock
 
@@ -298,7 +300,7 @@ def test_a_long_evaluation_reports_how_far_it_is_and_broadcasts_only_its_record(
                                       status.progress.seconds_left(), len(heard))
     model.save(5)
     model.name(5)
-    with caplog.at_level("INFO", logger="showtell.evaluator.runner"):
+    with caplog.at_level("INFO", logger="showtell.evaluator.status"):
         runner.look()
     during = runner.evaluator.during
     assert during[0] == (5, 100, 1000, None, 0)  # one batch: no rate yet

@@ -58,8 +58,8 @@ class SizingEvaluator:
 
 def test_the_loop_chooses_once_per_run_and_keeps_it(tmp_path: Path, caplog):
     evaluator = SizingEvaluator(rate=2.0)
-    runner, model, _, _ = build(tmp_path, evaluator=evaluator)
-    runner.sizes = RunSizes(tmp_path / "work" / "auto-size.json")
+    sizes = RunSizes(tmp_path / "work" / "auto-size.json")
+    runner, model, _, _ = build(tmp_path, evaluator=evaluator, sizes=sizes)
     os.utime(model.root / METADATA, (1000, 1000))
     for step, saved in ((1, 1100), (2, 1200)):
         model.save(step)
@@ -73,8 +73,7 @@ def test_the_loop_chooses_once_per_run_and_keeps_it(tmp_path: Path, caplog):
            "every 100 s (median gap of 2 checkpoints) = 100 (whole batches)" in caplog.text
     # A restarted evaluator keeps the run's size, whatever its rate now.
     restarted = SizingEvaluator(rate=50.0)
-    runner, model, _, _ = build(tmp_path, evaluator=restarted)
-    runner.sizes = RunSizes(tmp_path / "work" / "auto-size.json")
+    runner, model, _, _ = build(tmp_path, evaluator=restarted, sizes=RunSizes(sizes.path))
     model.save(3)
     model.name(1, 2, 3)
     runner.look()

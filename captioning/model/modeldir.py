@@ -228,6 +228,24 @@ def checkpoint_step(path: str) -> int:
         return -1
 
 
+def saved_at(prefix: str) -> float:
+    """When the checkpoint ``prefix`` was written (its ``.index`` file's modification time, in
+    seconds); 0 when it cannot be read (deleted, not arrived)."""
+    return _modified(prefix + ".index")
+
+
+def run_started(model_dir: str) -> float | None:
+    """When the model dir's current run began (its ``showtell-model.json`` was written)."""
+    return _modified(os.path.join(model_dir, METADATA)) or None
+
+
+def _modified(path: str) -> float:
+    try:
+        return tf.io.gfile.stat(path).mtime_nsec / 1e9
+    except tf.errors.OpError:
+        return 0.0
+
+
 def read_state(model_dir: str) -> list[str]:
     """Checkpoint prefixes named by the state file, oldest first ([] when there is none).
 
