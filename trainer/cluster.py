@@ -59,9 +59,11 @@ class Cluster:
                 f"(from {self.source})")
 
 
-def wait_for_ps(cluster: Cluster, stop, every: float = 1.0, say_every: float = 15.0) -> bool:
-    """Block until every parameter server accepts connections, saying who is awaited; False if
-    ``stop`` (a ``StopRequest``: SIGTERM, Ctrl-C) came first.
+def wait_for_ps(cluster: Cluster, stop, every: float = 1.0, first_say: float = 5.0,
+                say_every: float = 15.0) -> bool:
+    """Block until every parameter server accepts connections, saying who is awaited (after
+    ``first_say`` seconds — a ps a second late is a normal start — then every ``say_every``);
+    False if ``stop`` (a ``StopRequest``: SIGTERM, Ctrl-C) came first.
 
     TensorFlow's own connect waits for an unreachable ps silently and without end, deaf to
     SIGTERM; a chief started while its ps restarts (a rescheduled pod, a crashed task) then looks
@@ -77,16 +79,17 @@ def wait_for_ps(cluster: Cluster, stop, every: float = 1.0, say_every: float = 1
             return False
 
     started = last_said = time.monotonic()
+    said = False
     while True:
         missing = [f"ps:{i} ({a})" for i, a in enumerate(cluster.jobs.get("ps", [])) if not answers(a)]
         if not missing:
-            if time.monotonic() - started >= say_every:
+            if said:
                 log.info("every parameter server answers (waited %.0f s)", time.monotonic() - started)
             return True
-        if time.monotonic() - last_said >= say_every:
+        if time.monotonic() - last_said >= (say_every if said else first_say):
             log.warning("waiting for %s to answer (%.0f s so far): training starts when it does",
                         ", ".join(missing), time.monotonic() - started)
-            last_said = time.monotonic()
+            last_said, said = time.monotonic(), True
         if stop.wait(every):
             return False
 
