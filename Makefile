@@ -25,9 +25,9 @@ test: lint
 	$(BIN)/pytest
 
 # The inner loop: lint + the quick in-process tests (no e2e, no Docker, none that trains a model
-# for half a minute), on two workers.  `make test` runs all of them.
+# for half a minute), on two workers (in process: one per core).  `make test` runs all of them.
 check: lint
-	$(BIN)/pytest -m "not e2e and not docker and not slow" -q
+	$(BIN)/pytest -m "not e2e and not docker and not slow" -q -n 2
 
 demo: install
 	$(BIN)/showtell demo --dir $(DEMO_DIR) --seconds $(DEMO_SECONDS)
