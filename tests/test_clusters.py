@@ -89,7 +89,7 @@ def test_parameter_server_cluster(tiny_data: Path, tmp_path: Path, procs: Procs)
     assert error.startswith("showtell train: error: the training cluster failed: parameter server "
                             "/job:ps/task:0 is unreachable"), error
     saved = step_of(tf.train.latest_checkpoint(str(model_dir)))
-    assert saved >= 8 and saved % 4 == 0
+    assert saved > lost_at  # saved after the lost worker (re-run steps: not always a multiple of 4)
 
     # The chief restarted before its ps (a rescheduled pod): it says it waits, then trains — phase 2
     # here: the encoder fine-tuned with the decoder, its variables on the ps as well.

@@ -1,9 +1,12 @@
-"""The evaluator as a long-running neighbour: idle costs nothing (every observer), it ends with
-the job when told to, and ``showtell metrics watch`` follows it across a restart."""
+"""The evaluator as a long-running neighbour: idle costs nothing and it still notices (every
+observer), a model dir started over or replaced is a new run to every observer, it ends with the
+job when told to, and ``showtell metrics watch`` follows it across a restart."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -13,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from showtell.api.client import WatchFollower
+from showtell.api.contract import ALL_RUNS
 from showtell.captioning.model.modeldir import checkpoint_step, read_state
 from showtell.common import processes
 from showtell.common.processes import tree_cpu_seconds
@@ -33,6 +37,15 @@ IDLE_SECONDS = 20.0
 IDLE_CORE_FRACTION = 0.02
 
 
+def _run_id(model_dir: Path) -> str:
+    return json.loads((model_dir / "showtell-model.json").read_text())["run_id"]
+
+
+def _list(stub, run: str = "") -> list[tuple[str, int, str]]:
+    page = stub.ListEvaluations(pb.ListEvaluationsRequest(limit=1000, run_id=run), timeout=10)
+    return [(e.run_id, e.global_step, pb.Evaluation.Status.Name(e.status)) for e in page.evaluations]
+
+
 def _steps(port: int) -> list[int]:
     channel, stub = metrics_stub(port)
     with channel:
@@ -40,9 +53,15 @@ def _steps(port: int) -> list[int]:
     return [e.global_step for e in page.evaluations]
 
 
-def test_an_idle_evaluator_sleeps_under_every_observer_and_still_notices(
+def test_every_observer_sleeps_while_idle_notices_and_tells_runs_apart(
         tiny_data: Path, tiny_model: Path, tmp_path: Path, procs):
+    """inotify, watchdog's polling observer (``--poll-secs``, network filesystems) and tf.io.gfile
+    polling (a ``file://`` URL, as object stores such as gs:// take), each a real evaluator: idle,
+    it costs nothing; a new checkpoint is evaluated; the model dir wiped and trained again (same
+    path, step numbers and file names), then replaced by a rename, is a new run each time — its
+    checkpoints evaluated, the service answering for the current run unless asked for another."""
     model_dir = copy_model(tiny_model, tmp_path / "model")
+    run_a = _run_id(model_dir)
     evaluators = {}
     for name, location in (("inotify", str(model_dir)), ("polling", str(model_dir)),
                            ("gfile-polling", f"file://{model_dir}")):
@@ -83,6 +102,38 @@ def test_an_idle_evaluator_sleeps_under_every_observer_and_still_notices(
     wait_for(lambda: followed == [2, 4, 6], 30, "the follower to see step 6")
     follower.close()
     assert retries == [] and follower.reconnects == 0, retries
+    stubs = {}
+    for name, (_, port) in evaluators.items():
+        stubs[name] = metrics_stub(port)[1]
+        assert stubs[name].GetStatus(pb.GetStatusRequest(), timeout=10).observer == name
+
+    # wiped and trained again: same path, same step numbers, same file names
+    shutil.rmtree(model_dir)
+    train_more(tiny_data, model_dir, 4, "--save-every-steps", "2", "--keep", "10")
+    run_b = _run_id(model_dir)
+    assert run_b != run_a
+    for name, stub in stubs.items():
+        wait_for(lambda stub=stub: _list(stub) == [(run_b, 2, "OK"), (run_b, 4, "OK")], 240, f"{name}: run B")
+
+    # replaced by a rename (a new run trained elsewhere, moved into place)
+    fresh = tmp_path / "fresh"
+    train_more(tiny_data, fresh, 2, "--save-every-steps", "2", "--keep", "10")
+    run_c = _run_id(fresh)
+    os.rename(model_dir, tmp_path / "old")
+    os.rename(fresh, model_dir)
+    run_a_list = [(run_a, 2, "OK"), (run_a, 4, "OK"), (run_a, 6, "OK")]
+    for name, stub in stubs.items():
+        wait_for(lambda stub=stub: _list(stub) == [(run_c, 2, "OK")], 240, f"{name}: run C")
+        everything = _list(stub, ALL_RUNS)
+        assert sorted(everything) == sorted([*run_a_list, (run_b, 2, "OK"), (run_b, 4, "OK"),
+                                             (run_c, 2, "OK")]), (name, everything)
+        assert _list(stub, run_a) == run_a_list
+        latest = stub.GetLatest(pb.GetLatestRequest(), timeout=10)
+        assert (latest.run_id, latest.global_step) == (run_c, 2)
+        status = stub.GetStatus(pb.GetStatusRequest(), timeout=10)
+        assert (status.run_id, status.runs) == (run_c, 3)
+        log = (tmp_path / f"{name}.log").read_text()
+        assert f"run {run_b} (was {run_a}); its checkpoints are evaluated afresh" in log, name
 
 
 def test_the_evaluator_ends_with_the_job(tiny_data: Path, tmp_path: Path, procs):

@@ -272,22 +272,3 @@ def test_metrics_client_errors_are_one_line(tmp_path: Path):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 1 and len(lines) == 1
     assert f"cannot reach an evaluator at 127.0.0.1:{port}" in lines[0]
-
-
-def test_polling_observers_for_network_filesystems_and_urls(tiny_data: Path, tmp_path: Path, procs):
-    """``--poll-secs`` (watchdog's polling observer) and a ``file://`` URL (tf.io.gfile polling,
-    the path object stores such as gs:// take) both notice new checkpoints."""
-    model_dir = tmp_path / "model"
-    model_dir.mkdir()
-    evaluators = {}
-    for name, location in (("polling", str(model_dir)), ("gfile-polling", f"file://{model_dir}")):
-        _, port = start_evaluator(procs, location, tiny_data, tmp_path / name, tmp_path / f"{name}.log",
-                                  "--policy", "all", "--max-eval-examples", "4", "--poll-secs", "0.5")
-        evaluators[name] = metrics_stub(port)
-    _train(tiny_data, model_dir, 4, "--save-every-steps", "2", "--keep", "10")
-    for name, (channel, stub) in evaluators.items():
-        wait_for(lambda stub=stub: len(_all(stub)) >= 2, 240, f"{name} evaluations")
-        assert [e.global_step for e in _all(stub)] == [2, 4]
-        assert all(e.status == pb.Evaluation.OK for e in _all(stub)), _all(stub)
-        assert stub.GetStatus(pb.GetStatusRequest(), timeout=10).observer == name
-        channel.close()

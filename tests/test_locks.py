@@ -34,7 +34,7 @@ def test_second_trainer_and_second_evaluator_are_refused_by_name(tiny_data: Path
     model_dir = copy_model(tiny_model, tmp_path / "model")
     log = tmp_path / "first.log"
     first = procs.start("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
-                        "--steps", "1000000", "--save-every-secs", "0", "--save-every-steps", "1000",
+                        "--steps", "1000000", "--save-every-secs", "0", "--save-every-steps", "1000000000",
                         log=log)
     wait_for(lambda: "resumed from" in log.read_text() or first.poll() is not None, 180, "the first trainer")
     assert first.poll() is None, log.read_text()[-3000:]

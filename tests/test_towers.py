@@ -4,7 +4,7 @@ global-norm clip (which must see the all-reduced gradient, not each tower's).
 
 Plain SGD (the update is proportional to the gradient: Adam's first step is ≈ lr·sign(g) and would
 hide a sum-instead-of-mean), no dropout, augmentation off, deterministic input order, encoder
-frozen (batch norm in inference mode: training-mode statistics are per tower by design).
+frozen and read from the feature cache, as phase 1 runs (the first process builds it).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("towers")]  # one worker:
 GLOBAL_BATCH = 8
 COMMON = ["--embedding-size", "32", "--lstm-units", "32", "--optimizer", "sgd", "--steps", "1",
           "--save-every-secs", "0", "--lstm-dropout", "0", "--image-dropout", "0", "--augment", "false",
-          "--deterministic-input", "--train-inception", "false", "--feature-cache", "false"]
+          "--deterministic-input", "--train-inception", "false"]
 
 
 def one_step(data: Path, model_dir: Path, replicas: int, lr: float, clip: float) -> dict[str, np.ndarray]:
