@@ -17,7 +17,7 @@ import pytest
 
 from showtell.api.client import WatchFollower
 from showtell.api.contract import ALL_RUNS
-from showtell.captioning.model.modeldir import checkpoint_step, read_state
+from showtell.captioning.model.modeldir import checkpoint_step, read_run_id, read_state
 from showtell.common import processes
 from showtell.common.processes import tree_cpu_seconds
 from showtell.v1 import metrics_pb2 as pb
@@ -35,10 +35,6 @@ from tests.conftest import (
 pytestmark = pytest.mark.e2e
 IDLE_SECONDS = 20.0
 IDLE_CORE_FRACTION = 0.02
-
-
-def _run_id(model_dir: Path) -> str:
-    return json.loads((model_dir / "showtell-model.json").read_text())["run_id"]
 
 
 def _list(stub, run: str = "") -> list[tuple[str, int, str]]:
@@ -61,7 +57,7 @@ def test_every_observer_sleeps_while_idle_notices_and_tells_runs_apart(
     path, step numbers and file names), then replaced by a rename, is a new run each time — its
     checkpoints evaluated, the service answering for the current run unless asked for another."""
     model_dir = copy_model(tiny_model, tmp_path / "model")
-    run_a = _run_id(model_dir)
+    run_a = read_run_id(str(model_dir))
     evaluators = {}
     for name, location in (("inotify", str(model_dir)), ("polling", str(model_dir)),
                            ("gfile-polling", f"file://{model_dir}")):
@@ -110,7 +106,7 @@ def test_every_observer_sleeps_while_idle_notices_and_tells_runs_apart(
     # wiped and trained again: same path, same step numbers, same file names
     shutil.rmtree(model_dir)
     train_more(tiny_data, model_dir, 4, "--save-every-steps", "2", "--keep", "10")
-    run_b = _run_id(model_dir)
+    run_b = read_run_id(str(model_dir))
     assert run_b != run_a
     for name, stub in stubs.items():
         wait_for(lambda stub=stub: _list(stub) == [(run_b, 2, "OK"), (run_b, 4, "OK")], 240, f"{name}: run B")
@@ -118,7 +114,7 @@ def test_every_observer_sleeps_while_idle_notices_and_tells_runs_apart(
     # replaced by a rename (a new run trained elsewhere, moved into place)
     fresh = tmp_path / "fresh"
     train_more(tiny_data, fresh, 2, "--save-every-steps", "2", "--keep", "10")
-    run_c = _run_id(fresh)
+    run_c = read_run_id(str(fresh))
     os.rename(model_dir, tmp_path / "old")
     os.rename(fresh, model_dir)
     run_a_list = [(run_a, 2, "OK"), (run_a, 4, "OK"), (run_a, 6, "OK")]
