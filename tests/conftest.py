@@ -6,6 +6,7 @@ teardown, whatever happened.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -78,13 +79,33 @@ def java() -> str:
     return shutil.which("java") or pytest.fail("java still not on the PATH after installing it")
 
 
+@contextlib.contextmanager
+def _shared(tmp_path_factory, name: str) -> Iterator[tuple[Path, bool]]:
+    """A session fixture's directory shared by every xdist worker of this run: (path, already made).
+    The first worker makes it under an exclusive lock while the others wait — a tiny model
+    trained, a feature cache built once, not once per worker."""
+    import fcntl
+
+    root = tmp_path_factory.getbasetemp()
+    if _xdist_worker():
+        root = root.parent  # the run's directory, above each worker's own
+    done = root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield root / name, done.exists()
+        done.touch()
+
+
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory) -> Path:
+    """The synthetic dataset most tests read (never write: copy it first); its feature cache is
+    built by the first trainer that needs it, for every worker."""
     from showtell.captioning.data import synthetic
 
-    out = tmp_path_factory.mktemp("data") / "synthetic"
-    synthetic.build(out, TINY_DATA)
-    return out
+    with _shared(tmp_path_factory, "data") as (base, made):
+        if not made:
+            synthetic.build(base / "synthetic", TINY_DATA)
+    return base / "synthetic"
 
 
 class Procs:
@@ -151,11 +172,13 @@ def start_evaluator(procs: Procs, model_dir: Path | str, data: Path, work_dir: P
 @pytest.fixture(scope="session")
 def tiny_model(tiny_data: Path, tmp_path_factory) -> Path:
     """A tiny trained model dir with ckpt-2 and ckpt-4; copy it (``copy_model``) before writing."""
-    model_dir = tmp_path_factory.mktemp("tiny-model") / "model"
-    result = run_showtell("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
-                          "--steps", "4", "--save-every-steps", "2", "--save-every-secs", "0", "--keep", "10")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return model_dir
+    with _shared(tmp_path_factory, "tiny-model") as (base, made):
+        if not made:
+            result = run_showtell("train", "--data", str(tiny_data), "--model-dir", str(base / "model"),
+                                  *TINY_MODEL, "--steps", "4", "--save-every-steps", "2",
+                                  "--save-every-secs", "0", "--keep", "10")
+            assert result.returncode == 0, result.stderr[-3000:]
+    return base / "model"
 
 
 def copy_model(model_dir: Path, to: Path) -> Path:

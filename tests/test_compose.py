@@ -294,6 +294,15 @@ def _saved_steps(logs: str) -> list[int]:
 
 
 @pytest.mark.docker
+def _half_a_core_trainer(tmp_path: Path) -> Path:
+    """An override (compose's own layering) capping the trainer at half a core: it trains for as
+    long as the stack is up, and this test needs its checkpoints, restarts and crashes, not its
+    speed — at full speed it took a core from the other tests for minutes."""
+    override = tmp_path / "compose.half-a-core-trainer.yml"
+    override.write_text("services:\n  trainer:\n    cpus: 0.5\n")
+    return override
+
+
 def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: Path):
     from tests.docker_engine import BUILD_ENV, PROJECT, Stack
     from tests.pki import SERVER_NAME, make_pki
@@ -309,7 +318,7 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: 
         "SHOWTELL_SAVE_EVERY_SECS": "10",  # few training steps between checkpoints
         "SHOWTELL_PRETRAIN_SECONDS": "5",  # the encoder's pretraining, short
         "SHOWTELL_GRPC_PORT": str(grpc_port), "SHOWTELL_TENSORBOARD_PORT": str(board_port),
-    }, ["docker-compose.yml"])
+    }, ["docker-compose.yml", str(_half_a_core_trainer(tmp_path))])
     pki = make_pki(tmp_path / "pki")
     remote = None
     client = engine.client
@@ -337,6 +346,7 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: 
         stack.run("up", "-d")
         wait_for(lambda: stack.health("evaluator") == "healthy", 300, "the evaluator to be healthy",
                  interval=1)
+        assert stack.container("trainer").attrs["HostConfig"]["NanoCpus"] == 500_000_000  # the override
         assert stack.container("data").attrs["State"]["ExitCode"] == 0
         assert stack.container("pretrain").attrs["State"]["ExitCode"] == 0
         evaluation = wait_for(lambda: _metrics_json(grpc_port), 600, "a first evaluation over gRPC",

@@ -89,7 +89,15 @@ def test_demo_sigint_stops_every_child_and_keeps_what_they_wrote(tmp_path: Path,
         for pid in children:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
-    # pretraining stopped early but saved its encoder whole; the evaluator stopped cleanly
-    assert "SIGTERM received: ending pretraining and saving the encoder" in pretrain_log.read_text()
-    assert (base / "encoder.weights.h5").is_file()
+    # pretraining stopped early, after its steps so far, not done (exit 143: a scheduler must not
+    # read it as finished) — and saved its encoder whole; the evaluator stopped cleanly
+    text = pretrain_log.read_text()
+    assert "SIGTERM received: ending pretraining and saving the encoder" in text
+    stopped = re.search(r"stopped after (\d+) steps by SIGTERM before finishing: exit 143 — not done", text)
+    assert stopped and int(stopped.group(1)) >= 1, text[-2000:]
+    from showtell.captioning.model.network import build_encoder
+    from showtell.captioning.weights.encoder import load_encoder_weights
+
+    loaded = load_encoder_weights(build_encoder(75), str(base / "encoder.weights.h5"))
+    assert not loaded.ignored and len(loaded.loaded) == 376
     assert "SIGTERM received: stopping" in (base / "evaluator.log").read_text()

@@ -153,7 +153,10 @@ def test_sigkill_mid_evaluation_loses_and_repeats_nothing(tiny_data: Path, tmp_p
     wait_for(lambda: len(_all(stub)) >= 4, 240, "four evaluations")
     steps = [e.global_step for e in _all(stub)]
     assert steps == [1, 2, 3, 4]
-    redone = (tmp_path / "eval2.log").read_text().count(": ok ")
+    # the log line follows the record (GetLatest can answer before it is written)
+    log2 = tmp_path / "eval2.log"
+    wait_for(lambda: "step 4: ok" in log2.read_text(), 60, "step 4's log line")
+    redone = log2.read_text().count(": ok ")
     assert done_before + redone == 4  # nothing skipped
     db = sqlite3.connect(tmp_path / "work" / "evaluations.sqlite")
     assert db.execute("SELECT step, recorded FROM evaluations ORDER BY step").fetchall() == \

@@ -1,8 +1,8 @@
 """``showtell evaluate --export-best`` and ``showtell caption``: only a better evaluation adds an
 export version, in the layout TensorFlow Serving reads (``export/best/<step>/``, the newest
-serves, the last ``--export-keep`` stay); gRPC names it; the SavedModel, loaded in a fresh
-process, captions exactly like the checkpoint it came from; an export killed midway leaves no
-version behind; a non-image file is one error line and the rest are captioned."""
+serves, the last ``--export-keep`` stay); gRPC names it; the SavedModel, loaded outside the
+process that wrote it, captions exactly like the checkpoint it came from; an export killed midway
+leaves no version behind; a non-image file is one error line and the rest are captioned."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from tests.conftest import (
     copy_model,
     error_lines,
     metrics_stub,
-    run_showtell,
     start_evaluator,
     train_more,
     wait_for,
@@ -44,13 +43,13 @@ def _images(data: Path, out: Path, count: int = 3) -> list[Path]:
     return paths
 
 
-def _captions(*args: str) -> list[dict]:
-    result = run_showtell("caption", "--json", "--beam-size", "3", *args)
+def _captions(showtell_main, *args: str) -> list[dict]:
+    result = showtell_main("caption", "--json", "--beam-size", "3", *args)
     assert result.returncode == 0, result.stderr[-3000:]
     return [json.loads(line) for line in result.stdout.splitlines()]
 
 
-def test_best_export_and_caption(tiny_data: Path, tiny_model: Path, tmp_path: Path, procs):
+def test_best_export_and_caption(tiny_data: Path, tiny_model: Path, tmp_path: Path, procs, showtell_main):
     model_dir, work = copy_model(tiny_model, tmp_path / "model"), tmp_path / "eval"
     train_more(tiny_data, model_dir, 6, "--save-every-steps", "2", "--keep", "10")  # ckpt-2, 4, 6
     log = tmp_path / "eval.log"
@@ -88,14 +87,14 @@ def test_best_export_and_caption(tiny_data: Path, tiny_model: Path, tmp_path: Pa
     assert status.best_export == f"loss:max step {expected[-1]} ({info['value']:.6g}) -> {newest}"
     assert not list((work / "export").glob(".*"))  # no temporary or old copies left
 
-    # The export, in a fresh process, captions exactly like its checkpoint.
+    # The export, loaded here (not in the evaluator that wrote it), captions exactly like its checkpoint.
     images = _images(tiny_data, tmp_path)
     serve = tf.saved_model.load(str(newest)).signatures["serving_default"]  # what a server runs
     served = serve(images=tf.constant([images[0].read_bytes()]))
     assert served["captions"].numpy().shape == (1, 3) and served["scores"].numpy().shape == (1, 3)
-    from_export = _captions("--saved-model", str(base), *map(str, images))  # the base: newest version
-    from_checkpoint = _captions("--model-dir", str(model_dir), "--checkpoint", info["checkpoint"],
-                                *map(str, images))
+    from_export = _captions(showtell_main, "--saved-model", str(base), *map(str, images))  # the newest
+    from_checkpoint = _captions(showtell_main, "--model-dir", str(model_dir),
+                                "--checkpoint", info["checkpoint"], *map(str, images))
     assert [c["image"] for c in from_export] == [str(p) for p in images]
     assert from_export[0]["captions"][0]["caption"] == served["captions"][0, 0].numpy().decode()
     for a, b in zip(from_export, from_checkpoint, strict=True):
@@ -107,8 +106,8 @@ def test_best_export_and_caption(tiny_data: Path, tiny_model: Path, tmp_path: Pa
     # A file that is not an image: one line for it, the others still captioned, exit 1.
     bogus = tmp_path / "notes.png"
     bogus.write_text("not a picture")
-    mixed = run_showtell("caption", "--saved-model", str(work / "export" / "best"), str(images[0]),
-                         str(bogus), str(images[1]))
+    mixed = showtell_main("caption", "--saved-model", str(work / "export" / "best"), str(images[0]),
+                          str(bogus), str(images[1]))
     assert mixed.returncode == 1
     assert [line for line in error_lines(mixed.stderr) if "error" in line] == \
         [f"showtell caption: error: {bogus}: not an image (JPEG, PNG, GIF or BMP expected)"]

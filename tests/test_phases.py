@@ -46,10 +46,16 @@ def step_of(checkpoint: Path) -> int:
     return int(tf.train.load_variable(str(checkpoint), "step/.ATTRIBUTES/VARIABLE_VALUE"))
 
 
+def rate(checkpoint: Path, optimizer: str = "optimizer") -> float:
+    name = f"{optimizer}/_learning_rate/.ATTRIBUTES/VARIABLE_VALUE"
+    return float(tf.train.load_variable(str(checkpoint), name))
+
+
 def test_frozen_phase_then_fine_tune(tiny_data: Path, pretrained: dict, tmp_path: Path):
     model_dir = tmp_path / "model"
     common = ["train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_SIZES,
-              "--save-every-secs", "0", "--save-every-steps", "1", "--keep", "10", "--feature-cache", "false"]
+              "--save-every-secs", "0", "--save-every-steps", "1", "--keep", "10", "--feature-cache", "false",
+              "--epochs-per-decay", "0"]  # constant rates: variables the checkpoint brings back
     phase1 = run_showtell(*common, "--steps", "3", "--inception-weights", str(pretrained["path"]))
     assert phase1.returncode == 0, phase1.stderr[-3000:]
     assert "encoder frozen: pretrained encoder, phase 1" in phase1.stderr
@@ -76,9 +82,10 @@ def test_frozen_phase_then_fine_tune(tiny_data: Path, pretrained: dict, tmp_path
         assert evaluated.returncode == 0, evaluated.stderr[-3000:]
         assert json.loads(evaluated.stdout)["step"] == 3
 
-        # Phase 2 in the same dir: resumes at step 3; the encoder optimizer starts fresh.
+        # Phase 2 in the same dir: resumes at step 3; the encoder optimizer starts fresh; the
+        # decoder's rate is the flag's, not the one phase 1's checkpoint brought back.
         phase2 = run_showtell(*common, "--steps", "5", "--train-inception", "true",
-                              "--inception-learning-rate", "0.01")
+                              "--learning-rate", "0.0002", "--inception-learning-rate", "0.01")
     finally:
         moved.rename(pretrained["path"])
     assert phase2.returncode == 0, phase2.stderr[-3000:]
@@ -86,6 +93,9 @@ def test_frozen_phase_then_fine_tune(tiny_data: Path, pretrained: dict, tmp_path
     assert "encoder_optimizer is not in" in phase2.stderr
     assert "encoder learning rate 0.01 (constant)" in phase2.stderr
     assert step_of(model_dir / "ckpt-5") == 5
+    assert abs(rate(model_dir / "ckpt-3") - 0.001) < 1e-9  # TINY_SIZES' Adam rate, phase 1
+    assert abs(rate(model_dir / "ckpt-5") - 0.0002) < 1e-9
+    assert abs(rate(model_dir / "ckpt-5", "encoder_optimizer") - 0.01) < 1e-9
     fifth = restored(model_dir / "ckpt-5")
     changed = {w.path.split("/")[-1]: 0 for w in fifth.encoder.weights}
     for w, want in zip(fifth.encoder.weights, pretrained["values"], strict=True):

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from showtell.captioning.data.vocab import Vocabulary
-from tests.conftest import TINY_DATA, copy_model, error_lines, run_showtell
+from tests.conftest import TINY_DATA, copy_model, error_lines
 
-pytestmark = pytest.mark.e2e
+# In process: what is under test is decided inside `evaluate --once`, no process boundary.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -28,9 +29,9 @@ def reordered(tmp_path_factory) -> Path:
     return out
 
 
-def _once(model_dir: Path, data: Path) -> dict:
-    result = run_showtell("evaluate", "--once", "--json", "--model-dir", str(model_dir), "--data", str(data),
-                          "--beam-size", "1", "--meteor", "false")
+def _once(showtell_main, model_dir: Path, data: Path) -> dict:
+    result = showtell_main("evaluate", "--once", "--json", "--model-dir", str(model_dir), "--data", str(data),
+                           "--beam-size", "1", "--meteor", "false")
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout)
 
@@ -46,8 +47,8 @@ def test_another_vocabulary_order_gives_the_same_captions_and_metrics(
     assert load_references(shard_files(tiny_data, "val"), ours) == \
         load_references(shard_files(reordered, "val"), theirs)
 
-    same = _once(tiny_model, tiny_data)
-    other = _once(tiny_model, reordered)
+    same = _once(showtell_main, tiny_model, tiny_data)
+    other = _once(showtell_main, tiny_model, reordered)
     assert [s["caption"] for s in other["samples"]] == [s["caption"] for s in same["samples"]]
     assert [s["references"] for s in other["samples"]] == [s["references"] for s in same["samples"]]
     for name, value in same["metrics"].items():
@@ -63,7 +64,8 @@ def test_another_vocabulary_order_gives_the_same_captions_and_metrics(
     assert result.returncode == 1 and "vocab.txt: missing" in line, line
     assert "differs from the training data's vocabulary (id " in line and "copy " in line
     # … and with the training dataset itself it falls back to it (identical word for word)
-    assert _once(bare, tiny_data)["metrics"]["loss"] == pytest.approx(same["metrics"]["loss"], rel=1e-6)
+    fallback = _once(showtell_main, bare, tiny_data)
+    assert fallback["metrics"]["loss"] == pytest.approx(same["metrics"]["loss"], rel=1e-6)
 
 
 def test_words_the_model_lacks_become_unknown_and_are_counted(tiny_data: Path):

@@ -171,8 +171,11 @@ def _pretrain(data: Path, out: Path, stop: StopRequest, seconds: float | None, s
              _format(accuracy))
     _save(encoder, out, "the pretrained encoder")
     finished = (steps is not None and step >= steps) or not stop or stop.final
-    return PretrainResult(steps=step, seconds=elapsed, accuracy=accuracy, path=out,
-                          exit_code=stop.exit_code(finished))
+    code = stop.exit_code(finished)
+    if code:  # as the trainer says it: a scheduler must not read a preempted pretraining as done
+        log.info("stopped after %d steps by %s before finishing: exit %d — not done; the encoder so far "
+                 "is saved", step, stop.reason, code)
+    return PretrainResult(steps=step, seconds=elapsed, accuracy=accuracy, path=out, exit_code=code)
 
 
 def _accuracy(model: keras.Model, images: np.ndarray, labels: dict[str, np.ndarray], size: int,
