@@ -10,6 +10,8 @@ recorder reports).  So nothing is retried forever and nothing already written is
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import sqlite3
 import time
 from collections.abc import Callable
@@ -25,9 +27,10 @@ from showtell.evaluator.evaluation import EvalResult
 from showtell.evaluator.pinning import Missing, files_state, pin, unpin
 from showtell.evaluator.recorder import Recorder
 from showtell.evaluator.schedule import Checkpoint, Retry
+from showtell.evaluator.seen import recorded
 from showtell.evaluator.sizing import RunSizes
 from showtell.evaluator.status import ProgressReport
-from showtell.evaluator.store import Record
+from showtell.evaluator.store import Record, Store
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +73,20 @@ class Attempts:
     def forget(self) -> None:
         """A new run began: its checkpoints arrive afresh."""
         self._arrivals.clear()
+
+    def settle_leftovers(self, *, named: set[str], run: str, store: Store) -> None:
+        """Pins a stopped evaluator left behind: recorded skipped if deleted since, then removed."""
+        try:
+            leftovers = list(self.pins.iterdir())
+        except OSError:
+            return
+        names = [p.name for p in leftovers]
+        prefixes = [os.path.join(self.model_dir, n) for n in names]
+        for skip in schedule.leftover_pins(names, model_dir=self.model_dir, named=named,
+                                           recorded=recorded(store, run, prefixes)):
+            self.recorder.skip(skip, run=run)
+        for leftover in leftovers:
+            shutil.rmtree(leftover, ignore_errors=True)
 
     def evaluate(self, checkpoint: Checkpoint, run: str) -> Record | Retry:
         """The checkpoint's record (as stored), or when to try it again."""

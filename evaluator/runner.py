@@ -1,16 +1,14 @@
 """The evaluation loop: read what the model dir names, ask the schedule what to do, do it.
 
-In the shape of the trainer's ``Controller``: the watcher only wakes the loop; each look reads
-the state file, the run and the history, ``schedule`` decides which checkpoints are due, and
-``Attempts`` evaluates each (pin, evaluate, record, unpin) or says when to look again.  Policy
+In the shape of the trainer's ``Controller``: the watcher only wakes the loop; each look asks
+``ModelDirReader`` what is due (the state file, the run and the history, through ``schedule``),
+and ``Attempts`` evaluates each (pin, evaluate, record, unpin) or says when to look again.  Policy
 ``all`` also keeps ``SeenCheckpoints``, so one deleted while the loop was busy is recorded skipped.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -18,14 +16,15 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from showtell.captioning.model.modeldir import checkpoint_step, read_finished, read_run_id, read_state
+from showtell.captioning.model.modeldir import read_run_id, read_state
 from showtell.common.errors import ShowtellError
 from showtell.evaluator import schedule
 from showtell.evaluator.attempts import Attempts, Evaluator
 from showtell.evaluator.config import Finish
+from showtell.evaluator.reading import ModelDirReader
 from showtell.evaluator.recorder import Recorder
-from showtell.evaluator.schedule import Checkpoint, Retry
-from showtell.evaluator.seen import SeenCheckpoints, recorded
+from showtell.evaluator.schedule import Retry
+from showtell.evaluator.seen import SeenCheckpoints
 from showtell.evaluator.sizing import RunSizes
 from showtell.evaluator.store import Store
 
@@ -62,11 +61,12 @@ class EvalRunner:
                                  arrival_timeout=arrival_timeout, progress_log_secs=progress_log_secs,
                                  sizes=sizes, clock=clock)
         self.seen = SeenCheckpoints(store=store, recorder=recorder)
+        self.reader = ModelDirReader(model_dir=model_dir, store=store, status=self.status, seen=self.seen,
+                                     attempts=self.attempts, policy=policy)
         self.wake, self.stopping = threading.Event(), threading.Event()
         self.evaluations = 0  # by this process (ok or failed; a skipped checkpoint is not one)
         self.done: str | None = None  # why the loop ended by itself
         self.retry_at: float | None = None  # when to look again without being woken
-        self._run_known = False
 
     # -- the watcher's thread -------------------------------------------------------------------
 
@@ -93,7 +93,9 @@ class EvalRunner:
         """Evaluate until stopped (None) or a ``finish`` condition holds (its reason).  Sleeps
         between the watcher's wake-ups; the fallback timer only guards against a lost event."""
         self.evaluator.open()
-        self._settle_leftover_pins()
+        named = self.reader.named()
+        if named is not None:
+            self.attempts.settle_leftovers(named=set(named), run=self.reader.run(), store=self.store)
         self.wake.set()
         while not self.stopping.is_set():
             timeout = poll_fallback_secs
@@ -102,7 +104,7 @@ class EvalRunner:
             self.wake.wait(timeout=timeout)
             self.wake.clear()
             self.look()
-            self.done = self.done or self._trained()
+            self.done = self.done or (self.reader.trained() if self.finish.when_trained else None)
             if self.done:
                 log.info("done: %s", self.done)
                 return self.done
@@ -113,7 +115,7 @@ class EvalRunner:
         wait (files still arriving, the work dir's trouble), a finish condition holds, or — policy
         latest — one evaluation is done (the newest may have moved on meanwhile)."""
         self.retry_at = None
-        for checkpoint in self.pending():
+        for checkpoint in self.reader.pending():
             if self.stopping.is_set():
                 return
             with self.seen.claim(checkpoint, self.status.run_id) as claimed:
@@ -131,67 +133,3 @@ class EvalRunner:
             if self.policy == "latest":
                 self.wake.set()
                 return
-
-    def pending(self) -> list[Checkpoint]:
-        """The checkpoints to evaluate now, in order (``schedule.to_evaluate``)."""
-        try:
-            named = read_state(self.model_dir)
-            self.status.state_error = ""
-        except ShowtellError as exc:
-            if str(exc) != self.status.state_error:
-                log.error("%s", exc)
-            self.status.state_error = str(exc)
-            return []
-        run = self._current_run()
-        self.seen.record_vanished(set(named))
-        if named:
-            self.status.last_seen_step = max(checkpoint_step(p) for p in named)
-        newest = self.store.latest(run)
-        todo = schedule.to_evaluate(named, recorded=recorded(self.store, run, named), policy=self.policy,
-                                    newest_recorded=newest.step if newest else None)
-        self.status.pending_steps = [c.step for c in todo]
-        return todo
-
-    def _current_run(self) -> str:
-        """The model dir's run (its ``showtell-model.json``); logs when a new one begins."""
-        run = read_run_id(self.model_dir)
-        if run is None or (self._run_known and run == self.status.run_id):
-            return self.status.run_id
-        newest = self.store.latest()
-        previous = self.status.run_id if self._run_known else (newest.run if newest else run)
-        if previous != run:
-            log.info("a new run began in %s: run %s (was %s); its checkpoints are evaluated afresh",
-                     self.model_dir, run or "''", previous or "''")
-        self.status.run_id, self._run_known = run, True
-        self.attempts.forget()
-        return run
-
-    def _settle_leftover_pins(self) -> None:
-        """Pins a stopped evaluator left behind: recorded skipped if deleted since, then removed."""
-        try:
-            leftovers, named = list(self.pins.iterdir()), set(read_state(self.model_dir))
-        except (OSError, ShowtellError):
-            return
-        run = self._current_run()
-        names = [p.name for p in leftovers]
-        prefixes = [os.path.join(self.model_dir, n) for n in names]
-        for skip in schedule.leftover_pins(names, model_dir=self.model_dir, named=named,
-                                           recorded=recorded(self.store, run, prefixes)):
-            self.recorder.skip(skip, run=run)
-        for leftover in leftovers:
-            shutil.rmtree(leftover, ignore_errors=True)
-
-    def _trained(self) -> str | None:
-        """--exit-when-trained: the trainer marked its final checkpoint, and it is recorded."""
-        if not self.finish.when_trained:
-            return None
-        final = read_finished(self.model_dir)
-        if final is None:
-            return None
-        # Its evaluation may still be to come: the state file's rename (or, if it was evaluated
-        # before the marker landed, the marker's own arrival) wakes us again.
-        if not any(r.step == final["step"] and os.path.basename(r.checkpoint) == final["checkpoint"]
-                   for r in self.store.after(final["step"] - 1, run=self.status.run_id)):
-            return None
-        return f"the trainer finished ({final.get('reason', '?')}) and its final checkpoint, step " \
-               f"{final['step']}, is evaluated"

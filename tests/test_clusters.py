@@ -155,19 +155,19 @@ def test_multi_worker_trains_synchronously_and_only_the_chief_writes(tiny_data: 
         log = tmp_path / f"worker{index}.log"
         proc = procs.start("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *MODEL,
                            "--strategy", "multi_worker", "--worker-hosts", hosts, "--job-name", "worker",
-                           "--task-index", str(index), "--steps", "6", "--save-every-steps", "3", log=log)
+                           "--task-index", str(index), "--steps", "4", "--save-every-steps", "2", log=log)
         workers.append((proc, log))
     for proc, log in workers:
         assert proc.wait(timeout=600) == 0, log.read_text()[-3000:]
     chief, other = (log.read_text() for _, log in workers)
     assert "global batch 8 = 4 per replica × 2 replicas" in chief
     for text in (chief, other):
-        assert re.search(r"step 6/6  loss (\d+\.\d+)", text)
+        assert re.search(r"step 4/4  loss (\d+\.\d+)", text)
     # Synchronous: both workers report the same (all-reduced) losses.
-    losses = [re.findall(r"step \d+/6  loss (\d+\.\d+)", text) for text in (chief, other)]
+    losses = [re.findall(r"step \d+/4  loss (\d+\.\d+)", text) for text in (chief, other)]
     assert losses[0] == losses[1] and len(losses[0]) >= 2
     state = tf.train.get_checkpoint_state(str(model_dir))
-    assert [Path(p).name for p in state.all_model_checkpoint_paths] == ["ckpt-3", "ckpt-6"]
-    assert step_of(state.model_checkpoint_path) == 6
-    scratch = re.search(r"saved checkpoint (\S*showtell-worker-\S+)/ckpt-6", other)
+    assert [Path(p).name for p in state.all_model_checkpoint_paths] == ["ckpt-2", "ckpt-4"]
+    assert step_of(state.model_checkpoint_path) == 4
+    scratch = re.search(r"saved checkpoint (\S*showtell-worker-\S+)/ckpt-4", other)
     assert scratch and not Path(scratch.group(1)).exists()  # the non-chief's copy is gone

@@ -293,7 +293,6 @@ def _saved_steps(logs: str) -> list[int]:
     return [int(s) for s in re.findall(r"saved checkpoint /checkpoints/model/ckpt-(\d+)", logs)]
 
 
-@pytest.mark.docker
 def _half_a_core_trainer(tmp_path: Path) -> Path:
     """An override (compose's own layering) capping the trainer at half a core: it trains for as
     long as the stack is up, and this test needs its checkpoints, restarts and crashes, not its
@@ -303,6 +302,7 @@ def _half_a_core_trainer(tmp_path: Path) -> Path:
     return override
 
 
+@pytest.mark.docker
 def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: Path):
     from tests.docker_engine import BUILD_ENV, PROJECT, Stack
     from tests.pki import SERVER_NAME, make_pki
