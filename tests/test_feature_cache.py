@@ -1,6 +1,7 @@
-"""The phase-1 feature cache through real ``showtell train`` runs: built once, reused with zero
-encoder forward passes, rebuilt when the image size or the weights change, and training on it
-follows the same loss trajectory as training on the images."""
+"""The phase-1 feature cache through real ``showtell train`` runs (in this process: the cache is
+files on disk, no process boundary is under test): built once, reused with zero encoder forward
+passes, rebuilt when the image size or the weights change, and training on it follows the same
+loss trajectory as training on the images."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from showtell.captioning.config import SyntheticConfig
 from showtell.captioning.data import synthetic
 from showtell.captioning.data.feature_cache import INFO
 from tests import weights_files
-from tests.conftest import TINY_MODEL, run_showtell
+from tests.conftest import TINY_MODEL
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.slow
 
 DATA = SyntheticConfig(train_images=24, val_images=4, image_size=80, seed=4, train_shards=2)
 
@@ -37,18 +38,23 @@ def weights(tmp_path_factory) -> list[Path]:
     return [weights_files.save_keras3(e, out / f"w{s}.weights.h5") for s, e in encoders.items()]
 
 
-def train(data: Path, model_dir: Path, *extra: str):
-    result = run_showtell("train", "--data", str(data), "--model-dir", str(model_dir), *TINY_MODEL,
-                          "--save-every-secs", "0", *extra)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result
+@pytest.fixture
+def train(showtell_main):
+    def run(data: Path, model_dir: Path, *extra: str) -> str:
+        """``showtell train`` with the tiny settings; what it logged."""
+        result = showtell_main("train", "--data", str(data), "--model-dir", str(model_dir), *TINY_MODEL,
+                               "--save-every-secs", "0", *extra)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result.logs
+
+    return run
 
 
-def forward_passes(stderr: str) -> tuple[int, int]:
+def forward_passes(logs: str) -> tuple[int, int]:
     """(for the cache, in training steps), as the trainer counted them."""
     found = re.search(r"encoder forward passes this run: (\d+) for the feature cache, (\d+) in training",
-                      stderr)
-    assert found, stderr[-2000:]
+                      logs)
+    assert found, logs[-2000:]
     return int(found.group(1)), int(found.group(2))
 
 
@@ -63,10 +69,11 @@ def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
     return {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in directory.iterdir()}
 
 
-def test_built_once_reused_and_rebuilt_when_the_key_changes(data: Path, weights: list[Path], tmp_path: Path):
+def test_built_once_reused_and_rebuilt_when_the_key_changes(data: Path, weights: list[Path], tmp_path: Path,
+                                                            train):
     w1, w2 = (["--inception-weights", str(w)] for w in weights)
     first = train(data, tmp_path / "a", "--steps", "2", *w1)
-    assert forward_passes(first.stderr) == (DATA.train_images, 0)
+    assert forward_passes(first) == (DATA.train_images, 0)
     [cache] = caches(data)
     info = json.loads((cache / INFO).read_text())
     assert info["images"] == DATA.train_images and info["forward_passes"] == DATA.train_images
@@ -81,16 +88,16 @@ def test_built_once_reused_and_rebuilt_when_the_key_changes(data: Path, weights:
     before = snapshot(cache)
 
     second = train(data, tmp_path / "b", "--steps", "2", *w1)
-    assert forward_passes(second.stderr) == (0, 0) and "feature cache: reusing" in second.stderr
+    assert forward_passes(second) == (0, 0) and "feature cache: reusing" in second
     assert caches(data) == [cache] and snapshot(cache) == before
 
     smaller = train(data, tmp_path / "c", "--steps", "2", "--image-size", "75", *w1)
-    assert forward_passes(smaller.stderr) == (DATA.train_images, 0) and len(caches(data)) == 2
+    assert forward_passes(smaller) == (DATA.train_images, 0) and len(caches(data)) == 2
     other = train(data, tmp_path / "d", "--steps", "2", *w2)
-    assert forward_passes(other.stderr) == (DATA.train_images, 0) and len(caches(data)) == 3
+    assert forward_passes(other) == (DATA.train_images, 0) and len(caches(data)) == 3
 
     variants = train(data, tmp_path / "e", "--steps", "2", "--cache-variants", "3", *w1)
-    assert forward_passes(variants.stderr) == (3 * DATA.train_images, 0) and len(caches(data)) == 4
+    assert forward_passes(variants) == (3 * DATA.train_images, 0) and len(caches(data)) == 4
     assert snapshot(cache) == before  # the other caches were left alone
 
 
@@ -104,13 +111,14 @@ def losses(model_dir: Path) -> dict[int, float]:
     return found
 
 
-def test_training_on_the_cache_follows_the_image_trajectory(data: Path, weights: list[Path], tmp_path: Path):
+def test_training_on_the_cache_follows_the_image_trajectory(data: Path, weights: list[Path], tmp_path: Path,
+                                                            train):
     common = ["--steps", "8", "--log-every-steps", "1", "--augment", "false", "--deterministic-input",
               "--inception-weights", str(weights[0])]
     images = train(data, tmp_path / "images", *common, "--feature-cache", "false")
-    assert forward_passes(images.stderr) == (0, 8 * 4)  # batch 4, every step through Inception
+    assert forward_passes(images) == (0, 8 * 4)  # batch 4, every step through Inception
     cached = train(data, tmp_path / "cached", *common)
-    assert forward_passes(cached.stderr)[1] == 0
+    assert forward_passes(cached)[1] == 0
     on_images, on_cache = losses(tmp_path / "images"), losses(tmp_path / "cached")
     steps = sorted(on_images)
     assert steps == list(range(2, 9)) and sorted(on_cache) == steps  # step 1 traces; not timed

@@ -34,13 +34,15 @@ def _summary_tags(model_dir: Path) -> set[str]:
     return tags
 
 
-def test_schedule_keep_sigterm_and_resume(tiny_data: Path, tmp_path: Path, procs):
+def test_schedule_keep_sigterm_and_resume(tiny_data: Path, tmp_path: Path, procs, showtell_main):
+    """The SIGTERM'd run is a real process (the signal is under test); the runs around it are
+    decided inside the command and run in this process."""
     model_dir = tmp_path / "model"
     common = ["train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
               "--save-every-secs", "0", "--log-every-steps", "1", "--histogram-every-steps", "3"]
 
     # 1. scheduled checkpoints every 2 steps, only the newest 2 kept
-    first = run_showtell(*common, "--steps", "6", "--save-every-steps", "2", "--keep", "2")
+    first = showtell_main(*common, "--steps", "6", "--save-every-steps", "2", "--keep", "2")
     assert first.returncode == 0, first.stderr[-3000:]
     latest, kept = _state(model_dir)
     assert (latest, kept) == ("ckpt-6", ["ckpt-4", "ckpt-6"])
@@ -67,10 +69,10 @@ def test_schedule_keep_sigterm_and_resume(tiny_data: Path, tmp_path: Path, procs
     assert _var(model_dir / f"ckpt-{stopped}", "step/") == stopped
 
     # 3. restarting resumes at the next step: the global step continues, nothing repeats
-    third = run_showtell(*common, "--steps", str(stopped + 3))
+    third = showtell_main(*common, "--steps", str(stopped + 3))
     assert third.returncode == 0, third.stderr[-3000:]
-    assert f"at step {stopped}" in third.stderr
-    logged = [int(s) for s in re.findall(r"step (\d+)/", third.stderr)]
+    assert f"at step {stopped}" in third.logs
+    logged = [int(s) for s in re.findall(r"step (\d+)/", third.logs)]
     assert logged and min(logged) > stopped and max(logged) == stopped + 3
     final = model_dir / f"ckpt-{stopped + 3}"
     assert _var(final, "step/") == stopped + 3

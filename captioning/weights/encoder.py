@@ -275,11 +275,13 @@ def _sha256(files: list[Path]) -> str:
 
 
 def weights_digest(variables: list) -> str:
-    """A fingerprint of the values of ``variables`` (the feature cache's notion of "same encoder")."""
+    """A fingerprint of the values of ``variables`` (the feature cache's notion of "same encoder").
+    Positions, not names: Keras numbers layer names per process (``conv2d_94`` in a second build),
+    and the same encoder built twice in one process must not miss its cache."""
     digest = hashlib.sha256()
-    for variable in variables:
+    for position, variable in enumerate(variables):
         value = np.ascontiguousarray(keras.ops.convert_to_numpy(variable))
-        digest.update(f"{variable.path}:{value.dtype}:{value.shape};".encode())
+        digest.update(f"{position}:{value.dtype}:{value.shape};".encode())
         digest.update(value.tobytes())
     return digest.hexdigest()
 
