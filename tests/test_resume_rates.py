@@ -9,14 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import tensorflow as tf
 
 from tests.conftest import TINY_MODEL
-
-
-def _rate(checkpoint: Path) -> float:
-    name = "optimizer/_learning_rate/.ATTRIBUTES/VARIABLE_VALUE"
-    return float(tf.train.load_variable(str(checkpoint), name))
+from tests.test_phases import rate
 
 
 @pytest.mark.slow
@@ -27,7 +22,7 @@ def test_a_resumed_run_takes_its_learning_rates_from_the_flags(tiny_data: Path, 
               "--save-every-secs", "0", "--epochs-per-decay", "0"]  # a constant rate: a variable
     result = showtell_main(*common, "--steps", "4")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert abs(_rate(model_dir / "ckpt-4") - 0.001) < 1e-9  # TINY_MODEL's Adam rate
+    assert abs(rate(model_dir / "ckpt-4") - 0.001) < 1e-9  # TINY_MODEL's Adam rate
     result = showtell_main(*common, "--steps", "5", "--learning-rate", "0.0003")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert abs(_rate(model_dir / "ckpt-5") - 0.0003) < 1e-9
+    assert abs(rate(model_dir / "ckpt-5") - 0.0003) < 1e-9
