@@ -66,6 +66,7 @@ def main() -> None:
                 num_parallel_calls=tf.data.AUTOTUNE)
            .batch(a.batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE))
     optimizer = keras.optimizers.Adam(a.lr)
+    optimizer.build(model.trainable_variables)  # as trainer/pretrain.py: the step traces once
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
     @tf.function

@@ -94,3 +94,20 @@ def test_the_evaluator_cli_builds_a_typed_config_and_refuses_combinations_in_one
         result = showtell_main("evaluate", "--model-dir", "m", "--data", "d", *flags)
         assert result.returncode == 2
         assert result.stderr == f"showtell evaluate: error: {problem} (see --help)\n"
+
+
+def test_a_background_threads_uncaught_exception_is_one_log_record(monkeypatch, caplog):
+    """One record is one write: a command's one-line error cannot land inside its traceback (it
+    did in a parameter-server chief's log, after TensorFlow's coordinator thread failed)."""
+    import threading
+
+    from showtell.common.flags import setup_logging
+
+    monkeypatch.setattr(threading, "excepthook", threading.__excepthook__)  # as in a fresh process
+    setup_logging()
+    assert threading.excepthook is not threading.__excepthook__
+    thread = threading.Thread(target=lambda: 1 / 0, name="coordinator")
+    thread.start()
+    thread.join()
+    [record] = [r for r in caplog.records if "uncaught exception in thread coordinator" in r.getMessage()]
+    assert record.exc_info[0] is ZeroDivisionError and record.levelname == "ERROR"

@@ -40,6 +40,7 @@ def test_overfits_one_batch_and_trains_the_encoder(tiny_data: Path):
                          image_dropout=0.0, lstm_dropout=0.0)
     model = build_model(config)
     optimizer = keras.optimizers.Adam(0.03)  # ≈ 30 steps to a tenth here (0.01: ≈ 75)
+    optimizer.build(model.trainable_variables)  # slots made outside the step: it traces once, not twice
     batch = _distinct_image_batch(tiny_data)
     # the first convolution (Keras numbers layer names per process, so find it by type)
     conv = next(layer for layer in model.encoder.layers if isinstance(layer, keras.layers.Conv2D)).kernel

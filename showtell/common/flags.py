@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import logging
 import sys
+import threading
 from collections.abc import Callable
 
 from showtell.common.errors import ShowtellError
@@ -161,6 +162,19 @@ def setup_logging(verbose: bool = False) -> None:
     logging.getLogger("absl").setLevel(logging.ERROR)
     if not verbose:  # TensorFlow's own INFO lines (closure waits, reduce plans) drown ours
         logging.getLogger("tensorflow").setLevel(logging.WARNING)
+    if threading.excepthook is threading.__excepthook__:  # not one someone else installed
+        threading.excepthook = _log_thread_exception
+
+
+def _log_thread_exception(args: threading.ExceptHookArgs) -> None:
+    """A background thread's uncaught exception as one log record (one write).  Python's own hook
+    writes a traceback piece by piece, and a command's one-line error could land inside it — seen
+    when TensorFlow's cluster coordinator thread failed as a parameter-server chief gave up."""
+    if args.exc_type is SystemExit:
+        return
+    name = args.thread.name if args.thread is not None else "?"
+    logging.getLogger("showtell").error("uncaught exception in thread %s", name,
+                                        exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
 
 
 def run_command(prog: str, fn: Callable[[], int]) -> int:
