@@ -74,13 +74,13 @@ def test_demo_sigint_stops_every_child_and_keeps_what_they_wrote(tmp_path: Path,
                        "--port", str(free_ports()[0]), log=log)
     wait_for(lambda: len(_children(log)) == 2, 120, "the evaluator and the pretraining to start")
     children = _children(log)
-    pretrain_log = base / "pretrain.log"
-    wait_for(lambda: pretrain_log.exists() and "pretrain step 1 (" in pretrain_log.read_text(), 300,
-             "pretraining's first step")
     second = run_showtell("demo", "--dir", str(base), "--seconds", "10", "--port", str(free_ports()[0]))
     assert second.returncode == 1 and error_lines(second.stderr) == [
         f"showtell demo: error: --dir {base} is in use by another demo (pid {demo.pid} on host "
         f"{socket.gethostname()}); stop it first, or give this one another --dir"], second.stderr
+    pretrain_log = base / "pretrain.log"  # interrupted once it has trained (its first step), not sooner
+    wait_for(lambda: pretrain_log.exists() and "pretrain step 1 (" in pretrain_log.read_text(), 300,
+             "pretraining's first step", interval=0.05)
     try:
         demo.send_signal(signal.SIGINT)
         assert demo.wait(timeout=120) == 130

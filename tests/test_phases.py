@@ -77,8 +77,9 @@ def test_frozen_phase_then_fine_tune(tiny_data: Path, pretrained: dict, tmp_path
     # Self-contained checkpoints: the evaluator needs neither the weights file nor a flag.
     moved = pretrained["path"].rename(tmp_path / "elsewhere.h5")
     try:
-        evaluated = run_showtell("evaluate", "--once", "--json", "--model-dir", str(model_dir),
-                                 "--data", str(tiny_data), "--checkpoint", str(model_dir / "ckpt-3"))
+        evaluated = run_showtell("evaluate", "--once", "--json", "--meteor", "false", "--model-dir",
+                                 str(model_dir), "--data", str(tiny_data),
+                                 "--checkpoint", str(model_dir / "ckpt-3"))
         assert evaluated.returncode == 0, evaluated.stderr[-3000:]
         assert json.loads(evaluated.stdout)["step"] == 3
 
@@ -104,15 +105,17 @@ def test_frozen_phase_then_fine_tune(tiny_data: Path, pretrained: dict, tmp_path
     assert changed["moving_mean"] == 94 and changed["moving_variance"] == 94, changed
 
     # A phase-2 restart: its encoder optimizer state is restored, not started over, and weights
-    # passed again do not overwrite the trained encoder.
-    again = run_showtell(*common, "--steps", "6", "--train-inception", "true",
+    # passed again are not applied over the trained encoder.  At --steps 5, already reached: it
+    # restores, says so and ends (the restore is what is under test; training on after a resume is
+    # tests/test_train_cli.py's, and tracing Inception's gradient again cost 18 CPU-s here).
+    again = run_showtell(*common, "--steps", "5", "--train-inception", "true",
                          "--inception-weights", str(pretrained["path"]))
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "encoder_optimizer is not in" not in again.stderr and step_of(model_dir / "ckpt-6") == 6
+    assert "resumed from" in again.stderr and "ckpt-5 at step 5" in again.stderr
+    assert "encoder_optimizer is not in" not in again.stderr
     not_applied = f"{pretrained['path']} not applied: the model dir's own checkpoint carries the encoder"
     assert not_applied in again.stderr
-    sixth = restored(model_dir / "ckpt-6")
-    assert not np.array_equal(sixth.encoder.weights[0].numpy(), pretrained["values"][0])
+    assert "done: step 5 → 5" in again.stderr
 
 
 def _untouched(model_dir: Path) -> bool:
