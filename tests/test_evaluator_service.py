@@ -16,15 +16,19 @@ import tensorflow as tf
 
 from showtell.evaluator import sample_images
 from showtell.v1 import metrics_pb2 as pb
-from tests.conftest import TINY_DATA, TINY_MODEL, metrics_stub, run_showtell, start_evaluator, wait_for
+from tests.conftest import (
+    TINY_DATA,
+    TINY_MODEL,
+    metrics_stub,
+    run_showtell,
+    start_evaluator,
+    train_more,
+    wait_for,
+)
 
 pytestmark = pytest.mark.e2e
 
 
-def _train(data: Path, model_dir: Path, steps: int, *extra: str) -> None:
-    result = run_showtell("train", "--data", str(data), "--model-dir", str(model_dir), *TINY_MODEL,
-                          "--steps", str(steps), "--save-every-secs", "0", *extra)
-    assert result.returncode == 0, result.stderr[-3000:]
 
 
 def _all(stub) -> list[pb.Evaluation]:
@@ -64,7 +68,7 @@ def test_policy_all_evaluates_every_checkpoint_once_in_order_and_streams_live(
     reader.start()
 
     # the trainer runs while the evaluator watches (the model dir did not even exist yet)
-    _train(tiny_data, model_dir, 6, "--save-every-steps", "2", "--keep", "10")
+    train_more(tiny_data, model_dir, 6, "--save-every-steps", "2", "--keep", "10")
     wait_for(lambda: len(_all(stub)) >= 3, 240, "three evaluations")
     wait_for(lambda: len(streamed) >= 3, 30, "three streamed evaluations")
     stream.cancel()
@@ -135,7 +139,7 @@ def _summary_images(logdir: Path) -> dict[str, dict[int, np.ndarray]]:
 
 def test_sigkill_mid_evaluation_loses_and_repeats_nothing(tiny_data: Path, tmp_path: Path, procs):
     model_dir = tmp_path / "model"
-    _train(tiny_data, model_dir, 4, "--save-every-steps", "1", "--keep", "10")
+    train_more(tiny_data, model_dir, 4, "--save-every-steps", "1", "--keep", "10")
     log = tmp_path / "eval1.log"
     first, _ = start_evaluator(procs, model_dir, tiny_data, tmp_path / "work", log,
                                "--policy", "all", "--max-eval-examples", "8")
@@ -184,7 +188,11 @@ def test_garbage_collection_race_never_breaks_an_evaluation(tiny_data: Path, tmp
     seer = threading.Thread(target=see_deletions, daemon=True)
     seer.start()
     try:
-        _train(tiny_data, model_dir, 25, "--save-every-steps", "1", "--keep", "1")
+        # its own process: in this one, it would hold the GIL the deletion timer above needs
+        result = run_showtell("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
+                              "--steps", "25", "--save-every-secs", "0", "--save-every-steps", "1",
+                              "--keep", "1")
+        assert result.returncode == 0, result.stderr[-3000:]
     finally:
         training.set()
         seer.join()
@@ -215,7 +223,7 @@ def test_bad_inputs_are_recorded_and_the_service_stays_up(tiny_data: Path, tmp_p
     channel, stub = metrics_stub(port)
     assert stub.GetStatus(pb.GetStatusRequest(), timeout=10).evaluations == 0
 
-    _train(tiny_data, model_dir, 2, "--save-every-steps", "2", "--keep", "10")
+    train_more(tiny_data, model_dir, 2, "--save-every-steps", "2", "--keep", "10")
     wait_for(lambda: len(_all(stub)) == 1, 240, "the first evaluation")
 
     # a garbage state file: reported, nothing recorded, service up
@@ -232,7 +240,7 @@ def test_bad_inputs_are_recorded_and_the_service_stays_up(tiny_data: Path, tmp_p
     data3.write_bytes(data3.read_bytes()[:500])
     # a checkpoint of a different model shape
     other = tmp_path / "other"
-    _train(tiny_data, other, 1, "--lstm-units", "16")
+    train_more(tiny_data, other, 1, "--lstm-units", "16")
     for src in other.glob("ckpt-1.*"):
         (model_dir / src.name.replace("ckpt-1", "ckpt-5")).write_bytes(src.read_bytes())
     state.write_text(good_state.replace('model_checkpoint_path: "ckpt-2"', 'model_checkpoint_path: "ckpt-5"')
