@@ -1,6 +1,8 @@
 """Transfer learning as a user runs it: ``showtell train --inception-weights`` (phase 1, frozen),
 then ``--train-inception true`` (phase 2) in the same model dir; the evaluator needs only the
-checkpoints; bad weights and offline ``imagenet`` fail in one line with nothing written."""
+checkpoints; bad weights and offline ``imagenet`` fail in one line with nothing written.  The
+phases run in process (``showtell_main``): they meet only through the model dir, and the process
+boundaries of a resumed run are tests/test_train_cli.py's."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from showtell.captioning.model.network import build_model
 from showtell.captioning.weights.encoder import IMAGENET_FILE
 from showtell.common import processes
 from tests import weights_files
-from tests.conftest import ROOT, TINY_SIZES, error_lines, run_showtell
+from tests.conftest import ROOT, TINY_SIZES, error_lines
 
 pytestmark = pytest.mark.e2e
 
@@ -51,15 +53,15 @@ def rate(checkpoint: Path, optimizer: str = "optimizer") -> float:
     return float(tf.train.load_variable(str(checkpoint), name))
 
 
-def test_frozen_phase_then_fine_tune(tiny_data: Path, pretrained: dict, tmp_path: Path):
+def test_frozen_phase_then_fine_tune(tiny_data: Path, pretrained: dict, tmp_path: Path, showtell_main):
     model_dir = tmp_path / "model"
     common = ["train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_SIZES,
               "--save-every-secs", "0", "--save-every-steps", "1", "--keep", "10", "--feature-cache", "false",
               "--epochs-per-decay", "0"]  # constant rates: variables the checkpoint brings back
-    phase1 = run_showtell(*common, "--steps", "3", "--inception-weights", str(pretrained["path"]))
-    assert phase1.returncode == 0, phase1.stderr[-3000:]
-    assert "encoder frozen: pretrained encoder, phase 1" in phase1.stderr
-    assert "376 tensors loaded" in phase1.stderr
+    phase1 = showtell_main(*common, "--steps", "3", "--inception-weights", str(pretrained["path"]))
+    assert phase1.returncode == 0, phase1.logs[-3000:]
+    assert "encoder frozen: pretrained encoder, phase 1" in phase1.logs
+    assert "376 tensors loaded" in phase1.logs
 
     first, third = restored(model_dir / "ckpt-1"), restored(model_dir / "ckpt-3")
     for model in (first, third):  # kernels, betas and BN moving statistics: exactly the file's
@@ -77,22 +79,22 @@ def test_frozen_phase_then_fine_tune(tiny_data: Path, pretrained: dict, tmp_path
     # Self-contained checkpoints: the evaluator needs neither the weights file nor a flag.
     moved = pretrained["path"].rename(tmp_path / "elsewhere.h5")
     try:
-        evaluated = run_showtell("evaluate", "--once", "--json", "--meteor", "false", "--model-dir",
-                                 str(model_dir), "--data", str(tiny_data),
-                                 "--checkpoint", str(model_dir / "ckpt-3"))
-        assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+        evaluated = showtell_main("evaluate", "--once", "--json", "--meteor", "false", "--model-dir",
+                                  str(model_dir), "--data", str(tiny_data),
+                                  "--checkpoint", str(model_dir / "ckpt-3"))
+        assert evaluated.returncode == 0, evaluated.logs[-3000:]
         assert json.loads(evaluated.stdout)["step"] == 3
 
         # Phase 2 in the same dir: resumes at step 3; the encoder optimizer starts fresh; the
         # decoder's rate is the flag's, not the one phase 1's checkpoint brought back.
-        phase2 = run_showtell(*common, "--steps", "5", "--train-inception", "true",
-                              "--learning-rate", "0.0002", "--inception-learning-rate", "0.01")
+        phase2 = showtell_main(*common, "--steps", "5", "--train-inception", "true",
+                               "--learning-rate", "0.0002", "--inception-learning-rate", "0.01")
     finally:
         moved.rename(pretrained["path"])
-    assert phase2.returncode == 0, phase2.stderr[-3000:]
-    assert "resumed from" in phase2.stderr and "ckpt-3 at step 3" in phase2.stderr
-    assert "encoder_optimizer is not in" in phase2.stderr
-    assert "encoder learning rate 0.01 (constant)" in phase2.stderr
+    assert phase2.returncode == 0, phase2.logs[-3000:]
+    assert "resumed from" in phase2.logs and "ckpt-3 at step 3" in phase2.logs
+    assert "encoder_optimizer is not in" in phase2.logs
+    assert "encoder learning rate 0.01 (constant)" in phase2.logs
     assert step_of(model_dir / "ckpt-5") == 5
     assert abs(rate(model_dir / "ckpt-3") - 0.001) < 1e-9  # TINY_SIZES' Adam rate, phase 1
     assert abs(rate(model_dir / "ckpt-5") - 0.0002) < 1e-9
@@ -108,14 +110,14 @@ def test_frozen_phase_then_fine_tune(tiny_data: Path, pretrained: dict, tmp_path
     # passed again are not applied over the trained encoder.  At --steps 5, already reached: it
     # restores, says so and ends (the restore is what is under test; training on after a resume is
     # tests/test_train_cli.py's, and tracing Inception's gradient again cost 18 CPU-s here).
-    again = run_showtell(*common, "--steps", "5", "--train-inception", "true",
-                         "--inception-weights", str(pretrained["path"]))
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "resumed from" in again.stderr and "ckpt-5 at step 5" in again.stderr
-    assert "encoder_optimizer is not in" not in again.stderr
+    again = showtell_main(*common, "--steps", "5", "--train-inception", "true",
+                          "--inception-weights", str(pretrained["path"]))
+    assert again.returncode == 0, again.logs[-3000:]
+    assert "resumed from" in again.logs and "ckpt-5 at step 5" in again.logs
+    assert "encoder_optimizer is not in" not in again.logs
     not_applied = f"{pretrained['path']} not applied: the model dir's own checkpoint carries the encoder"
-    assert not_applied in again.stderr
-    assert "done: step 5 → 5" in again.stderr
+    assert not_applied in again.logs
+    assert "done: step 5 → 5" in again.logs
 
 
 def _untouched(model_dir: Path) -> bool:
