@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from showtell.v1 import metrics_pb2 as pb
-from tests.conftest import TINY_MODEL, error_lines, metrics_stub, run_showtell, start_evaluator, wait_for
+from tests.conftest import TINY_MODEL, error_lines, metrics_stub, start_evaluator, wait_for
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root (CI runs as root)")]
@@ -49,7 +49,10 @@ def _files(model_dir: Path) -> list[str]:
 
 
 def test_a_full_disk_fails_the_save_in_one_line_and_loses_nothing(tiny_data: Path, tiny_model: Path,
-                                                                   small_disk: Path, tmp_path: Path, procs):
+                                                                   small_disk: Path, tmp_path: Path, procs,
+                                                                   showtell_main):
+    """The trainer runs in this process (its exit code and one line are the command's own); the
+    evaluator reading the same dir is the other process."""
     model_dir = small_disk / "model"
     shutil.copytree(tiny_model, model_dir)  # ckpt-2 and ckpt-4, 84 MiB each
     ballast = small_disk / "ballast"  # leaves 40 MiB: less than one checkpoint
@@ -64,8 +67,8 @@ def test_a_full_disk_fails_the_save_in_one_line_and_loses_nothing(tiny_data: Pat
                  "ckpt-2 and ckpt-4 evaluated")
         before = _files(model_dir)
 
-        full = run_showtell("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
-                            "--steps", "5", "--save-every-secs", "0", "--keep", "10")
+        full = showtell_main("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
+                             "--steps", "5", "--save-every-secs", "0", "--keep", "10")
         assert full.returncode == 1, full.stderr[-3000:]
         [line] = [x for x in error_lines(full.stderr) if "error" in x]
         assert line.startswith(f"showtell train: error: --model-dir {model_dir}: no space left on its device "
@@ -75,10 +78,10 @@ def test_a_full_disk_fails_the_save_in_one_line_and_loses_nothing(tiny_data: Pat
         assert (model_dir / "checkpoint").read_text() == state
 
         ballast.unlink()  # space comes back
-        again = run_showtell("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
-                             "--steps", "5", "--save-every-secs", "0", "--keep", "10")
-        assert again.returncode == 0, again.stderr[-3000:]
-        assert "at step 4" in again.stderr and (model_dir / "ckpt-5.index").is_file()
+        again = showtell_main("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
+                              "--steps", "5", "--save-every-secs", "0", "--keep", "10")
+        assert again.returncode == 0, again.logs[-3000:]
+        assert "at step 4" in again.logs and (model_dir / "ckpt-5.index").is_file()
         wait_for(lambda: stub.GetStatus(pb.GetStatusRequest(), timeout=10).evaluations >= 3, 300,
                  "ckpt-5 evaluated")
         status = stub.GetStatus(pb.GetStatusRequest(), timeout=10)
