@@ -182,10 +182,8 @@ def tiny_model(tiny_data: Path, tmp_path_factory) -> Path:
     """A tiny trained model dir with ckpt-2 and ckpt-4; copy it (``copy_model``) before writing."""
     with _shared(tmp_path_factory, "tiny-model") as (base, made):
         if not made:
-            result = run_showtell("train", "--data", str(tiny_data), "--model-dir", str(base / "model"),
-                                  *TINY_MODEL, "--steps", "4", "--save-every-steps", "2",
-                                  "--save-every-secs", "0", "--keep", "10")
-            assert result.returncode == 0, result.stderr[-3000:]
+            train_more(tiny_data, base / "model", 4, "--save-every-steps", "2", "--keep", "10",
+                       own_process=True)
     return base / "model"
 
 
@@ -196,14 +194,19 @@ def copy_model(model_dir: Path, to: Path) -> Path:
     return to
 
 
-def train_more(data: Path, model_dir: Path, steps: int, *extra: str) -> None:
+def train_more(data: Path, model_dir: Path, steps: int, *extra: str, own_process: bool = False) -> None:
     """Resume (or start) training ``model_dir`` up to ``steps`` with the tiny settings, in this
     process: the checkpoints it writes are what the test's evaluator processes see (its own logs
-    are in the test's captured output)."""
+    are in the test's captured output).  ``own_process``: as a ``showtell`` process instead."""
+    argv = ["train", "--data", str(data), "--model-dir", str(model_dir), *TINY_MODEL,
+            "--steps", str(steps), "--save-every-secs", "0", *extra]
+    if own_process:
+        result = run_showtell(*argv)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return
     from showtell.cli import main
 
-    assert main(["train", "--data", str(data), "--model-dir", str(model_dir), *TINY_MODEL,
-                 "--steps", str(steps), "--save-every-secs", "0", *extra]) == 0
+    assert main(argv) == 0
 
 
 def metrics_stub(port: int):

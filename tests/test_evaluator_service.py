@@ -18,7 +18,6 @@ from showtell.evaluator import sample_images
 from showtell.v1 import metrics_pb2 as pb
 from tests.conftest import (
     TINY_DATA,
-    TINY_MODEL,
     metrics_stub,
     run_showtell,
     start_evaluator,
@@ -27,8 +26,6 @@ from tests.conftest import (
 )
 
 pytestmark = pytest.mark.e2e
-
-
 
 
 def _all(stub) -> list[pb.Evaluation]:
@@ -189,10 +186,7 @@ def test_garbage_collection_race_never_breaks_an_evaluation(tiny_data: Path, tmp
     seer.start()
     try:
         # its own process: in this one, it would hold the GIL the deletion timer above needs
-        result = run_showtell("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
-                              "--steps", "25", "--save-every-secs", "0", "--save-every-steps", "1",
-                              "--keep", "1")
-        assert result.returncode == 0, result.stderr[-3000:]
+        train_more(tiny_data, model_dir, 25, "--save-every-steps", "1", "--keep", "1", own_process=True)
     finally:
         training.set()
         seer.join()
