@@ -26,8 +26,9 @@ from tests import system_packages
 
 CACHE_DIR = Path(os.environ.get("SHOWTELL_DOCKER_CACHE", "/var/cache/showtell-docker"))
 BASE_IMAGE = "showtell-base:bookworm"
-# What the Dockerfiles need from a base: python3 (3.11 in bookworm), venv, pip, CA handling.
-BASE_PACKAGES = "python3,python3-venv,python3-pip,ca-certificates"
+# What the Dockerfiles need from a base: python3 (3.11 in bookworm), venv (whose ensurepip puts
+# pip into /opt/venv: Debian's python3-pip, with its dependencies, would go unused), CA handling.
+BASE_PACKAGES = "python3,python3-venv,ca-certificates"
 BASE_TARBALL = CACHE_DIR / f"bookworm-minbase-{BASE_PACKAGES.replace(',', '+')}.tar"
 
 

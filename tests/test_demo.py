@@ -32,7 +32,7 @@ def _children(log: Path) -> list[int]:
 
 def test_demo_runs_the_recipe_phase_by_phase(tmp_path: Path, procs):
     log, base = tmp_path / "demo.log", tmp_path / "demo"
-    demo = procs.start("demo", "--dir", str(base), "--seconds", "40", "--phases", "0.3,0.4,0.3",
+    demo = procs.start("demo", "--dir", str(base), "--seconds", "30", "--phases", "0.3,0.4,0.3",
                        "--train-images", "120", "--eval-examples", "8", "--port", str(free_ports()[0]),
                        log=log)
     assert demo.wait(timeout=600) == 0, log.read_text()[-4000:]

@@ -127,9 +127,11 @@ def test_perplexity_is_exp_of_mean_token_loss(tiny_data: Path):
                                     lstm_units=16))
     files = shard_files(tiny_data, "val")
     images, progress = manifest.splits["val"].images, []
-    result = Validator(model, files, vocab, batch_size=7).run(  # padded batches, a short last one
+    validator = Validator(model, files, vocab, batch_size=7)
+    result = validator.run(  # padded batches, a short last one
         lambda done, total: progress.append((done, total)), split_images=images).loss
     assert progress == [(min(done, images), images) for done in range(7, images + 7, 7)]
+    assert validator._evaluate_batch.experimental_get_tracing_count() == 1  # not again for the short one
     # --max-eval-examples auto: the cap decided from the pass's own rate after its second batch.
     rates, shown = [], []
     capped = Validator(model, files, vocab, batch_size=2).run(

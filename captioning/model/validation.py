@@ -42,7 +42,8 @@ class Validator:
     """Loss and captions of one model over a validation split.
 
     The ``tf.function`` is traced once per model and reused for every checkpoint restored into
-    it — re-tracing Inception costs ≈10 s per evaluation.
+    it — re-tracing Inception costs ≈10 s per evaluation.  Its signature is the input pipeline's
+    own, batch dimension unknown: a short last batch would otherwise trace it all a second time.
     """
 
     def __init__(self, model: ShowAndTell, files: Sequence[str], vocab: Vocabulary, batch_size: int = 64,
@@ -78,7 +79,6 @@ class Validator:
                                  beam_size, max_length)
             return loss_sum, count, ids[:, 0]
 
-        @tf.function(reduce_retracing=True)
         def evaluate_batch(images, captions):
             embedding = encode(images)
             pairs = inputs.teacher_forcing(captions)
@@ -86,7 +86,8 @@ class Validator:
                                            pairs["mask"])
             return loss_sum, count, tf.shape(pairs["owner"])[0], best
 
-        self._evaluate_batch = evaluate_batch
+        self._batch_fn = evaluate_batch
+        self._evaluate_batch: tf.types.experimental.PolymorphicFunction | None = None
 
     def run(self, progress: Callable[[int, int], None] | None = None, split_images: int = 0,
             max_images: int | None = None, limit: Callable[[float | None], int] | None = None) -> Validation:
@@ -102,6 +103,10 @@ class Validator:
         expected = min(split_images, cap) if cap else split_images
         ds = inputs.eval_images(self.files, self.model.config.image_size, self.batch_size,
                                 max_images=cap, id_map=self.id_map)
+        if self._evaluate_batch is None:
+            spec = ds.element_spec
+            self._evaluate_batch = tf.function(self._batch_fn,
+                                               input_signature=[spec["image"], spec["captions"]])
         total, words, examples, unknown, images = 0.0, 0.0, 0, 0, 0
         captions: dict[int, str] = {}
         first: tuple[float, int] | None = None  # (when the first batch was done, its images)
