@@ -113,12 +113,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "again, as a new run, on the finished encoder (0: no preview; default 75)")
 
 
-def _stop(proc: subprocess.Popen, name: str, timeout: float = 60.0) -> None:
-    if proc.poll() is None:
-        log.info("stopping %s (pid %d)", name, proc.pid)
-    processes.stop(proc, timeout)
-
-
 def _wait_serving(target: str, deadline: float) -> None:
     with grpc.insecure_channel(target) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
@@ -257,8 +251,11 @@ class _Children:
         return code
 
     def stop_all(self) -> None:
+        """Each running child by its PID, said on the console like every other line."""
         for name, proc in reversed(list(self.running.items())):
-            _stop(proc, name)
+            if proc.poll() is None:
+                self.console.say("demo", f"stopping the {name} (pid {proc.pid})")
+            processes.stop(proc, 60.0)
         self.running.clear()
         for relay in self.relays.values():
             relay.close()

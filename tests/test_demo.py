@@ -64,6 +64,9 @@ def test_demo_runs_the_recipe_phase_by_phase(tmp_path: Path, procs):
         assert re.search(r"\[train\] step \d+/\d+ .*; \d+ s left", text), text[-3000:]
     assert re.search(r"\[train\] feature cache: ", text), text[-3000:]
     assert "oneDNN" not in text and "absl" not in text  # no TensorFlow notice on the console
+    # every line in the console's own form — none a raw log record ("12:00:00 I showtell.demo: …")
+    assert not re.findall(r"^\d\d:\d\d:\d\d I .*", text, re.M), text[-3000:]
+    assert re.search(r"^ *\d+:\d\d \[demo\] stopping the evaluator \(pid \d+\)$", text, re.M), text[-3000:]
     pictures = sorted((base / "pictures").glob("val-*.png"))
     assert len(pictures) == 6 and all(p.stat().st_size > 100 for p in pictures)
 
