@@ -116,6 +116,10 @@ def test_mismatches_fail_in_one_line_and_touch_nothing(tiny_data: Path, tiny_mod
     # The rest in this process: the message and the untouched dir are what is under test.
     cases = [
         (["--lstm-units", "16"], r"with lstm_units 32, this one has lstm_units 16"),
+        # trained with adam (TINY_MODEL): its slots do not fit SGD
+        (["--optimizer", "sgd"], rf"^showtell train: error: {model_dir} was trained with --optimizer adam, "
+                                 r"this run has --optimizer sgd; resume with --optimizer adam, or use a new "
+                                 r"--model-dir$"),
         (["--image-size", "99"], r"--image-size 99: the images in .* are 75 px"),
         (["--batch-size", "0"], r"argument --batch-size: must be ≥ 1 \(got 0\)"),
         (["--image-size", "60"], r"argument --image-size: must be ≥ 75"),

@@ -170,7 +170,8 @@ class Trainer:
             return
         data = {"dir": str(task.data_dir), "builder": task.manifest.builder,
                 "vocab_size": task.manifest.vocab_size, "image_size": task.manifest.image_size}
-        run_id = write_metadata(task.model_dir, task.model_config, data, encoder_init.metadata())
+        run_id = write_metadata(task.model_dir, task.model_config, data, encoder_init.metadata(),
+                                optimizer=task.optimizer_config.name)
         log.info("run %s starts in %s", run_id, task.model_dir)
         if encoder_init.pretrained:
             (task.model_dir / ENCODER_INIT_REPORT).write_text(encoder_init.report())

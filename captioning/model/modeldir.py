@@ -71,13 +71,32 @@ def trained_vocabulary_size(model_dir: Path, data: Vocabulary, data_dir: Path) -
                         f"… --vocab {path}) or use a new --model-dir")
 
 
-def write_metadata(model_dir: Path, config: ModelConfig, data: dict, encoder_init: dict) -> str:
+def check_optimizer(model_dir: Path, optimizer: str) -> None:
+    """Refuse to resume checkpoints with another ``--optimizer``: their state does not carry over
+    (Adam keeps two slots per variable, momentum one, SGD none) — TensorFlow would fail in its own
+    words, or leave the slots unread and warn about each of them at exit."""
+    path = model_dir / METADATA
+    if not path.is_file() or not tf.train.latest_checkpoint(str(model_dir)):
+        return
+    try:
+        recorded = json.loads(path.read_text()).get("optimizer")
+    except (OSError, ValueError) as exc:
+        raise ModelDirError(f"{path}: unreadable ({exc}); use a new --model-dir") from exc
+    if recorded and recorded != optimizer:
+        raise ModelDirError(f"{model_dir} was trained with --optimizer {recorded}, this run has --optimizer "
+                            f"{optimizer}; resume with --optimizer {recorded}, or use a new --model-dir")
+
+
+def write_metadata(model_dir: Path, config: ModelConfig, data: dict, encoder_init: dict,
+                   optimizer: str | None = None) -> str:
     """Record, when a run starts in a model dir without a checkpoint, the model's shape, where
-    its data came from, where its encoder's starting weights came from (source and sha256) —
-    and a new run id, so evaluators tell this run's ``ckpt-2`` from an earlier run's.
-    Returns the run id."""
+    its data came from, where its encoder's starting weights came from (source and sha256), the
+    optimizer whose state its checkpoints will hold (none for an import) — and a new run id, so
+    evaluators tell this run's ``ckpt-2`` from an earlier run's.  Returns the run id."""
     run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
     record = {"run_id": run_id, "model": config.shape_fields(), "data": data, "encoder_init": encoder_init}
+    if optimizer is not None:
+        record["optimizer"] = optimizer
     write_atomic(model_dir / METADATA, json.dumps(record, indent=2) + "\n")
     return run_id
 
