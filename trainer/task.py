@@ -30,12 +30,7 @@ from showtell.captioning.data import inputs
 from showtell.captioning.data.feature_cache import BuildStats, cache_key, ensure_cache
 from showtell.captioning.data.manifest import Manifest, load_dataset
 from showtell.captioning.data.records import shard_files
-from showtell.captioning.model.modeldir import (
-    check_model_dir,
-    check_optimizer,
-    recorded_encoder_init,
-    trained_vocabulary_size,
-)
+from showtell.captioning.model.modeldir import check_model_dir, recorded_encoder_init, trained_vocabulary_size
 from showtell.captioning.model.network import ShowAndTell, build_model, masked_loss_sum
 from showtell.captioning.weights.encoder import NONE, weights_digest
 from showtell.common.errors import DataError
@@ -101,8 +96,7 @@ class CaptionTask:
         self.files = shard_files(data_dir, "train")
         model = resolve_model_config(model, self.manifest, data_dir, image_size,
                                      trained_vocabulary_size(model_dir, self.vocab, data_dir))
-        check_model_dir(model_dir, model)  # before anything is written
-        check_optimizer(model_dir, optimizer.name)
+        check_model_dir(model_dir, model, optimizer.name)  # before anything is written
         self.inception_weights = inception_weights
         pretrained = pretrained_encoder(inception_weights, recorded_encoder_init(model_dir))
         trains_encoder, why = resolve_train_inception(train_inception, pretrained)

@@ -37,22 +37,30 @@ _FIELD_FLAGS = {
 }
 
 
-def check_model_dir(model_dir: Path, config: ModelConfig) -> None:
-    """Refuse a model dir whose checkpoints were written by a differently shaped model."""
+def check_model_dir(model_dir: Path, config: ModelConfig, optimizer: str | None = None) -> None:
+    """Refuse a model dir whose checkpoints were written by a differently shaped model — or, for
+    ``optimizer``, with another ``--optimizer``: its state does not carry over (Adam keeps two
+    slots per variable, momentum one, SGD none), and TensorFlow would fail in its own words, or
+    leave the slots unread and warn about each of them at exit."""
+    checkpoint = tf.train.latest_checkpoint(str(model_dir))
     if not (model_dir / METADATA).is_file():
-        if tf.train.latest_checkpoint(str(model_dir)):
+        if checkpoint:
             raise ModelDirError(
                 f"{model_dir}: holds checkpoints but no {METADATA} (not written by showtell train); "
                 "use a new --model-dir"
             )
         return
-    recorded = _recorded_shape(str(model_dir), "use a new --model-dir")
+    record = _record(str(model_dir), "use a new --model-dir")
     for name, value in config.shape_fields().items():
-        if name in recorded and recorded[name] != value:
+        if name in record["model"] and record["model"][name] != value:
             raise ModelDirError(
-                f"{model_dir} was written by a model with {name} {recorded[name]}, this one has "
+                f"{model_dir} was written by a model with {name} {record['model'][name]}, this one has "
                 f"{name} {value} ({_FIELD_FLAGS[name]}); use a new --model-dir"
             )
+    recorded = record.get("optimizer")  # none for an import
+    if checkpoint and optimizer and recorded and recorded != optimizer:
+        raise ModelDirError(f"{model_dir} was trained with --optimizer {recorded}, this run has --optimizer "
+                            f"{optimizer}; resume with --optimizer {recorded}, or use a new --model-dir")
 
 
 def trained_vocabulary_size(model_dir: Path, data: Vocabulary, data_dir: Path) -> int | None:
@@ -69,22 +77,6 @@ def trained_vocabulary_size(model_dir: Path, data: Vocabulary, data_dir: Path) -
     raise ModelDirError(f"--data {data_dir}: not in the vocabulary {model_dir} was trained with "
                         f"({first_difference(own, data)}); build the data in it (showtell data coco "
                         f"… --vocab {path}) or use a new --model-dir")
-
-
-def check_optimizer(model_dir: Path, optimizer: str) -> None:
-    """Refuse to resume checkpoints with another ``--optimizer``: their state does not carry over
-    (Adam keeps two slots per variable, momentum one, SGD none) — TensorFlow would fail in its own
-    words, or leave the slots unread and warn about each of them at exit."""
-    path = model_dir / METADATA
-    if not path.is_file() or not tf.train.latest_checkpoint(str(model_dir)):
-        return
-    try:
-        recorded = json.loads(path.read_text()).get("optimizer")
-    except (OSError, ValueError) as exc:
-        raise ModelDirError(f"{path}: unreadable ({exc}); use a new --model-dir") from exc
-    if recorded and recorded != optimizer:
-        raise ModelDirError(f"{model_dir} was trained with --optimizer {recorded}, this run has --optimizer "
-                            f"{optimizer}; resume with --optimizer {recorded}, or use a new --model-dir")
 
 
 def write_metadata(model_dir: Path, config: ModelConfig, data: dict, encoder_init: dict,
@@ -138,12 +130,15 @@ def recorded_encoder_init(model_dir: Path) -> dict | None:
         raise ModelDirError(f"{path}: unreadable ({exc}); use a new --model-dir") from exc
 
 
-def _recorded_shape(model_dir: str, hint: str) -> dict:
-    """The ``model`` section of a model dir's record, read through ``tf.io.gfile`` so a model
+def _record(model_dir: str, hint: str) -> dict:
+    """A model dir's record (with its ``model`` section), read through ``tf.io.gfile`` so a model
     dir may be any URL TensorFlow reads (``gs://…``)."""
     path = model_dir.rstrip("/") + "/" + METADATA
     try:
-        return json.loads(tf.io.gfile.GFile(path).read())["model"]
+        record = json.loads(tf.io.gfile.GFile(path).read())
+        if "model" not in record:
+            raise KeyError("model")  # a record without its model section is unreadable
+        return record
     except tf.errors.NotFoundError as exc:
         raise ModelDirIncomplete(f"{path}: missing; is {model_dir} a showtell model directory?") from exc
     except (ValueError, KeyError, tf.errors.OpError) as exc:
@@ -162,7 +157,7 @@ def read_run_id(model_dir: str) -> str | None:
 
 def read_model_config(model_dir: str | Path, base: ModelConfig | None = None) -> ModelConfig:
     """The model shape recorded in a model dir (for the evaluator and ``caption``)."""
-    recorded = _recorded_shape(str(model_dir), "is the trainer still writing it?")
+    recorded = _record(str(model_dir), "is the trainer still writing it?")["model"]
     return dataclasses.replace(base or ModelConfig(), **recorded)
 
 
