@@ -102,3 +102,28 @@ def test_finished_hypotheses_keep_their_score():
         assert abs(total - score) < 1e-3
         if END in seq:
             assert all(w == END for w in seq[seq.index(END):])
+
+
+def test_the_search_ends_when_every_hypothesis_has_and_traces_its_step_once():
+    # From <S>: word 2 or 3; after either, </S> all but surely — every hypothesis ends at step 2.
+    table = np.full((4, 4), 1e-6)
+    table[START] = [1e-6, 1e-6, 0.7, 0.3]
+    table[2] = table[3] = table[END] = [1e-6, 1.0, 1e-6, 1e-6]
+    table /= table.sum(axis=1, keepdims=True)
+    calls = []
+    markov = _markov_step(table)
+
+    def step(words, state):
+        calls.append(1)
+        return markov(words, state)
+
+    ids, scores = beam_search(tf.zeros([1, 1]), step, START, END, beam_size=2, max_length=20)
+    assert len(calls) == 2  # not 20
+    assert ids.numpy()[0].tolist() == [[2] + [END] * 19, [3] + [END] * 19]  # </S> repeats after the end
+    np.testing.assert_allclose(scores.numpy()[0], np.log([0.7, 0.3]), atol=1e-4)
+
+    calls.clear()
+    search = tf.function(lambda state: beam_search(state, step, START, END, beam_size=2, max_length=20))
+    traced, _ = search(tf.zeros([3, 1]))
+    assert len(calls) == 1  # one trace of the step, not one per position
+    np.testing.assert_array_equal(traced.numpy(), np.repeat(ids.numpy(), 3, axis=0))
