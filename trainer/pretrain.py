@@ -139,7 +139,7 @@ def _pretrain(data: Path, out: Path, stop: StopRequest, seconds: float | None, s
     optimizer.build(model.trainable_variables)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
-    @tf.function
+    @tf.function(autograph=False)
     def train_step(x, y):
         with tf.GradientTape() as tape:
             outputs = model(x, training=True)

@@ -89,7 +89,7 @@ class SynchronousRunner:
         if not self.multi_worker:
             return list(flags)
         if self._agree_fn is None:
-            @tf.function
+            @tf.function(autograph=False)
             def agree(local: tf.Tensor) -> tf.Tensor:
                 per_replica = self.strategy.run(lambda: tf.identity(local))
                 return self.strategy.reduce("sum", per_replica, axis=None)
@@ -118,7 +118,7 @@ class ParameterServerRunner:
         self._iterator = iter(per_worker)
         strategy = task.strategy
 
-        @tf.function
+        @tf.function(autograph=False)
         def worker_step(iterator):
             return strategy.run(task.replica_step, args=(next(iterator),))  # one replica
 

@@ -233,7 +233,7 @@ class CaptionTask:
         true gradients (an overflow stays inf/NaN); each optimizer then gets them in its own
         scale, which its ``LossScaleOptimizer`` divides out — or skips the update and lowers it."""
         if self._gradient_fn is None:
-            self._gradient_fn = tf.function(self._loss_and_gradients, jit_compile=True) \
+            self._gradient_fn = tf.function(self._loss_and_gradients, jit_compile=True, autograph=False) \
                 if self.compute.jit_compile else self._loss_and_gradients
         return self._gradient_fn(batch, global_words)
 
@@ -254,7 +254,7 @@ class CaptionTask:
 
     def make_train_step(self, element_spec) -> Callable:
         """A traced step over a distributed global batch; returns the global batch's loss."""
-        @tf.function(input_signature=[element_spec])
+        @tf.function(input_signature=[element_spec], autograph=False)
         def train_step(batch):
             losses = self.strategy.run(self.replica_step, args=(batch,))
             return self.strategy.reduce("sum", losses, axis=None)

@@ -157,7 +157,8 @@ class FeatureCache:
         return ds.batch(max(1, batch_size // variants)).prefetch(2)
 
     def _forward_fn(self, encoder: Encoder, image_size: int):
-        @tf.function(input_signature=[tf.TensorSpec([None, self.variants, image_size, image_size, 3])])
+        @tf.function(input_signature=[tf.TensorSpec([None, self.variants, image_size, image_size, 3])],
+                     autograph=False)
         def forward(views: tf.Tensor) -> tf.Tensor:
             flat = tf.reshape(views, [-1, image_size, image_size, 3])
             features = encoder(flat)

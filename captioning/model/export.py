@@ -43,7 +43,7 @@ class Captioner(tf.Module):
         self.image_size = model.config.image_size
         self.beam_size, self.max_length = beam_size, max_length
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")], autograph=False)
     def serve(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
         size, config = self.image_size, InputConfig()
         pixels = tf.map_fn(

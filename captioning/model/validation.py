@@ -58,11 +58,11 @@ class Validator:
         self.model, self.files, self.vocab = model, list(files), vocab
         self.batch_size, self.max_examples, self.id_map = batch_size, max_examples, id_map
 
-        @tf.function(jit_compile=jit_compile)
+        @tf.function(jit_compile=jit_compile, autograph=False)
         def encode(images):
             return model.encode(images, training=False)
 
-        @tf.function(jit_compile=jit_compile)
+        @tf.function(jit_compile=jit_compile, autograph=False)
         def decode(embedding, owner, input_ids, target_ids, mask):
             outputs = model.decoder_outputs(tf.gather(embedding, owner), input_ids)
             if jit_compile:
@@ -105,7 +105,7 @@ class Validator:
                                 max_images=cap, id_map=self.id_map)
         if self._evaluate_batch is None:
             spec = ds.element_spec
-            self._evaluate_batch = tf.function(self._batch_fn,
+            self._evaluate_batch = tf.function(self._batch_fn, autograph=False,
                                                input_signature=[spec["image"], spec["captions"]])
         total, words, examples, unknown, images = 0.0, 0.0, 0, 0, 0
         captions: dict[int, str] = {}
