@@ -116,6 +116,20 @@ def tiny_data(tmp_path_factory) -> Path:
     return base / "synthetic"
 
 
+def renice_session(pid: int, nice: int) -> None:
+    """Lower the priority of ``pid``'s session (it must lead one: ``Procs.start`` does) — for a
+    process left running open-ended while the test waits on another, e.g. a trainer training on
+    until its evaluator reports: what it does is the same, and the cycles it would have spent
+    meanwhile go to the other tests' processes.  With autogrouping (Linux's
+    default, ``/proc/sys/kernel/sched_autogroup_enabled``) each session is scheduled as one group,
+    with equal weight to the pytest workers' whole group: a process's own ``nice`` then counts only
+    within its session.  The group's nice is ``/proc/PID/autogroup``'s; ``nice`` also for kernels
+    without it."""
+    os.setpriority(os.PRIO_PROCESS, pid, nice)
+    with contextlib.suppress(OSError):  # no autogrouping: the process's nice is what counts
+        Path(f"/proc/{pid}/autogroup").write_text(str(nice))
+
+
 class Procs:
     """The showtell processes a test starts, each in a session of its own; whatever happens to
     the test, each is killed with everything it started (a demo's children, an evaluator's JVM)."""

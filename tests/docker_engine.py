@@ -123,7 +123,7 @@ def build_base_tarball(out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         rootfs = Path(tmp) / "rootfs"
-        # niced like the engine: the other tests' workers go first, this takes what they leave
+        # niced: the pytest workers, in this session's scheduling group, go first
         subprocess.run(["nice", "-n", "19", "debootstrap", "--variant=minbase", f"--include={BASE_PACKAGES}",
                         "bookworm", str(rootfs), "http://deb.debian.org/debian"],
                        check=True, capture_output=True, timeout=1200)
@@ -199,8 +199,11 @@ class Prebuilt:
 
 class Prebuild:
     """Engine start, base image and both image builds in a thread, under ``nice 19``: dockerd's
-    children (build and stack containers) inherit it, so the builds take only CPU the running
-    tests leave idle.  ``wait()`` returns the result or raises what went wrong."""
+    children (build and stack containers) inherit it.  With Linux's autogrouping (on here) a nice
+    value orders processes only within their session: debootstrap yields to the pytest workers
+    it shares one with, while dockerd's session is one group, weighed like any other (its
+    autogroup is not lowered: the stack's timed waits would then hang on the load).  ``wait()``
+    returns the result or raises what went wrong."""
 
     def __init__(self, root: Path) -> None:
         self.root = root

@@ -26,6 +26,7 @@ from tests.conftest import (
     copy_model,
     error_lines,
     metrics_stub,
+    renice_session,
     run_showtell,
     start_evaluator,
     train_more,
@@ -154,6 +155,7 @@ def test_the_evaluator_ends_with_the_job(tiny_data: Path, tmp_path: Path, procs)
                           "--steps", "100000", "--save-every-secs", "0", "--save-every-steps", "50",
                           log=trainer_log)
     wait_for(lambda: "training again" in trainer_log.read_text(), 120, "the trainer to clear the marker")
+    renice_session(trainer.pid, 10)  # open-ended while the evaluator starts
     assert not (model_dir / "showtell-finished.json").exists()
     waiting, port = start_evaluator(procs, model_dir, tiny_data, tmp_path / "w-trained",
                                     tmp_path / "waiting.log", "--policy", "latest",
