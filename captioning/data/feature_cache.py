@@ -152,8 +152,8 @@ class FeatureCache:
                 out.append(inputs.preprocess_image(image, image_size, True, config, seed=seed))
             return record["image_id"], tf.stack(out)
 
-        images = tf.data.TFRecordDataset(list(files)).map(parse_example)
-        ds = images.map(views, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        images = tf.data.TFRecordDataset(list(files)).map(inputs.graph_fn(parse_example))
+        ds = images.map(inputs.graph_fn(views), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         return ds.batch(max(1, batch_size // variants)).prefetch(2)
 
     def _forward_fn(self, encoder: Encoder, image_size: int):
@@ -253,7 +253,8 @@ def ensure_cache(root: Path, key: dict, encoder: Encoder, source_files: Sequence
 
 def _captions_by_image(path: str) -> list[tuple[int, list]]:
     """[(image id, [caption ids…])] in shard order."""
-    ds = tf.data.TFRecordDataset(path).map(parse_example).map(lambda r: (r["image_id"], r["captions"]))
+    ds = tf.data.TFRecordDataset(path).map(inputs.graph_fn(parse_example)).map(
+        inputs.graph_fn(lambda r: (r["image_id"], r["captions"])))
     return [(int(image_id), captions.to_list()) for image_id, captions in inputs.checked(ds, [path])]
 
 
