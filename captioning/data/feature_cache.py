@@ -253,8 +253,7 @@ def ensure_cache(root: Path, key: dict, encoder: Encoder, source_files: Sequence
 
 def _captions_by_image(path: str) -> list[tuple[int, list]]:
     """[(image id, [caption ids…])] in shard order."""
-    ds = tf.data.TFRecordDataset(path).map(inputs.graph_fn(parse_example)).map(
-        inputs.graph_fn(lambda r: (r["image_id"], r["captions"])))
+    ds = inputs.caption_records([path])
     return [(int(image_id), captions.to_list()) for image_id, captions in inputs.checked(ds, [path])]
 
 

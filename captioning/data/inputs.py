@@ -182,12 +182,16 @@ def teacher_forcing(captions: tf.RaggedTensor) -> dict[str, tf.Tensor]:
             "mask": tf.ones_like(targets, tf.float32).to_tensor()}
 
 
+def caption_records(files: Sequence[str]) -> tf.data.Dataset:
+    """(image id, ragged caption ids) per record, in file order — no image decoded."""
+    return tf.data.TFRecordDataset(list(files)).map(graph_fn(parse_example)).map(
+        graph_fn(lambda r: (r["image_id"], r["captions"])))
+
+
 def load_references(files: Sequence[str], vocab: Vocabulary) -> dict[int, list[str]]:
     """All reference captions per image id, as text, straight from the records."""
     refs: dict[int, list[str]] = {}
-    ds = tf.data.TFRecordDataset(list(files)).map(graph_fn(parse_example)).map(
-        graph_fn(lambda r: (r["image_id"], r["captions"])))
-    for image_id, captions in checked(ds, files):
+    for image_id, captions in checked(caption_records(files), files):
         refs[int(image_id)] = [vocab.decode(c) for c in captions.to_list()]
     return refs
 
