@@ -12,6 +12,9 @@ Stops by itself; then checks, from the model dir, the evaluator's history and th
 * the history passes ``PRAGMA integrity_check``;
 * the evaluator answered health within a second whenever it was up and serving.
 
+A kill aimed at a save or an evaluation is counted as landing there only when that is read back
+after the signal (``Soak.landed``); one that missed says so ("…, finished before the signal").
+
 ``--cluster ps`` runs the trainer as a parameter-server cluster (a ps, two workers and the chief
 that coordinates them, separate processes on 127.0.0.1) and kills any of them or the evaluator:
 
@@ -175,8 +178,13 @@ class Soak:
         return "at a random moment"
 
     def landed(self, when: str, evaluator_log: Path) -> str:
-        """Where a kill aimed at a moment fell, read after the process is gone: a save's temporary
-        directory still there, or the evaluation that had begun without its record."""
+        """Where a kill aimed at a moment fell, read right after the signal was sent, the same way
+        for SIGKILL and SIGTERM and for any victim: the save seen begun before the signal is still
+        unfinished after it (its temporary directory is still there), or the evaluation seen begun
+        before it still has no record after it.  So the signal arrived while that moment was under
+        way.  A save or record that ends between the signal and this read (a SIGTERMed trainer
+        finishes its save) is counted as "finished before the signal": the figure can only say
+        less than happened, never more."""
         if when == "during a save" and not self.aimed_at.exists():
             return "during a save, finished before the signal"
         if when == "during an evaluation":
@@ -224,9 +232,8 @@ class Soak:
                     self.serving = False
                     self.down.append([time.monotonic(), None])
                 os.kill(procs[victim].pid, sig)
+                when = self.landed(when, log)  # at once, whatever the signal: see ``landed``
                 code = procs[victim].wait(timeout=120)
-                if sig == signal.SIGKILL:  # a SIGTERMed trainer finishes its save: the aim is what counts
-                    when = self.landed(when, log)
                 if sig == signal.SIGTERM:
                     self.check_stopped_exit(victim, counts[victim], code)
                 counts[victim] += 1

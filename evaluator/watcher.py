@@ -11,8 +11,9 @@ state file's contents by the caller.
 
 Observers: inotify (watchdog's native observer, the default: ≈ms latency); watchdog's
 polling observer with ``--poll-secs`` (NFS and other network filesystems where inotify
-sees nothing); and a ``tf.io.gfile`` stat poller for paths the OS cannot watch at all
-(``gs://…``).
+sees nothing); and a ``tf.io.gfile`` stat poller for URLs the OS cannot watch at all
+(``gs://…``).  That poller is tested with ``file://`` URLs only: TensorFlow's GCS filesystem has its
+endpoints compiled in, so no local server can stand in for a bucket, and none has been tried.
 """
 
 from __future__ import annotations

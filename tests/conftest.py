@@ -72,17 +72,14 @@ def error_lines(stderr: str) -> list[str]:
 @pytest.fixture(scope="session")
 def java() -> str:
     """``java`` on the PATH (COCO's PTB tokenizer, METEOR), installed with apt-get when missing
-    and root can (``tests/system_packages.py``); otherwise skipped — failed under CI's
-    ``SHOWTELL_REQUIRE_DOCKER=1``, whose machines can install it."""
+    and root can (``tests/system_packages.py``); otherwise skipped — failed under CI,
+    whose machines can install it (``system_packages.require``)."""
     import shutil
 
     from tests import system_packages
 
     reason = system_packages.unavailable(system_packages.JAVA)
-    if reason is not None:
-        if os.environ.get("SHOWTELL_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"Java is needed and cannot be had: {reason}")
-        pytest.skip(f"no Java: {reason}")
+    system_packages.require(reason and f"no Java: {reason}")
     system_packages.ensure(system_packages.JAVA)
     return shutil.which("java") or pytest.fail("java still not on the PATH after installing it")
 

@@ -24,6 +24,32 @@ DOCKER_TOOLS = {"dockerd": "docker.io", "docker-compose": "docker-compose", "deb
 JAVA = {"java": "default-jre-headless"}
 
 
+def under_ci() -> bool:
+    """CI's machines are root with apt-get (``.ci/run`` sets ``SHOWTELL_REQUIRE_DOCKER=1``; most CI
+    services set ``CI=true``): there a missing privilege or tool is a failure, never a skip."""
+    return (os.environ.get("SHOWTELL_REQUIRE_DOCKER") == "1"
+            or os.environ.get("CI", "").lower() in {"1", "true", "yes"})
+
+
+def require(reason: str | None) -> None:
+    """Skip the calling test because of ``reason`` (a missing privilege or tool) — or, under CI,
+    fail it: a skip there would report a green run that never ran the test.  Nothing if None."""
+    import pytest
+
+    if reason is None:
+        return
+    if under_ci():
+        pytest.fail(f"cannot run under CI, where it must: {reason}")
+    pytest.skip(reason)
+
+
+def root_with_apt() -> str | None:
+    """Why this process cannot install Debian packages, or None."""
+    if os.geteuid() != 0:
+        return "installing Debian packages needs root"
+    return None if shutil.which("apt-get") else "installing Debian packages needs apt-get"
+
+
 def unavailable(tools: Mapping[str, str]) -> str | None:
     """Why ``tools`` (command → Debian package) cannot be had here, or None."""
     missing = [tool for tool in tools if not shutil.which(tool)]

@@ -59,16 +59,12 @@ _REQUIRED = re.compile(r"\$\{(SHOWTELL_\w+):\?[^}]*\}")
 
 def _require_docker_tools() -> None:
     """docker-compose (and the engine's tools) here, installed if needed; skip with the reason
-    where they cannot be had — except when SHOWTELL_REQUIRE_DOCKER=1 (.ci/run), which fails."""
-    from tests import docker_engine
+    where they cannot be had — except under CI, which fails (``system_packages.require``)."""
+    from tests import docker_engine, system_packages
 
     reason = docker_engine.unavailable()
-    if reason is None:
-        docker_engine.ensure_tools()
-        return
-    if os.environ.get("SHOWTELL_REQUIRE_DOCKER") == "1":
-        pytest.fail(f"SHOWTELL_REQUIRE_DOCKER=1 but no Docker engine can be had: {reason}")
-    pytest.skip(f"no Docker engine: {reason}")
+    system_packages.require(reason and f"no Docker engine: {reason}")
+    docker_engine.ensure_tools()
 
 
 def _env_file(path: Path) -> dict[str, str]:

@@ -82,3 +82,18 @@ def test_a_failed_start_leaves_no_directory_and_a_lock_is_exclusive(tmp_path: Pa
     with DirectoryLock(directory=kept, role="trainer", flag="--model-dir"):
         (kept / "ckpt-1.index").write_text("x")
     assert sorted(p.name for p in kept.iterdir()) == [".showtell-trainer.lock", "ckpt-1.index"]
+
+
+def test_a_url_directory_is_not_locked_and_says_so(tmp_path: Path, caplog):
+    """``gs://``-style directories have no POSIX locks: the lock is skipped with a log line, and two
+    holders at once are not refused.  Shown here with a ``file://`` URL, the only kind tested."""
+    import logging
+
+    url = (tmp_path / "m").as_uri()
+    with caplog.at_level(logging.INFO):
+        first = DirectoryLock(directory=url, role="trainer", flag="--model-dir").acquire()
+        second = DirectoryLock(directory=url, role="trainer", flag="--model-dir").acquire()
+    assert "no lock on an object store; run one trainer per directory" in caplog.text
+    assert not (tmp_path / "m").exists()  # nothing written through the URL
+    first.release()
+    second.release()

@@ -8,19 +8,23 @@ small harmless package (GNU ``hello``) at the same moment, each running ``apt-ge
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
+from tests import system_packages
 from tests.conftest import ROOT, wait_for
 from tests.system_packages import install
 
 PACKAGE = "hello"
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("apt-get"),
-                                reason="installing Debian packages needs root and apt-get")
+
+
+@pytest.fixture
+def root_with_apt() -> None:
+    """Skipped without root and apt-get; failed under CI, which has both."""
+    system_packages.require(system_packages.root_with_apt())
 
 
 def _installed() -> bool:
@@ -37,7 +41,7 @@ def _remove() -> None:
                        env=env, capture_output=True, check=True, timeout=600)
 
 
-def test_two_processes_installing_at_once_both_succeed(tmp_path):
+def test_two_processes_installing_at_once_both_succeed(tmp_path, root_with_apt):
     if _installed():
         _remove()
     go = tmp_path / "go"
@@ -65,3 +69,16 @@ def test_two_processes_installing_at_once_both_succeed(tmp_path):
                 proc.wait()
         if _installed():
             _remove()
+
+
+@pytest.mark.parametrize("env, outcome", [({"CI": "true"}, "failed"),
+                                          ({"SHOWTELL_REQUIRE_DOCKER": "1"}, "failed"),
+                                          ({"CI": "", "SHOWTELL_REQUIRE_DOCKER": ""}, "skipped")])
+def test_a_missing_tool_fails_under_ci_and_skips_elsewhere(monkeypatch, env, outcome):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(BaseException) as caught:
+        system_packages.require("dockerd missing, and installing needs root")
+    assert type(caught.value).__name__ == {"failed": "Failed", "skipped": "Skipped"}[outcome]
+    assert "dockerd missing" in str(caught.value)
+    system_packages.require(None)  # nothing missing: nothing happens

@@ -5,7 +5,8 @@ evaluators on one work dir race on the history and the exports.  An advisory ``f
 file in the directory says who holds it: the kernel releases it when the holder exits, however it
 exits (a SIGKILL, a crash, a container stop), so a stale lock cannot keep a restart out.  The file
 names the holder (PID, host, role) for the one-line refusal.  ``gs://``-style directories cannot be
-locked this way (no POSIX locks in object stores): there the lock is skipped, as the README says.
+locked this way (no POSIX locks in object stores): there the lock is skipped, as
+``docs/guide.md`` says (tested with a ``file://`` URL; no real bucket has been tried).
 """
 
 from __future__ import annotations
