@@ -6,17 +6,23 @@ it) — in one run of this script.
 * plain forward: decode + resize + Inception v3 over every image — what an evaluator cannot
   avoid, and the most an evaluation could do;
 * evaluator: ``Validator.run`` (the same pipeline, each image encoded once, the teacher-forced
-  loss of all 5 of its captions, beam search) plus BLEU/ROUGE-L/CIDEr scoring of the result —
-  everything ``CheckpointEvaluator.evaluate`` does after restoring the checkpoint;
+  loss of all 5 of its captions, beam search) plus BLEU/ROUGE-L/CIDEr scoring of the result with
+  COCO's PTB tokenizer — everything ``CheckpointEvaluator.evaluate`` does after restoring the
+  checkpoint.  The scorer is kept across passes as the evaluator keeps it (references tokenized
+  once) and tokenizes each pass's captions afresh, as it does at every checkpoint: one JVM per
+  pass, whose CPU (a child process's) is counted;
 * ``--levers``: the evaluator again with each speed lever alone (XLA for its step), in the same
   rounds.
 
 A freshly initialised decoder never ends a caption early, so every beam runs all 20 steps: the
-worst case.  Every path runs three times before timing (tracing, then warm caches and
-tf.data's autotuning); then ``--rounds`` rounds each time every path once, in turn, so drift on a shared
-machine falls on all of them alike.  Reported: each path's median images/s and its spread
-(min–max) per wall-clock second and per CPU second of this process, and the ratio to the
-forward pass as the median of the per-round ratios, on either clock.
+worst case.  Measured with ``rounds.py``: three untimed passes per path (tracing, warm caches,
+tf.data's autotuning), then ``--rounds`` rounds, the order reversed every other round.  CPU
+seconds are this process's and its children's (the tokenizer's JVM).  Reported: each path's
+median images/s and spread per wall-clock and per CPU second, the ratio to the forward pass (the
+median of per-round ratios); the tokenizer's CPU per evaluation of this size and per 1,000
+captions (timed apart at this size and at 5,000); and the ratio for a 5,000-image evaluation
+(COCO's per checkpoint), computed from those measured parts: the evaluator's CPU per image
+without its tokenizer, plus one tokenizer run over 5,000 captions.
 
     .venv/bin/python bench/eval_throughput.py [--images 128] [--rounds 5] [--levers] [--threads N]
 """
@@ -36,6 +42,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf
+from rounds import alternate, ratio, spread
 
 from showtell.captioning.config import ModelConfig, SyntheticConfig
 from showtell.captioning.data import inputs, synthetic
@@ -44,9 +51,10 @@ from showtell.captioning.data.records import ShardedWriter, parse_example, shard
 from showtell.captioning.data.vocab import Vocabulary
 from showtell.captioning.model.network import build_model
 from showtell.captioning.model.validation import Validator
-from showtell.evaluator.scorers import CaptionScorer
+from showtell.evaluator.scorers import CaptionScorer, ptb_tokenize
 
 COCO_VOCABULARY = 12000
+COCO_EVALUATION = 5000  # images a COCO run evaluates per checkpoint
 CAPTIONS_PER_IMAGE = 5  # COCO's (the synthetic scenes have 3: cycled up to 5)
 # Tracing, then warm caches; tf.data's autotuning still slowed the first timed forward pass by
 # a fifth after two.
@@ -89,26 +97,37 @@ def coco_like(files: list[str], out: Path) -> list[str]:
     return shard_files(out, "val")
 
 
-def measure(paths: dict[str, Callable[[], int]], rounds: int) -> dict[str, dict[str, list[float]]]:
-    """Images per wall-clock second and per CPU second (all of this process's threads) of each
-    path per round, after ``WARM_PASSES`` untimed passes each.  CPU seconds do not count what a neighbour on
-    a shared host takes from the wall clock."""
-    for one_pass in paths.values():
-        for _ in range(WARM_PASSES):
-            one_pass()
-    rates: dict[str, dict[str, list[float]]] = {name: {"wall": [], "cpu": []} for name in paths}
+def cpu_seconds() -> float:
+    """This process's CPU and its finished children's (the PTB tokenizer's JVM)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def children_cpu() -> float:
+    t = os.times()
+    return t.children_user + t.children_system
+
+
+def timed(one_pass: Callable[[], int]) -> Callable[[], tuple[float, float, float]]:
+    """A pass as (images per wall second, images per CPU second, children's CPU seconds)."""
+    def run() -> tuple[float, float, float]:
+        wall, cpu, child = time.perf_counter(), cpu_seconds(), children_cpu()
+        images = one_pass()
+        return (images / (time.perf_counter() - wall), images / (cpu_seconds() - cpu),
+                children_cpu() - child)
+
+    return run
+
+
+def tokenizer_cost(captions: list[str], rounds: int) -> dict[str, float]:
+    """CPU seconds of one PTB tokenizer run over ``captions`` made distinct (median of ``rounds``)."""
+    texts = [f"{c} {i}" for i, c in enumerate(captions)]
+    costs = []
     for _ in range(rounds):
-        for name, one_pass in paths.items():
-            wall, cpu = time.perf_counter(), time.process_time()
-            images = one_pass()
-            rates[name]["wall"].append(images / (time.perf_counter() - wall))
-            rates[name]["cpu"].append(images / (time.process_time() - cpu))
-    return rates
-
-
-def spread(values: list[float], digits: int) -> dict[str, float]:
-    return {"median": round(statistics.median(values), digits), "min": round(min(values), digits),
-            "max": round(max(values), digits)}
+        before = cpu_seconds()
+        ptb_tokenize(texts)
+        costs.append(cpu_seconds() - before)
+    return spread(costs, 3)
 
 
 def main() -> int:
@@ -137,13 +156,19 @@ def main() -> int:
         big = Vocabulary(vocab.words + filler, vocab.counts + (1,) * len(filler))
         model = build_model(ModelConfig(vocab_size=len(big), image_size=args.image_size))
         references = inputs.load_references(files, vocab)
-        scorer = CaptionScorer(meteor=False)
-        paths = {"forward": forward_pass(model, files, args.batch_size)}
+        scorer = CaptionScorer(meteor=False, tokenizer="ptb")
+        paths = {"forward": timed(forward_pass(model, files, args.batch_size))}
         for name, jit in (("evaluator", False), ("evaluator_xla", True))[:2 if args.levers else 1]:
             validator = Validator(model, files, big, batch_size=args.batch_size, beam_size=args.beam_size,
                                   jit_compile=jit)
-            paths[name] = evaluator_pass(validator, scorer, references)
-        rates = measure(paths, args.rounds)
+            paths[name] = timed(evaluator_pass(validator, scorer, references))
+        measured = alternate(paths, rounds=args.rounds, warm=WARM_PASSES)
+        captions = [c for caps in references.values() for c in caps]
+        at_size = tokenizer_cost(captions[:args.images], 3)
+        at_coco = tokenizer_cost([captions[i % len(captions)] for i in range(COCO_EVALUATION)], 3)
+    rates = {name: {"wall": [r[0] for r in runs], "cpu": [r[1] for r in runs]}
+             for name, runs in measured.items()}
+    tokenizer = [r[2] for r in measured["evaluator"]]
     report = {"images": args.images, "image_size": args.image_size, "batch_size": args.batch_size,
               "beam_size": args.beam_size, "vocabulary": len(big), "rounds": args.rounds,
               "threads": {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
@@ -151,13 +176,28 @@ def main() -> int:
     for name, clocks in rates.items():
         for clock, values in clocks.items():
             per = "sec" if clock == "wall" else "cpu_sec"
-            report[f"{name}_images_per_{per}"] = {**spread(values, 2),
-                                                 "rounds": [round(v, 2) for v in values]}
+            report[f"{name}_images_per_{per}"] = spread(values, 2)
             if name != "forward":
-                ratios = [e / f for e, f in zip(values, rates["forward"][clock], strict=True)]
-                report[f"ratio_{name}_over_forward_{clock}"] = spread(ratios, 3)
+                report[f"ratio_{name}_over_forward_{clock}"] = ratio(values, rates["forward"][clock])
+    # The tokenizer: measured inside each evaluator pass (its JVM's CPU), and apart at two sizes.
+    per_1000 = (at_coco["median"] - at_size["median"]) / (COCO_EVALUATION - args.images) * 1000
+    report["tokenizer_cpu_sec_per_evaluation"] = spread(tokenizer, 3)
+    report["tokenizer_cpu_sec_for_captions"] = {str(args.images): at_size, str(COCO_EVALUATION): at_coco}
+    report["tokenizer_cpu_sec_per_1000_captions"] = round(per_1000, 4)
+    # A 5,000-image evaluation, from the measured parts: the evaluator's CPU per image without its
+    # tokenizer (median pass), plus one tokenizer run over 5,000 captions.
+    forward_cpu = statistics.median(rates["forward"]["cpu"])
+    evaluator_cpu_per_image = statistics.median(1 / rate - child / args.images for rate, child
+                                                in zip(rates["evaluator"]["cpu"], tokenizer, strict=True))
+    at_5000 = (COCO_EVALUATION * evaluator_cpu_per_image + at_coco["median"]) / COCO_EVALUATION
+    report[f"ratio_evaluator_over_forward_cpu_at_{COCO_EVALUATION}_images"] = round(
+        1 / at_5000 / forward_cpu, 3)
+    report["tokenizer_share_of_an_evaluation"] = {
+        str(args.images): round(statistics.median(tokenizer) / (args.images / statistics.median(
+            rates["evaluator"]["cpu"])), 4),
+        str(COCO_EVALUATION): round(at_coco["median"] / (COCO_EVALUATION * at_5000), 5)}
     evaluator = statistics.median(rates["evaluator"]["wall"])
-    report["minutes_per_5000_images"] = round(5000 / evaluator / 60, 1)
+    report["minutes_per_5000_images"] = round(COCO_EVALUATION / evaluator / 60, 1)
     report["max_eval_examples_for_half_of_10_minutes"] = int(evaluator * 300)
     print(json.dumps(report, indent=2))
     return 0

@@ -2,8 +2,9 @@
 
 A shared 2-core VM drifts by tens of percent within a minute, so one timing of A then one of B
 says little.  Each path runs ``warm`` untimed passes first (tracing, caches, tf.data's
-autotuning); then every round times each path once, in turn, so drift falls on all of them
-alike; a ratio is the median of the per-round ratios, reported with its spread, so a reader
+autotuning); then every round times each path once, in turn — in reverse order every other
+round, so that no path always follows the same one (a path's after-effects, a cooling CPU,
+fall on each alike) — and a ratio is the median of the per-round ratios, reported with its spread, so a reader
 can see whether a difference is larger than the noise.
 """
 
@@ -16,17 +17,22 @@ MIN_ROUNDS = 3
 
 
 def alternate(paths: dict[str, Callable[[], float]], *, rounds: int, warm: int = 1) -> dict[str, list[float]]:
-    """Each path's figure per round (whatever its callable returns: a rate, seconds, …)."""
+    """Each path's figure per round (whatever its callable returns: a rate, seconds, a tuple …)."""
     if rounds < MIN_ROUNDS:
         raise SystemExit(f"--rounds {rounds}: at least {MIN_ROUNDS}, or the spread means nothing")
     for one in paths.values():
         for _ in range(warm):
             one()
-    figures: dict[str, list[float]] = {name: [] for name in paths}
-    for _ in range(rounds):
-        for name, one in paths.items():
-            figures[name].append(one())
+    figures: dict[str, list] = {name: [] for name in paths}
+    for index in range(rounds):
+        for name in order(list(paths), index):
+            figures[name].append(paths[name]())
     return figures
+
+
+def order(names: list[str], index: int) -> list[str]:
+    """Round ``index``'s order: as given on even rounds, reversed on odd ones."""
+    return names if index % 2 == 0 else names[::-1]
 
 
 def spread(values: list[float], digits: int = 2) -> dict[str, object]:

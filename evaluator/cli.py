@@ -38,7 +38,8 @@ PROG = "showtell evaluate"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-dir", required=True,
-                   help="the trainer's model directory: local or NFS; a tf.io.gfile URL (gs://…) is polled, a path tested here only as file://")
+                   help="the trainer's model directory: local or NFS; a tf.io.gfile URL (gs://…) is "
+                        "polled, a path tested here only as file://")
     p.add_argument("--data", type=Path, required=True, help="dataset directory (its val split is used)")
     p.add_argument("--work-dir", type=Path,
                    help="evaluator state: history, pins, summaries (default: <model-dir>-eval)")

@@ -194,7 +194,19 @@ class MetricsService(pb_grpc.MetricsServicer):
         current run any more, the current run in full — then live records (arrival order)
         until the client cancels; ends UNAVAILABLE when the evaluator stops, so clients know
         to reconnect.  Live records are always the current run's: only its checkpoints are
-        evaluated."""
+        evaluated.
+
+        Each message is written with ``context.write`` rather than yielded: a client that goes
+        away while a write waits on flow control (a replay it never read) fails that write, and
+        a yielded message's failure is logged by gRPC as an error with a traceback per stream."""
+        async for message in self._watch(request, context):
+            try:
+                await context.write(message)
+            except Exception as exc:
+                log.debug("a Watch client went away mid-write (%s)", type(exc).__name__)
+                return
+
+    async def _watch(self, request, context):
         after = request.after_step
         if after < -1:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"after_step must be ≥ -1 (got {after})")
@@ -213,10 +225,10 @@ class MetricsService(pb_grpc.MetricsServicer):
             cursor = self.store.max_rowid()
             current = self.status.run_id
             run = request.run_id or current
-            for record in self.store.after(after, max_rowid=cursor, run=run):
+            for record in self.store.replay(after, max_rowid=cursor, run=run):
                 yield to_proto(record)
             if run not in (current, ALL_RUNS):
-                for record in self.store.after(-1, max_rowid=cursor, run=current):
+                for record in self.store.replay(-1, max_rowid=cursor, run=current):
                     yield to_proto(record)
             while True:
                 arrivals = feed.since(cursor)

@@ -28,6 +28,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -198,6 +199,20 @@ class Store:
         if max_rowid is None:
             return self._select("WHERE step > ?", (step,), run=run)
         return self._select("WHERE step > ? AND rowid <= ?", (step, max_rowid), run=run)
+
+    def replay(self, step: int, max_rowid: int, run: str = ALL_RUNS, page: int = 100) -> Iterator[Record]:
+        """``after(step, max_rowid, run)``'s records, read ``page`` at a time (by step, then arrival):
+        a Watch replay holds one page, not its own copy of the history — a client that stops
+        reading stalls its stream with at most a page behind it, however long the history."""
+        last_step, last_rowid = step, max_rowid  # rowid > max_rowid matches nothing: step > step only
+        while True:
+            rows = self._select("WHERE (step > ? OR (step = ? AND rowid > ?)) AND rowid <= ?",
+                                (last_step, last_step, last_rowid, max_rowid), order="step, rowid",
+                                limit=page, run=run)
+            yield from rows
+            if len(rows) < page:
+                return
+            last_step, last_rowid = rows[-1].step, rows[-1].rowid
 
     def page(self, from_step: int, offset: int, limit: int, run: str = ALL_RUNS) -> list[Record]:
         """``limit`` records from ``offset`` among those with step ≥ ``from_step``."""

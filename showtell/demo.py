@@ -255,7 +255,8 @@ class _Children:
         for name, proc in reversed(list(self.running.items())):
             if proc.poll() is None:
                 self.console.say("demo", f"stopping the {name} (pid {proc.pid})")
-            processes.stop(proc, 60.0)
+            code = processes.stop(proc, 60.0)
+            self.console.say("demo", f"the {name} (pid {proc.pid}) exited {code}")
         self.running.clear()
         for relay in self.relays.values():
             relay.close()

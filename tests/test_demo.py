@@ -92,8 +92,14 @@ def test_demo_sigint_stops_every_child_and_keeps_what_they_wrote(tmp_path: Path,
         for pid in children:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
-    # pretraining stopped early, after its steps so far, not done (exit 143: a scheduler must not
-    # read it as finished) — and saved its encoder whole; the evaluator stopped cleanly
+    # pretraining stopped early, after its steps so far, not done (exit 143, as the demo read it
+    # from the process: a scheduler must not read it as finished) — and saved its encoder whole;
+    # the evaluator stopped cleanly (exit 0)
+    console = log.read_text()
+    pretrain_pid, evaluator_pid = (int(re.search(rf"{name} pid (\d+)", console).group(1))
+                                   for name in ("pretrain", "evaluator"))
+    assert f"[demo] the pretrain (pid {pretrain_pid}) exited 143" in console, console[-2000:]
+    assert f"[demo] the evaluator (pid {evaluator_pid}) exited 0" in console, console[-2000:]
     text = pretrain_log.read_text()
     assert "SIGTERM received: ending pretraining and saving the encoder" in text
     stopped = re.search(r"stopped after (\d+) steps by SIGTERM before finishing: exit 143 — not done", text)

@@ -42,6 +42,7 @@ class FakeEvaluator:
         """``batches``: (images done, seconds it took) reported as an evaluation's progress."""
         self.broken, self.calls, self.opened, self.batches = broken, [], False, list(batches)
         self.clock: FakeClock | None = None
+        self.pins: Path | None = None  # the work dir's pins: every evaluation must read from there
         self.during: list = []  # what ``watch`` returned after each batch
         self.watch = lambda: None
 
@@ -49,7 +50,11 @@ class FakeEvaluator:
         self.opened = True
 
     def evaluate(self, path: str, step: int | None = None, progress=None, images=None) -> EvalResult:
-        assert Path(path + ".index").exists(), "evaluated a checkpoint that is not pinned"
+        # The pinned copy, not the trainer's original (which --keep may delete mid-read): under
+        # the pins, with the original's files (a hard link: the same inode).
+        pinned = Path(path + ".index")
+        assert self.pins is not None and pinned.parent.is_relative_to(self.pins), f"{path} is not pinned"
+        assert pinned.exists() and pinned.stat().st_nlink >= 2, f"{path} is not a link to the original"
         self.calls.append(step)
         for done, seconds in self.batches:
             self.clock.now += seconds
@@ -99,7 +104,7 @@ def build(tmp_path: Path, policy: str = "all", finish: Finish | None = None,
     runner = EvalRunner(model_dir=str(model.root), evaluator=evaluator or FakeEvaluator(), store=store,
                         recorder=recorder, pins=work.pins, policy=policy, finish=finish,
                         arrival_timeout=60.0, sizes=sizes, clock=clock)
-    runner.evaluator.clock = clock
+    runner.evaluator.clock, runner.evaluator.pins = clock, work.pins
     return runner, model, store, clock
 
 

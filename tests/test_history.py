@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from showtell.api.contract import ALL_RUNS
 from showtell.evaluator.store import Record, Store
 from showtell.v1 import metrics_pb2 as pb
 from tests.conftest import metrics_stub, start_evaluator, wait_for
@@ -95,3 +96,22 @@ def test_an_evaluator_on_a_garbage_history_serves_and_evaluates_again(tiny_data:
     assert "file is not a database" in line and "moved aside to" in line
     [aside] = work.glob("evaluations.sqlite.corrupt-*")
     assert aside.read_bytes() == garbage
+
+
+@pytest.mark.parametrize("page", [1, 3, 100])
+def test_a_replay_read_page_by_page_is_the_history_after_a_step(tmp_path: Path, page: int):
+    """``Store.replay`` (a Watch's replay, a page at a time) gives exactly ``after``'s records, in
+    step order, whatever the page size — run filter, the cursor and a step recorded twice included."""
+    store = Store(tmp_path / "evaluations.sqlite")
+    for run, steps in (("a", [5, 1, 3, 9, 7]), ("b", [2, 4])):
+        for step in steps:
+            store.add(Record(step, f"{run}/ckpt-{step}", 0.0, 0.0, 1.0, 4, metrics={"loss": 1.0}, run=run))
+    store.add(Record(3, "a/ckpt-3-again", 0.0, 0.0, 1.0, 4, metrics={"loss": 1.0}, run="a"))
+    cursor = store.max_rowid()
+    store.add(Record(11, "a/ckpt-11", 0.0, 0.0, 1.0, 4, metrics={"loss": 1.0}, run="a"))  # after the cursor
+    for after, run in ((-1, "a"), (3, "a"), (-1, "b"), (1, ALL_RUNS)):
+        want = [(r.step, r.checkpoint) for r in store.after(after, max_rowid=cursor, run=run)]
+        got = [(r.step, r.checkpoint) for r in store.replay(after, max_rowid=cursor, run=run, page=page)]
+        assert sorted(got) == sorted(want) and [s for s, _ in got] == sorted(s for s, _ in got), (after, run)
+    assert [r.step for r in store.replay(-1, max_rowid=cursor, run="a", page=page)] == [1, 3, 3, 5, 7, 9]
+    store.close()

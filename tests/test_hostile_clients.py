@@ -1,10 +1,12 @@
 """Hostile and broken clients against a real evaluator (token required): garbage bytes and HTTP/1
-on the gRPC port, an oversized request, two thousand connections opened and dropped, Watch
-clients that never read a 4-MB replay, wrong tokens.  The service stays up, answers health within
-a second throughout, keeps its threads, descriptors and memory bounded, and never logs a token."""
+on the gRPC port, an oversized request, two thousand connections opened and dropped, 40 Watch
+clients that never read a 4-MB replay (each seen stalled by flow control), wrong tokens.  The
+service stays up, answers health within a second throughout, keeps its threads, descriptors and
+memory bounded (no per-client copy of the replay), and never logs a token."""
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -17,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from showtell.captioning.model.modeldir import read_run_id
 from showtell.common.processes import figures
+from showtell.evaluator.service import to_proto
 from showtell.evaluator.store import Record, Store
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
@@ -28,16 +31,31 @@ TOKEN = "s3cret-token-for-the-test"
 WRONG = "wrong-token-that-must-not-appear-in-logs"
 HISTORY = 2000  # records × ~2 KB of samples: a replay far beyond HTTP/2's flow-control window
 
-# A client that starts a Watch replay and never reads it, until killed.
+STREAMS = 40  # Watch clients that never read: a per-client copy of the replay would cost 40 × 4 MB
+# Clients that start a Watch replay each on its own connection and never read it, until killed.
 _NEVER_READS = """
 import sys, time, grpc
 from showtell.v1 import metrics_pb2 as pb, metrics_pb2_grpc as pb_grpc
-channel = grpc.insecure_channel(sys.argv[1])
-stream = pb_grpc.MetricsStub(channel).Watch(pb.WatchRequest(after_step=-1),
-                                            metadata=[("authorization", "Bearer " + sys.argv[2])])
+streams = []
+for _ in range(int(sys.argv[3])):
+    # Its own connection; no BDP probing, so the stream window stays at HTTP/2's 64 KB and the
+    # replay stalls at the server (with probing, gRPC grows the window and takes the whole replay
+    # into the client's own buffers: nothing stalls).
+    channel = grpc.insecure_channel(sys.argv[1], options=[("grpc.use_local_subchannel_pool", 1),
+                                                          ("grpc.http2.bdp_probe", 0)])
+    streams.append(pb_grpc.MetricsStub(channel).Watch(
+        pb.WatchRequest(after_step=-1), metadata=[("authorization", "Bearer " + sys.argv[2])]))
+    streams[-1].initial_metadata()  # connected, its replay begun
 print("started", flush=True)
 time.sleep(3600)
 """
+
+
+def _received_by_clients(port: int) -> list[int]:
+    """Bytes each client connection to ``port`` has received so far (the kernel's count, ``ss``)."""
+    out = subprocess.run(["ss", "-tinH", "state", "established", f"( dport = :{port} )"],
+                         capture_output=True, text=True, check=True).stdout
+    return [int(n) for n in re.findall(r"bytes_received:(\d+)", out)]
 
 
 def _health_within_a_second(port: int) -> None:
@@ -62,10 +80,14 @@ def test_the_service_survives_hostile_clients(tiny_data: Path, tiny_model: Path,
     work = tmp_path / "eval"
     store = Store(work / "evaluations.sqlite")  # a long history of this run, as after weeks of checkpoints
     run = read_run_id(str(tiny_model))
+
+    def record(step: int) -> Record:
+        return Record(step, f"old/ckpt-{step}", 0.0, float(step), 1.0, 4, metrics={"loss": 1.0},
+                      samples=[{"image_id": step, "caption": "a red circle " * 150, "references": []}],
+                      run=run)
+
     for step in range(1, HISTORY + 1):
-        store.add(Record(step, f"old/ckpt-{step}", 0.0, float(step), 1.0, 4, metrics={"loss": 1.0},
-                         samples=[{"image_id": step, "caption": "a red circle " * 150, "references": []}],
-                         run=run))
+        store.add(record(step))
     store.close()
     (tmp_path / "token").write_text(TOKEN + "\n")
     log = tmp_path / "eval.log"
@@ -103,21 +125,40 @@ def test_the_service_survives_hostile_clients(tiny_data: Path, tiny_model: Path,
     _health_within_a_second(port)
     rows.append(("after 2000 dropped connections", figures(proc.pid)))
 
-    # Watch clients that never read a replay of the whole history.
-    readers = [subprocess.Popen([sys.executable, "-c", _NEVER_READS, f"127.0.0.1:{port}", TOKEN],
-                                stdout=subprocess.PIPE, text=True, cwd=ROOT) for _ in range(4)]
+    # Watch clients that never read a replay of the whole history: each stalls once HTTP/2's flow
+    # control window is full — seen, not assumed: every connection has received something, far
+    # less than the replay, and nothing more a second later.
+    baseline = figures(proc.pid)
+    reader = subprocess.Popen([sys.executable, "-c", _NEVER_READS, f"127.0.0.1:{port}", TOKEN, str(STREAMS)],
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
-        for reader in readers:
-            assert reader.stdout.readline().strip() == "started"
-        time.sleep(3)  # the replays fill their windows and stall
+        assert reader.stdout.readline().strip() == "started"
+        replay = HISTORY * to_proto(record(HISTORY)).ByteSize()
+        stalled: list[int] = []
+
+        def stalled_now() -> bool:
+            nonlocal stalled
+            first = _received_by_clients(port)
+            time.sleep(1.0)
+            second = _received_by_clients(port)
+            stalled = second
+            return (len(second) >= STREAMS and first == second
+                    and all(0 < n < replay / 2 for n in second))
+
+        deadline = time.monotonic() + 60
+        while not stalled_now():
+            assert time.monotonic() < deadline, f"replays of ≈ {replay} bytes not stalled: {stalled}"
         _health_within_a_second(port)
         latest = stub.GetLatest(pb.GetLatestRequest(), metadata=auth, timeout=2)
         assert latest.global_step == HISTORY
-        rows.append(("4 Watch clients that never read", figures(proc.pid)))
+        during = figures(proc.pid)
+        rows.append((f"{STREAMS} Watch clients stalled (received {min(stalled)}–{max(stalled)} of "
+                     f"≈ {replay} bytes each)", during))
+        # Bounded while they are stalled: a per-client copy of the replay would add ≥ 40 × 4 MB.
+        assert during["rss_mb"] <= baseline["rss_mb"] + 40, rows
     finally:
-        for reader in readers:
-            reader.kill()
-            reader.wait(timeout=30)
+        reader.kill()
+        reader.wait(timeout=30)
     wait_for(lambda: figures(proc.pid)["fds"] <= before["fds"] + 4, 60, "the stalled streams' sockets closed")
     _health_within_a_second(port)
     after = figures(proc.pid)
@@ -127,7 +168,7 @@ def test_the_service_survives_hostile_clients(tiny_data: Path, tiny_model: Path,
     print("\n".join(f"{what}: {numbers}" for what, numbers in rows))
     assert proc.poll() is None
     assert after["threads"] <= before["threads"] + 2
-    assert after["rss_mb"] <= before["rss_mb"] + 150, rows  # bounded: no per-client copy kept
+    assert after["rss_mb"] <= before["rss_mb"] + 150, rows  # nothing kept after the clients left
     text = log.read_text()
     assert WRONG not in text and TOKEN not in text
     assert "Traceback" not in text
