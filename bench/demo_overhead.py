@@ -8,8 +8,11 @@ which evaluates each checkpoint the trainer writes (every 30 s, the demo's setti
 between them.  Both start from the same encoder weights file (written here: the speed of a phase-1
 step does not depend on what the encoder learnt) on the demo's dataset and feature cache, which the
 warm-up round builds.  A round's figure is the time-weighted examples/s of the trainer's logged
-windows after its first (graph tracing).  The evaluator's CPU seconds (its JVM children included)
-and evaluations are reported so its own cost can be read apart.
+windows after its first (graph tracing).  An "alone" round is alone: before it starts, the
+evaluator's status (over gRPC) shows it idle with the watched dir's newest checkpoint done — the
+order of the sides is reversed every other round, so an alone round may follow a beside round
+whose last checkpoint is still being evaluated; the wait is reported.  The evaluator's CPU
+seconds (its JVM children included) and evaluations are reported so its own cost can be read apart.
 
     .venv/bin/python bench/demo_overhead.py [--seconds 60] [--rounds 3] [--eval-threads 1]
 """
@@ -21,6 +24,7 @@ import json
 import re
 import sys
 import tempfile
+import time
 from itertools import pairwise
 from pathlib import Path
 
@@ -31,6 +35,8 @@ from showtell.common import processes  # noqa: E402
 from showtell.demo import TRAIN_FLAGS, evaluator_args  # noqa: E402
 
 WINDOW = re.compile(r"step (\d+)/\d+ .* ([0-9.]+) examples/s")
+SERVING = re.compile(r"serving \S+ \(\+ health, reflection\) on 127\.0\.0\.1:(\d+)")
+NEWEST = re.compile(r'^model_checkpoint_path: "(?:.*/)?ckpt-(\d+)"', re.M)
 BATCH = int(TRAIN_FLAGS[TRAIN_FLAGS.index("--batch-size") + 1])
 
 
@@ -44,6 +50,33 @@ def trainer_rate(log: str) -> float:
         n = (step - previous) * BATCH
         examples, seconds = examples + n, seconds + n / rate
     return examples / seconds
+
+
+def wait_idle(log: Path, model_dir: Path, timeout: float = 600) -> float:
+    """Seconds until the evaluator's status shows it idle — nothing evaluating, nothing pending —
+    having seen the newest checkpoint of ``model_dir`` (the state file's)."""
+    import grpc
+
+    from showtell.v1 import metrics_pb2 as pb
+    from showtell.v1 import metrics_pb2_grpc as pb_grpc
+
+    started = time.monotonic()
+    port = None
+    while port is None and time.monotonic() - started < timeout:
+        found = SERVING.search(log.read_text()) if log.exists() else None
+        port = found and found.group(1)
+        time.sleep(0.2)
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = pb_grpc.MetricsStub(channel)
+        while time.monotonic() - started < timeout:
+            state = model_dir / "checkpoint"
+            named = [int(n) for n in NEWEST.findall(state.read_text())] if state.exists() else [-1]
+            status = stub.GetStatus(pb.GetStatusRequest(), timeout=10)
+            idle = status.evaluating_step == -1 and not status.pending_steps
+            if idle and status.last_seen_step >= max(named):
+                return time.monotonic() - started
+            time.sleep(0.5)
+    raise SystemExit(f"the evaluator did not go idle within {timeout:.0f} s (log {log})")
 
 
 def main() -> int:
@@ -62,6 +95,10 @@ def main() -> int:
             if done.returncode != 0:
                 raise SystemExit(done.stderr[-3000:])
 
+        def idle_then_train(model: Path) -> float:
+            waits.append(round(wait_idle(tmp_path / "evaluator.log", watched), 1))
+            return train(model)
+
         def train(model: Path) -> float:
             run = processes.run("train", "--data", str(data), "--model-dir", str(model), "--max-seconds",
                                 str(args.seconds), "--inception-weights", str(encoder), *TRAIN_FLAGS,
@@ -75,8 +112,9 @@ def main() -> int:
                                                    examples=100, threads=args.eval_threads),
                                     tmp_path / "evaluator.log", cwd=ROOT)
         try:
-            rates = alternate({"alone": lambda: train(tmp_path / "alone"), "beside": lambda: train(watched)},
-                              rounds=args.rounds, warm=1)
+            waits: list[float] = []
+            rates = alternate({"alone": lambda: idle_then_train(tmp_path / "alone"),
+                               "beside": lambda: train(watched)}, rounds=args.rounds, warm=1)
             cpu = processes.tree_cpu_seconds(evaluator.pid)
         finally:
             processes.stop(evaluator)
@@ -86,7 +124,8 @@ def main() -> int:
         "trainer_examples_per_sec": {side: spread(r, 1) for side, r in rates.items()},
         "ratio_beside_over_alone": ratio(rates["beside"], rates["alone"]),
         "goal": 0.9,
-        "evaluator": {"cpu_seconds_incl_children": round(cpu, 1), "evaluations": evaluations},
+        "evaluator": {"cpu_seconds_incl_children": round(cpu, 1), "evaluations": evaluations,
+                      "seconds_waited_for_it_to_go_idle_before_each_alone_round": waits},
     }, indent=2))
     return 0
 

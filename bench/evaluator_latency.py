@@ -2,9 +2,11 @@
 
 A real trainer (tiny model, a checkpoint every few steps) writes checkpoints; two real
 evaluator services watch the same model dir — one with inotify, one polling every 1 s
-(the SidecarEvaluator's interval). This script timestamps each state-file write itself
-(its own inotify watch on the ``checkpoint`` rename, ≈0.5 ms) and follows both
-evaluators' ``Watch`` streams.
+(the SidecarEvaluator's interval). This script follows both evaluators' ``Watch`` streams
+and takes each state-file write's time from the kernel: the ``mtime`` of the file the
+``checkpoint`` rename brought (written just before the rename; the kernel's coarse clock, a few
+ms).  Its own inotify watch only says which file to stat — its delay (seen − mtime) is
+reported, not assumed.
 
   detection  = evaluation start (evaluated_at − eval_seconds) − state-file write
   freshness  = arrival on the Watch stream − state-file write − eval_seconds
@@ -60,18 +62,23 @@ class StateWrites(FileSystemEventHandler):
     watch missed would shift every later pairing)."""
 
     def __init__(self) -> None:
-        self.named_at: dict[int, float] = {}
+        self.named_at: dict[int, float] = {}  # step → the state file's mtime (the write)
+        self.seen_after: list[float] = []  # this watch's own delay: seen − mtime, seconds
 
     def on_moved(self, event) -> None:
         if os.path.basename(os.fsdecode(event.dest_path)) != "checkpoint":
             return
         now = time.time()
+        path = Path(os.fsdecode(event.dest_path))
         try:
-            found = LATEST.search(Path(os.fsdecode(event.dest_path)).read_text())
+            with path.open() as handle:  # the same file for the stat and the read
+                written = os.fstat(handle.fileno()).st_mtime_ns / 1e9
+                found = LATEST.search(handle.read())
         except OSError:
             return  # replaced again already: the next event reads it
-        if found:
-            self.named_at.setdefault(int(found.group(1)), now)
+        if found and int(found.group(1)) not in self.named_at:
+            self.named_at[int(found.group(1))] = written
+            self.seen_after.append(now - written)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -149,6 +156,9 @@ def main() -> int:
                 "freshness_minus_eval_ms": {"median": round(statistics.median(freshness), 1),
                                             "p95": round(percentile(freshness, 0.95), 1)},
             }
+        delays = [1000 * d for d in writes.seen_after]
+        result["this_script_saw_each_write_after_ms"] = {"median": round(statistics.median(delays), 1),
+                                                         "p95": round(percentile(delays, 0.95), 1)}
         result["goals"] = {"inotify detection median ms": 50, "freshness ms": 100}
         print(json.dumps(result, indent=2))
     return 0

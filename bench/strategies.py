@@ -55,14 +55,20 @@ def runner(data: Path, model_dir: Path, strategy: tf.distribute.Strategy, batch:
                           train=TrainConfig(), strategy=strategy, compute=compute)
     dist = strategy.experimental_distribute_dataset(trainer.dataset())
     step = trainer.make_train_step(dist.element_spec)
-    batches = iter(dist)
-    float(step(next(batches)))  # trace
+    float(step(next(iter(dist))))  # trace
 
     def timed(steps: int) -> float:
+        """A fresh iterator per round, dropped after it: a live one's prefetch would run during the
+        other configurations' rounds.  Its first batch (the shuffle buffer filling) is not timed."""
+        batches = iter(dist)
+        first = next(batches)
         start = time.perf_counter()
-        for _ in range(steps):
+        float(step(first))
+        for _ in range(steps - 1):
             float(step(next(batches)))
-        return steps * trainer.batch_size / (time.perf_counter() - start)
+        rate = steps * trainer.batch_size / (time.perf_counter() - start)
+        del batches
+        return rate
 
     return timed
 
