@@ -17,7 +17,7 @@ import pytest
 from bench.chaos import Soak
 from showtell.common import processes
 from showtell.evaluator.store import Record, Store
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 
 @pytest.mark.e2e

@@ -8,7 +8,7 @@ import importlib
 from showtell.cli import COMMANDS
 from showtell.cli_reference import reference
 from showtell.common.flags import Parser
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 
 def _flags(parser: argparse.ArgumentParser) -> set[str]:

@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from showtell.common.processes import cpu_seconds
 from showtell.v1 import metrics_pb2
-from tests.conftest import Procs, error_lines, free_ports, metrics_stub, start_evaluator, wait_for
+from tests.helpers import Procs, error_lines, free_ports, metrics_stub, start_evaluator, wait_for
 
 pytestmark = pytest.mark.e2e
 

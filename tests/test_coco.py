@@ -4,33 +4,20 @@ captions files, one corrupt JPEG, one empty file and one missing file."""
 from __future__ import annotations
 
 import json
-import random
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
-import tensorflow as tf
 
 from showtell.captioning.config import CocoConfig
 from showtell.captioning.data import coco
 from showtell.captioning.data.inputs import load_references
 from showtell.captioning.data.manifest import Manifest
-from showtell.captioning.data.records import parse_example
 from showtell.captioning.data.vocab import UNKNOWN, Vocabulary
 from showtell.captioning.model.validation import exact_match
 from showtell.evaluator.scorers import CaptionScorer
-from tests.conftest import error_lines, run_showtell
-
-WORDS = ["a", "dog", "cat", "runs", "on", "the", "grass", "sits", "near", "red", "ball", "in", "park"]
-TRAIN, VAL = 20, 40  # val pool → 34 train / 2 val / 4 test
-CORRUPT, EMPTY, MISSING = 100 + 3, 100 + 11, 7  # image ids
-
-
-def _captions(rng: random.Random, image_id: int) -> list[str]:
-    rare = f"zebra{image_id}"  # seen once: below any min count
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 8))).capitalize() + "."
-            for _ in range(4)] + [f"A {rare} in the park."]
+from tests.coco_layout import CORRUPT, EMPTY, MISSING, TRAIN, VAL, WORDS, coco_args, records, write_layout
+from tests.helpers import error_lines, run_showtell
 
 
 @pytest.fixture(scope="module")
@@ -38,51 +25,10 @@ def layout(tmp_path_factory) -> dict:
     return write_layout(tmp_path_factory.mktemp("mscoco"))
 
 
-def write_layout(root: Path) -> dict:
-    """MSCOCO's layout in ``root``: captions files, image folders (with the broken images)."""
-    root.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(1)
-    files = {}
-    for pool, first, count in (("train2014", 0, TRAIN), ("val2014", 100, VAL)):
-        folder = root / pool
-        folder.mkdir()
-        entries, annotations = [], []
-        for image_id in range(first, first + count):
-            name = f"COCO_{pool}_{image_id:012d}.jpg"
-            entries.append({"id": image_id, "file_name": name, "height": 90, "width": 120})
-            annotations += [{"id": len(annotations), "image_id": image_id, "caption": c}
-                            for c in _captions(rng, image_id)]
-            if image_id == MISSING:
-                continue
-            if image_id == CORRUPT:
-                (folder / name).write_bytes(b"\xff\xd8\xff\xe0 definitely not a jpeg" * 10)
-            elif image_id == EMPTY:
-                (folder / name).write_bytes(b"")
-            else:
-                pixels = np.full((90, 120, 3), image_id % 255, np.uint8)
-                (folder / name).write_bytes(tf.io.encode_jpeg(pixels).numpy())
-        files[pool] = root / "annotations" / f"captions_{pool}.json"
-        files[pool].parent.mkdir(exist_ok=True)
-        files[pool].write_text(json.dumps({"images": entries, "annotations": annotations}))
-    return {"root": root, "captions": [files["train2014"], files["val2014"]],
-            "images": [root / "train2014", root / "val2014"]}
-
-
 def _config(layout, **overrides) -> CocoConfig:
     base = dict(captions=tuple(layout["captions"]), images=tuple(layout["images"]), min_word_count=2,
                 train_shards=4, val_shards=1, test_shards=2, workers=2)
     return CocoConfig(**{**base, **overrides})
-
-
-def coco_args(layout: dict, out: Path, *extra: str) -> list[str]:
-    """``showtell data coco`` with the fixture's captions files and image folders."""
-    args = ["data", "coco", "--out", str(out), "--min-word-count", "2", "--train-shards", "4",
-            "--val-shards", "1", "--test-shards", "2", *extra]
-    for captions in layout["captions"]:
-        args += ["--captions", str(captions)]
-    for images in layout["images"]:
-        args += ["--images", str(images)]
-    return args
 
 
 @pytest.fixture(scope="module")
@@ -93,15 +39,6 @@ def built(layout, tmp_path_factory) -> Path:
     assert result.returncode == 0, result.stderr[-3000:]
     assert "3 image(s) skipped (empty file: 1, missing: 1, undecodable: 1)" in result.stderr
     return out
-
-
-def records(out: Path, split: str) -> list[tuple[int, list[int]]]:
-    found = []
-    for shard in sorted(out.glob(f"{split}-?????-of-?????")):
-        for serialized in tf.data.TFRecordDataset(str(shard)):
-            record = parse_example(serialized)
-            found += [(int(record["image_id"]), c) for c in record["captions"].to_list()]
-    return found
 
 
 def shard_bytes(out: Path) -> dict[str, bytes]:

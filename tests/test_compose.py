@@ -3,7 +3,7 @@
 The real stack (``docker`` mark, run last): a private ``dockerd``, a debootstrap base image and
 both images built by ``docker-compose build`` from a copy of the checkout — all started in the
 background under ``nice 19`` while the other tests run (``tests/docker_engine.py``,
-``tests/conftest.py``) — then ``docker-compose up -d`` on the real ``docker-compose.yml``. The
+``tests/session_hooks.py``) — then ``docker-compose up -d`` on the real ``docker-compose.yml``. The
 test's env file changes only what the issue allows: the base image and the trainer's TensorFlow
 package (``tensorflow-cpu``: a CPU build here), the size of the input (fewer, 75 px pictures; 8
 evaluation examples; batch 8), METEOR off (``SHOWTELL_METEOR``: its JVM is ≈ 7 CPU-s per evaluator
@@ -30,8 +30,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT, free_ports, wait_for
-from tests.test_deploy import _parse
+from tests.helpers import ROOT, free_ports, parse_cli, wait_for
 
 
 def _trainer(service: dict):
@@ -41,7 +40,7 @@ def _trainer(service: dict):
 
     environment = {k: str(v) for k, v in (service.get("environment") or {}).items()}
     with mock.patch.dict(os.environ, environment):
-        return _parse("showtell.trainer.cli", service["command"])
+        return parse_cli("showtell.trainer.cli", service["command"])
 
 COMPOSE_FILES = {
     "base": ["docker-compose.yml"],
@@ -49,7 +48,7 @@ COMPOSE_FILES = {
     "cluster": ["docker-compose.yml", "deploy/compose.cluster.yml"],
     "evaluator": ["deploy/compose.evaluator.yml"],
 }
-# One worker runs this module, first (tests/conftest.py): it installs the engine's tools with
+# One worker runs this module, first (tests/session_hooks.py): it installs the engine's tools with
 # apt and builds the images, which must not happen twice at once.
 pytestmark = pytest.mark.xdist_group("docker")
 ENV_EXAMPLES = {"base": ".env.example", "evaluator": "deploy/evaluator.env.example"}
@@ -156,7 +155,7 @@ def test_presets_render_the_im2txt_recipe_as_commands_our_clis_accept(compose_to
     assert str(trainer.data) == "/data/coco" and trainer.strategy == "mirrored"
     for key, value in PRESETS[preset].items():
         assert getattr(trainer, key) == value, key
-    evaluator = _parse("showtell.evaluator.cli", services["evaluator"]["command"])
+    evaluator = parse_cli("showtell.evaluator.cli", services["evaluator"]["command"])
     assert (evaluator.export_best, evaluator.export_keep, evaluator.beam_size) == ("cider:max", 3, 3)
     assert "/srv/showtell:/data:ro" in services["trainer"]["volumes"]
     # Phase 1 builds the feature cache: not in the read-only data, on the trainer's own volume.
@@ -169,12 +168,12 @@ def test_defaults_leave_phase_2_early_stop_and_export_to_their_flags(compose_too
     from showtell.trainer.cli import argument_problem
 
     services = _config(COMPOSE_FILES["base"], {})["services"]
-    trainer = _parse("showtell.trainer.cli", services["trainer"]["command"])
+    trainer = parse_cli("showtell.trainer.cli", services["trainer"]["command"])
     assert argument_problem(trainer) is None
     assert (trainer.train_inception, trainer.inception_learning_rate, trainer.stop_when) == (None, None, "")
-    assert not _parse("showtell.evaluator.cli", services["evaluator"]["command"]).export_best
+    assert not parse_cli("showtell.evaluator.cli", services["evaluator"]["command"]).export_best
     stopping = _config(COMPOSE_FILES["base"], {"SHOWTELL_STOP_WHEN": "cider>=0.9", "SHOWTELL_PATIENCE": "2"})
-    early = _parse("showtell.trainer.cli", stopping["services"]["trainer"]["command"])
+    early = parse_cli("showtell.trainer.cli", stopping["services"]["trainer"]["command"])
     assert argument_problem(early) is None
     assert (early.stop_when, early.patience, early.evaluator) == ("cider>=0.9", 2, "evaluator:50051")
 
@@ -211,14 +210,14 @@ def test_services_run_commands_our_clis_accept(compose_tools):
     base = _config(COMPOSE_FILES["base"], {})
     services = base["services"]
     assert services["data"]["entrypoint"] == ["showtell", "data", "synthetic"]
-    data = _parse("showtell.commands.data", ["synthetic", *services["data"]["command"]])
+    data = parse_cli("showtell.commands.data", ["synthetic", *services["data"]["command"]])
     assert data.if_missing and str(data.out) == "/data/synthetic"
     trainer = _trainer(services["trainer"])
     assert str(trainer.model_dir) == "/checkpoints/model" and trainer.strategy == "auto"
     assert (trainer.mixed_precision, trainer.jit_compile) == ("off", False)
     # the demo's recipe: an encoder pretrained once on the scenes' labels, then phase 1 on it frozen
     assert services["pretrain"]["entrypoint"] == ["showtell", "pretrain"]
-    pretrain = _parse("showtell.commands.pretrain", services["pretrain"]["command"])
+    pretrain = parse_cli("showtell.commands.pretrain", services["pretrain"]["command"])
     assert pretrain.if_missing and str(pretrain.out) == trainer.inception_weights == \
         "/checkpoints/encoder.weights.h5"
     assert str(pretrain.data) == str(trainer.data) and pretrain.seconds == 420
@@ -226,11 +225,11 @@ def test_services_run_commands_our_clis_accept(compose_tools):
     assert trainer.train_inception is None  # auto: frozen, since it starts pretrained
     from showtell.demo import TRAIN_FLAGS
 
-    demo = _parse("showtell.trainer.cli", ["--data", "d", "--model-dir", "m", *TRAIN_FLAGS])
+    demo = parse_cli("showtell.trainer.cli", ["--data", "d", "--model-dir", "m", *TRAIN_FLAGS])
     for flag in ("optimizer", "learning_rate", "epochs_per_decay", "lstm_dropout", "image_dropout",
                  "batch_size"):
         assert getattr(trainer, flag) == getattr(demo, flag), flag
-    evaluator = _parse("showtell.evaluator.cli", services["evaluator"]["command"])
+    evaluator = parse_cli("showtell.evaluator.cli", services["evaluator"]["command"])
     assert str(evaluator.model_dir) == "/checkpoints/model" and evaluator.host == "0.0.0.0"
     assert "checkpoints:/checkpoints:ro" in services["evaluator"]["volumes"]
     assert "checkpoints:/checkpoints:rw" in services["trainer"]["volumes"]
@@ -253,7 +252,7 @@ def test_services_run_commands_our_clis_accept(compose_tools):
     assert "checkpoints:/checkpoints:rw" in cluster["trainer"]["volumes"]
 
     standalone = _config(COMPOSE_FILES["evaluator"], STANDALONE_ENV)["services"]["evaluator"]
-    args = _parse("showtell.evaluator.cli", standalone["command"])
+    args = parse_cli("showtell.evaluator.cli", standalone["command"])
     assert args.poll_secs > 0  # network filesystems deliver no inotify events
     assert any(v.startswith("/mnt/nfs/showtell/model:/checkpoints") and v.endswith(":ro")
                for v in standalone["volumes"])
@@ -265,7 +264,7 @@ def test_services_run_commands_our_clis_accept(compose_tools):
 @pytest.fixture(scope="module")
 def prebuilt():
     """The private dockerd with both images built — in the background, niced, while the other
-    tests ran (``tests/conftest.py`` starts it and orders docker tests last) — or now."""
+    tests ran (``tests/session_hooks.py`` starts it and orders docker tests last) — or now."""
     _require_docker_tools()
     from tests import docker_engine
 

@@ -10,14 +10,7 @@ from showtell.trainer.checkpoints import SaveSchedule
 from showtell.trainer.controller import ANOTHER_WORKER, Controller
 from showtell.trainer.runners import StepLogs
 from showtell.trainer.signals import StopRequest
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fakes import FakeClock
 
 
 class FakeRunner:

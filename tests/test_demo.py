@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import error_lines, free_ports, run_showtell, wait_for
+from tests.helpers import error_lines, free_ports, run_showtell, wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -6,17 +6,15 @@ release-tagged images, and probes on the evaluator's plaintext health port."""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import kubernetes_validate
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.helpers import K8S_VERSION, ROOT, parse_cli
 
 MANIFEST = ROOT / "deploy" / "k8s" / "tfjob.yaml"
-K8S_VERSION = "1.37"
 
 
 @pytest.fixture(scope="module")
@@ -57,27 +55,17 @@ def test_tfjob_has_the_four_roles_and_operator_conventions(tfjob):
         assert container["name"] == "tensorflow" and replica["restartPolicy"] in ("OnFailure", "Always")
 
 
-def _parse(module: str, argv: list[str]) -> argparse.Namespace:
-    """Parse with the real CLI's parser; argparse exits on an unknown or malformed flag."""
-    import importlib
-
-    cli = importlib.import_module(module)
-    parser = argparse.ArgumentParser(exit_on_error=False)
-    cli.add_arguments(parser)
-    return parser.parse_args(argv)
-
-
 def test_commands_are_flags_the_clis_accept(tfjob):
     specs = tfjob["spec"]["tfReplicaSpecs"]
     for role in ("Chief", "PS", "Worker"):
         [container] = specs[role]["template"]["spec"]["containers"]
         assert container["command"] == ["showtell", "train"]
-        args = _parse("showtell.trainer.cli", container["args"])
+        args = parse_cli("showtell.trainer.cli", container["args"])
         assert args.strategy == "parameter_server" and args.job_name is None  # cluster from TF_CONFIG
         assert args.model_dir == Path("/checkpoints/model")
     [evaluator] = specs["Evaluator"]["template"]["spec"]["containers"]
     assert evaluator["command"] == ["showtell", "evaluate"]
-    args = _parse("showtell.evaluator.cli", evaluator["args"])
+    args = parse_cli("showtell.evaluator.cli", evaluator["args"])
     assert str(args.model_dir) == "/checkpoints/model" and args.poll_secs > 0
     assert args.exit_when_trained  # the evaluator ends with the job …
     assert tfjob["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"  # … and nothing is left running
@@ -108,7 +96,7 @@ def _pod(tfjob: dict, role: str) -> dict:
 def test_the_chief_fills_the_data_path_that_every_task_reads(tfjob):
     [init] = _pod(tfjob, "Chief")["initContainers"]
     assert init["command"] == ["showtell", "data", "synthetic"]
-    built = _parse("showtell.commands.data", ["synthetic", *init["args"]])
+    built = parse_cli("showtell.commands.data", ["synthetic", *init["args"]])
     assert built.if_missing
     [wait] = _pod(tfjob, "Evaluator")["initContainers"]
     assert f"{built.out}/dataset.json" in wait["command"][-1]  # the manifest a finished build writes last
@@ -118,7 +106,7 @@ def test_the_chief_fills_the_data_path_that_every_task_reads(tfjob):
     for role, module in (("Chief", "showtell.trainer.cli"), ("Worker", "showtell.trainer.cli"),
                          ("Evaluator", "showtell.evaluator.cli")):
         [container] = _pod(tfjob, role)["containers"]
-        assert _parse(module, container["args"]).data == built.out, role
+        assert parse_cli(module, container["args"]).data == built.out, role
 
 
 def test_pods_run_as_the_images_user_with_limits_gpus_release_tags_and_plaintext_probes(tfjob):
@@ -136,6 +124,6 @@ def test_pods_run_as_the_images_user_with_limits_gpus_release_tags_and_plaintext
         [main] = pod["containers"]
         assert (main["resources"]["limits"].get("nvidia.com/gpu") == "1") == (role == "Worker"), role
     [evaluator] = _pod(tfjob, "Evaluator")["containers"]
-    args = _parse("showtell.evaluator.cli", evaluator["args"])
+    args = parse_cli("showtell.evaluator.cli", evaluator["args"])
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert evaluator[probe]["grpc"]["port"] == args.health_port != args.port, probe

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from showtell.v1 import metrics_pb2 as pb
-from tests.conftest import TINY_MODEL, error_lines, free_ports, metrics_stub, renice_session, wait_for
+from tests.helpers import TINY_MODEL, error_lines, free_ports, metrics_stub, renice_session, wait_for
 
 pytestmark = pytest.mark.e2e
 

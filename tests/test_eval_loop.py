@@ -5,111 +5,17 @@ a process boundary — kills, synced copies, locks, clusters — stays in the e2
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 from pathlib import Path
 
 import pytest
 
-from showtell.captioning.model.modeldir import METADATA, mark_finished
-from showtell.common.errors import ShowtellError
+from showtell.captioning.model.modeldir import mark_finished
 from showtell.evaluator.config import Finish
-from showtell.evaluator.evaluation import EvalResult
-from showtell.evaluator.recorder import WORK_DIR_RETRY_SECS, Recorder
-from showtell.evaluator.runner import EvalRunner
+from showtell.evaluator.recorder import WORK_DIR_RETRY_SECS
 from showtell.evaluator.schedule import FIRST_RETRY_SECS
-from showtell.evaluator.sizing import RunSizes
-from showtell.evaluator.status import Broadcast, Status
-from showtell.evaluator.store import Store
-from showtell.evaluator.workdir import WorkDir
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class FakeEvaluator:
-    """Evaluates instantly; ``broken`` steps fail as a corrupt checkpoint does."""
-
-    model = vocab = None
-
-    def __init__(self, broken: tuple[int, ...] = (), batches: list[tuple[int, float]] = ()) -> None:
-        """``batches``: (images done, seconds it took) reported as an evaluation's progress."""
-        self.broken, self.calls, self.opened, self.batches = broken, [], False, list(batches)
-        self.clock: FakeClock | None = None
-        self.pins: Path | None = None  # the work dir's pins: every evaluation must read from there
-        self.during: list = []  # what ``watch`` returned after each batch
-        self.watch = lambda: None
-
-    def open(self) -> None:
-        self.opened = True
-
-    def evaluate(self, path: str, step: int | None = None, progress=None, images=None) -> EvalResult:
-        # The pinned copy, not the trainer's original (which --keep may delete mid-read): under
-        # the pins, with the original's files (a hard link: the same inode).
-        pinned = Path(path + ".index")
-        assert self.pins is not None and pinned.parent.is_relative_to(self.pins), f"{path} is not pinned"
-        assert pinned.exists() and pinned.stat().st_nlink >= 2, f"{path} is not a link to the original"
-        self.calls.append(step)
-        for done, seconds in self.batches:
-            self.clock.now += seconds
-            progress(done, self.batches[-1][0])
-            self.during.append(self.watch())
-        if step in self.broken:
-            raise ShowtellError(f"{path}: cannot restore (corrupt); the checkpoint is corrupt")
-        return EvalResult(step=step, checkpoint=path, metrics={"loss": 10.0 / step}, examples=4, seconds=0.01)
-
-
-class ModelDir:
-    """A trainer's model dir as the evaluator sees it: checkpoint files and the state file."""
-
-    def __init__(self, root: Path, run: str = "run-1") -> None:
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)
-        (root / METADATA).write_text(json.dumps({"run_id": run}))
-
-    def prefix(self, step: int) -> str:
-        return str(self.root / f"ckpt-{step}")
-
-    def save(self, step: int, data: bool = True) -> None:
-        (self.root / f"ckpt-{step}.index").write_bytes(b"index")
-        if data:
-            self.data(step)
-
-    def data(self, step: int) -> None:
-        (self.root / f"ckpt-{step}.data-00000-of-00001").write_bytes(b"data")
-
-    def delete(self, step: int) -> None:
-        for path in self.root.glob(f"ckpt-{step}.*"):
-            path.unlink()
-
-    def name(self, *steps: int) -> None:
-        lines = [f'model_checkpoint_path: "ckpt-{steps[-1]}"'] if steps else []
-        lines += [f'all_model_checkpoint_paths: "ckpt-{s}"' for s in steps]
-        (self.root / "checkpoint").write_text("\n".join(lines) + "\n")
-
-
-def build(tmp_path: Path, policy: str = "all", finish: Finish | None = None,
-          evaluator: FakeEvaluator | None = None,
-          sizes: RunSizes | None = None) -> tuple[EvalRunner, ModelDir, Store, FakeClock]:
-    model, work, clock = ModelDir(tmp_path / "model"), WorkDir(tmp_path / "work"), FakeClock()
-    work.root.mkdir(exist_ok=True)
-    store = Store(work.history)
-    recorder = Recorder(store=store, status=Status(), broadcast=Broadcast(), work_root=work.root, clock=clock)
-    runner = EvalRunner(model_dir=str(model.root), evaluator=evaluator or FakeEvaluator(), store=store,
-                        recorder=recorder, pins=work.pins, policy=policy, finish=finish,
-                        arrival_timeout=60.0, sizes=sizes, clock=clock)
-    runner.evaluator.clock, runner.evaluator.pins = clock, work.pins
-    return runner, model, store, clock
-
-
-def history(store: Store) -> list[tuple[int, str]]:
-    return [(r.step, r.status) for r in sorted(store.after(-1), key=lambda r: r.rowid)]
+from tests.fakes import FakeEvaluator, ModelDir, build, history
 
 
 def test_policy_all_evaluates_every_checkpoint_once_in_step_order(tmp_path: Path):

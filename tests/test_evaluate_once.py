@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import error_lines, run_showtell
+from tests.helpers import error_lines, run_showtell
 
 pytestmark = pytest.mark.e2e
 

@@ -21,7 +21,7 @@ from showtell.captioning.model.modeldir import checkpoint_step, read_run_id, rea
 from showtell.common import processes
 from showtell.common.processes import tree_cpu_seconds
 from showtell.v1 import metrics_pb2 as pb
-from tests.conftest import (
+from tests.helpers import (
     TINY_MODEL,
     copy_model,
     error_lines,

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from showtell.evaluator import sample_images
 from showtell.v1 import metrics_pb2 as pb
-from tests.conftest import (
+from tests.helpers import (
     TINY_DATA,
     metrics_stub,
     run_showtell,

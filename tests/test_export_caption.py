@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from showtell.captioning.data.records import parse_example, shard_files
 from showtell.v1 import metrics_pb2 as pb
-from tests.conftest import (
+from tests.helpers import (
     copy_model,
     error_lines,
     metrics_stub,

@@ -17,7 +17,7 @@ from showtell.captioning.config import SyntheticConfig
 from showtell.captioning.data import synthetic
 from showtell.captioning.data.feature_cache import INFO
 from tests import weights_files
-from tests.conftest import TINY_MODEL
+from tests.helpers import TINY_MODEL
 
 pytestmark = pytest.mark.slow
 

@@ -76,9 +76,9 @@ def test_the_evaluator_cli_builds_a_typed_config_and_refuses_combinations_in_one
     from showtell.evaluator.cli import config_from_args
     from showtell.evaluator.config import EvaluatorConfig, Finish
     from showtell.evaluator.workdir import WorkDir
-    from tests.test_deploy import _parse
+    from tests.helpers import parse_cli
 
-    args = _parse("showtell.evaluator.cli", ["--model-dir", "runs/m", "--data", "d", "--policy", "all",
+    args = parse_cli("showtell.evaluator.cli", ["--model-dir", "runs/m", "--data", "d", "--policy", "all",
                                              "--port", "0", "--exit-when-trained", "--export-best", "cider"])
     config = config_from_args(args)
     assert isinstance(config, EvaluatorConfig) and config.work == WorkDir(Path("runs/m-eval"))

@@ -20,7 +20,7 @@ import pytest
 
 from showtell.v1 import metrics_pb2 as pb
 from tests import system_packages
-from tests.conftest import TINY_MODEL, error_lines, metrics_stub, start_evaluator, wait_for
+from tests.helpers import TINY_MODEL, error_lines, metrics_stub, start_evaluator, wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -13,7 +13,7 @@ import pytest
 from showtell.api.contract import ALL_RUNS
 from showtell.evaluator.store import Record, Store
 from showtell.v1 import metrics_pb2 as pb
-from tests.conftest import metrics_stub, start_evaluator, wait_for
+from tests.helpers import metrics_stub, start_evaluator, wait_for
 
 
 def _filled(path: Path, rows: int) -> None:

@@ -23,7 +23,7 @@ from showtell.evaluator.service import to_proto
 from showtell.evaluator.store import Record, Store
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
-from tests.conftest import ROOT, start_evaluator, wait_for
+from tests.helpers import ROOT, start_evaluator, wait_for
 
 pytestmark = pytest.mark.e2e
 

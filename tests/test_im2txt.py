@@ -17,9 +17,9 @@ from showtell.captioning.data.vocab import Vocabulary, first_difference, read_wo
 from showtell.captioning.weights.im2txt import import_checkpoint
 from showtell.common.errors import WeightsError
 from tests import slim_reference
-from tests.conftest import error_lines
-from tests.test_coco import coco_args, write_layout
-from tests.test_coco import records as coco_records
+from tests.coco_layout import coco_args, write_layout
+from tests.coco_layout import records as coco_records
+from tests.helpers import error_lines
 
 SIZE, E, U = 75, 16, 12  # embedding ≠ LSTM size: a transposed or mis-split kernel cannot fit
 # word_counts.txt as im2txt writes it (most frequent first; <S> and </S> counted like words); one

@@ -15,8 +15,7 @@ import pytest
 import yaml
 
 from showtell.trainer.cluster import from_flags
-from tests.conftest import ROOT
-from tests.test_deploy import K8S_VERSION, _parse
+from tests.helpers import K8S_VERSION, ROOT, parse_cli
 
 MANIFEST = ROOT / "deploy" / "k8s" / "jobset.yaml"
 
@@ -62,7 +61,7 @@ def test_jobset_roles_success_on_chief_and_evaluator(jobset, replicated):
     assert replicated["chief"]["replicas"] == 1 and replicated["worker"]["replicas"] >= 2
     policy = jobset["spec"]["successPolicy"]
     assert policy == {"operator": "All", "targetReplicatedJobs": ["chief", "evaluator"]}
-    evaluator = _parse("showtell.evaluator.cli", _container(replicated["evaluator"])["args"])
+    evaluator = parse_cli("showtell.evaluator.cli", _container(replicated["evaluator"])["args"])
     assert evaluator.exit_when_trained and evaluator.poll_secs  # it ends, so the set can succeed
     assert evaluator.export_best == "cider:max"
 
@@ -88,7 +87,7 @@ def test_each_task_is_given_the_cluster_by_flags_from_jobset_hostnames(jobset, r
         assert replicated[job]["template"]["spec"].get("parallelism", 1) == 1  # pod index is 0
         for index in range(replicated[job]["replicas"]):
             # What JobSet puts in the label and annotation of this Job's pod.
-            args = _parse("showtell.trainer.cli",
+            args = parse_cli("showtell.trainer.cli",
                           _expanded(container["args"], {"JOB_NAME": job, "TASK": str(index)}))
             assert args.strategy == "parameter_server"
             cluster = from_flags(args.ps_hosts, args.worker_hosts, args.chief_host, args.job_name,
@@ -129,7 +128,7 @@ def test_the_data_job_runs_first_and_fills_the_path_every_task_reads(jobset, rep
         assert replicated[name]["dependsOn"] == [{"name": "data", "status": "Complete"}], name
     data = _container(replicated["data"])
     assert data["command"] == ["showtell", "data", "synthetic"]
-    built = _parse("showtell.commands.data", ["synthetic", *data["args"]])
+    built = parse_cli("showtell.commands.data", ["synthetic", *data["args"]])
     assert built.if_missing  # a restarted set keeps the dataset
     data_mount = {m["mountPath"]: m for m in data["volumeMounts"]}["/data"]
     assert not data_mount.get("readOnly")
@@ -137,7 +136,7 @@ def test_the_data_job_runs_first_and_fills_the_path_every_task_reads(jobset, rep
     for job, module in (("chief", "showtell.trainer.cli"), ("worker", "showtell.trainer.cli"),
                         ("evaluator", "showtell.evaluator.cli")):
         container = _container(replicated[job])
-        args = _parse(module, _expanded(container["args"], {"JOB_NAME": job, "TASK": "0"}))
+        args = parse_cli(module, _expanded(container["args"], {"JOB_NAME": job, "TASK": "0"}))
         assert args.data == built.out, job
         mount = {m["mountPath"]: m for m in container["volumeMounts"]}["/data"]
         volume = {v["name"]: v for v in _pod(replicated[job])["volumes"]}[mount["name"]]
@@ -169,7 +168,7 @@ def test_pods_run_as_the_images_user_with_limits_gpus_and_release_tags(replicate
 
 def test_the_probes_ask_the_plaintext_health_port_the_evaluator_is_given(replicated):
     container = _container(replicated["evaluator"])
-    args = _parse("showtell.evaluator.cli", container["args"])
+    args = parse_cli("showtell.evaluator.cli", container["args"])
     assert args.health_port and args.health_port != args.port
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["grpc"]["port"] == args.health_port, probe

@@ -125,3 +125,22 @@ def test_private_tensorflow_and_keras_names_live_in_one_module():
                     p.startswith("_") and not p.startswith("__") for p in parts[:-1]):
                 wrong.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
     assert not wrong, f"move these into {PRIVATE_HOME}:\n" + "\n".join(wrong)
+
+
+def test_no_test_module_imports_another_and_conftest_holds_only_fixtures():
+    """Shared test code lives in modules made for it (``helpers``, ``fakes``, …), not in a test
+    module another imports; conftest.py defines fixtures (and private helpers of fixtures) only."""
+    tests = Path(__file__).resolve().parent
+    crossing = []
+    for module in sorted(tests.glob("*.py")):
+        for node in ast.walk(ast.parse(module.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            crossing += [f"{module.name}: {n}" for n in names
+                         if n.startswith(("tests.test_", "tests.conftest"))]
+    assert crossing == []
+    conftest = ast.parse((tests / "conftest.py").read_text())
+    public = [n.name for n in conftest.body if isinstance(n, ast.FunctionDef | ast.ClassDef)
+              and not n.name.startswith("_")
+              and not any("fixture" in ast.unparse(d) for d in getattr(n, "decorator_list", []))]
+    assert public == []

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from showtell.common.locks import DirectoryBusy, DirectoryLock
-from tests.conftest import (
+from tests.helpers import (
     TINY_MODEL,
     copy_model,
     error_lines,

@@ -25,7 +25,7 @@ from showtell.evaluator.status import Broadcast, Progress, Status
 from showtell.evaluator.store import Record, Store
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
-from tests.conftest import ROOT, error_lines
+from tests.helpers import ROOT, error_lines
 
 # (run, step, cider, loss): run "old" was trained before the model dir was started over as "cur".
 HISTORY = [("old", 1, 0.9, 0.5), ("old", 2, 1.5, 0.4),

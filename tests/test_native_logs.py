@@ -8,7 +8,7 @@ import os
 import subprocess
 
 from showtell.common import processes
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 ERROR = ("showtell train: error: /nonexistent: data directory does not exist; build one with "
          "`showtell data synthetic --out /nonexistent`")

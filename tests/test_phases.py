@@ -21,7 +21,7 @@ from showtell.captioning.model.network import build_model
 from showtell.captioning.weights.encoder import IMAGENET_FILE
 from showtell.common import processes
 from tests import weights_files
-from tests.conftest import ROOT, TINY_SIZES, error_lines
+from tests.helpers import ROOT, TINY_SIZES, error_lines, learning_rate
 
 pytestmark = pytest.mark.e2e
 
@@ -46,11 +46,6 @@ def numpy(variables) -> list[np.ndarray]:
 
 def step_of(checkpoint: Path) -> int:
     return int(tf.train.load_variable(str(checkpoint), "step/.ATTRIBUTES/VARIABLE_VALUE"))
-
-
-def rate(checkpoint: Path, optimizer: str = "optimizer") -> float:
-    name = f"{optimizer}/_learning_rate/.ATTRIBUTES/VARIABLE_VALUE"
-    return float(tf.train.load_variable(str(checkpoint), name))
 
 
 def test_frozen_phase_then_fine_tune(tiny_data: Path, pretrained: dict, tmp_path: Path, showtell_main):
@@ -96,9 +91,9 @@ def test_frozen_phase_then_fine_tune(tiny_data: Path, pretrained: dict, tmp_path
     assert "encoder_optimizer is not in" in phase2.logs
     assert "encoder learning rate 0.01 (constant)" in phase2.logs
     assert step_of(model_dir / "ckpt-5") == 5
-    assert abs(rate(model_dir / "ckpt-3") - 0.001) < 1e-9  # TINY_SIZES' Adam rate, phase 1
-    assert abs(rate(model_dir / "ckpt-5") - 0.0002) < 1e-9
-    assert abs(rate(model_dir / "ckpt-5", "encoder_optimizer") - 0.01) < 1e-9
+    assert abs(learning_rate(model_dir / "ckpt-3") - 0.001) < 1e-9  # TINY_SIZES' Adam rate, phase 1
+    assert abs(learning_rate(model_dir / "ckpt-5") - 0.0002) < 1e-9
+    assert abs(learning_rate(model_dir / "ckpt-5", "encoder_optimizer") - 0.01) < 1e-9
     fifth = restored(model_dir / "ckpt-5")
     changed = {w.path.split("/")[-1]: 0 for w in fifth.encoder.weights}
     for w, want in zip(fifth.encoder.weights, pretrained["values"], strict=True):

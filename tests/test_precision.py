@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from showtell.captioning.config import ComputeConfig, ModelConfig
 from showtell.captioning.model.network import build_model
-from tests.conftest import TINY_SIZES
+from tests.helpers import TINY_SIZES
 
 STEPS = 12
 # The tiny model's loss then falls well beyond bf16's noise in 12 steps.  The same batches in the

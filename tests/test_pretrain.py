@@ -20,7 +20,7 @@ from showtell.captioning.data import synthetic
 from showtell.captioning.model.modeldir import read_model_config
 from showtell.captioning.model.network import build_encoder, build_model
 from showtell.captioning.weights.encoder import load_encoder_weights
-from tests.conftest import TINY_DATA, TINY_SIZES, error_lines
+from tests.helpers import TINY_DATA, TINY_SIZES, error_lines
 
 
 def test_scene_labels_name_the_shapes_in_caption_order():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import copy_model, error_lines, run_showtell, train_more
+from tests.helpers import copy_model, error_lines, run_showtell, train_more
 
 pytestmark = pytest.mark.e2e
 

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TINY_MODEL
-from tests.test_phases import rate
+from tests.helpers import TINY_MODEL, learning_rate
 
 
 @pytest.mark.slow
@@ -22,7 +21,7 @@ def test_a_resumed_run_takes_its_learning_rates_from_the_flags(tiny_data: Path, 
               "--save-every-secs", "0", "--epochs-per-decay", "0"]  # a constant rate: a variable
     result = showtell_main(*common, "--steps", "4")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert abs(rate(model_dir / "ckpt-4") - 0.001) < 1e-9  # TINY_MODEL's Adam rate
+    assert abs(learning_rate(model_dir / "ckpt-4") - 0.001) < 1e-9  # TINY_MODEL's Adam rate
     result = showtell_main(*common, "--steps", "5", "--learning-rate", "0.0003")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert abs(rate(model_dir / "ckpt-5") - 0.0003) < 1e-9
+    assert abs(learning_rate(model_dir / "ckpt-5") - 0.0003) < 1e-9

@@ -1,6 +1,6 @@
 """``--max-eval-examples auto`` in process: the interval and the size as pure decisions, and the
 loop choosing once per run (from the first evaluation's own rate) and keeping it — across a
-restart, not across runs.  A fake evaluator and clock, as tests/test_eval_loop.py."""
+restart, not across runs.  The fake evaluator and clock of tests/fakes.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from showtell.captioning.model.modeldir import METADATA
 from showtell.evaluator.sizing import RunSizes, Size, checkpoint_interval, choose
-from tests.test_eval_loop import build
+from tests.fakes import FakeEvaluator, build
 
 
 @pytest.mark.parametrize("times, started, expected", [
@@ -38,26 +38,8 @@ def test_the_size_is_whole_batches_within_the_split():
         5000, "all 5000 images: no checkpoint interval to fit yet")
 
 
-class SizingEvaluator:
-    """Evaluates instantly; reports how its size was asked for, and decides at a given rate."""
-
-    model = vocab = None
-
-    def __init__(self, rate: float) -> None:
-        self.rate, self.asked = rate, []
-
-    def open(self) -> None:
-        pass
-
-    def evaluate(self, path: str, step=None, progress=None, images=None):
-        from showtell.evaluator.evaluation import EvalResult
-
-        self.asked.append(images(self.rate, 1000, 50) if callable(images) else images)
-        return EvalResult(step=step, checkpoint=path, metrics={"loss": 1.0}, examples=4, seconds=0.01)
-
-
 def test_the_loop_chooses_once_per_run_and_keeps_it(tmp_path: Path, caplog):
-    evaluator = SizingEvaluator(rate=2.0)
+    evaluator = FakeEvaluator(rate=2.0)
     sizes = RunSizes(tmp_path / "work" / "auto-size.json")
     runner, model, _, _ = build(tmp_path, evaluator=evaluator, sizes=sizes)
     os.utime(model.root / METADATA, (1000, 1000))
@@ -72,7 +54,7 @@ def test_the_loop_chooses_once_per_run_and_keeps_it(tmp_path: Path, caplog):
     assert "--max-eval-examples auto for run run-1: 100 of 1000 images: 2.0 images/s × 0.5 × a checkpoint " \
            "every 100 s (median gap of 2 checkpoints) = 100 (whole batches)" in caplog.text
     # A restarted evaluator keeps the run's size, whatever its rate now.
-    restarted = SizingEvaluator(rate=50.0)
+    restarted = FakeEvaluator(rate=50.0)
     runner, model, _, _ = build(tmp_path, evaluator=restarted, sizes=RunSizes(sizes.path))
     model.save(3)
     model.name(1, 2, 3)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from showtell.v1 import metrics_pb2 as pb
-from tests.conftest import TINY_MODEL, metrics_stub, start_evaluator, wait_for
+from tests.helpers import TINY_MODEL, metrics_stub, start_evaluator, wait_for
 
 pytestmark = pytest.mark.e2e
 LAG_SECONDS = 2.0

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from tests import system_packages
-from tests.conftest import ROOT, wait_for
+from tests.helpers import ROOT, wait_for
 from tests.system_packages import install
 
 PACKAGE = "hello"

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.conftest import run_showtell
+from tests.helpers import run_showtell
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("towers")]  # one worker: they share `single`
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from tests.conftest import TINY_MODEL, copy_model, error_lines, run_showtell, wait_for
+from tests.helpers import TINY_MODEL, copy_model, error_lines, run_showtell, wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -17,7 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
-from tests.conftest import error_lines, run_showtell, start_evaluator, wait_for
+from tests.helpers import error_lines, run_showtell, start_evaluator, wait_for
 from tests.pki import SERVER_NAME, make_pki
 
 pytestmark = pytest.mark.e2e

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from showtell.captioning.data.vocab import Vocabulary
-from tests.conftest import TINY_DATA, copy_model, error_lines
+from tests.helpers import TINY_DATA, copy_model, error_lines
 
 # In process: what is under test is decided inside `evaluate --once`, no process boundary.
 pytestmark = pytest.mark.slow

@@ -17,7 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from showtell.common.processes import figures
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
-from tests.conftest import copy_model, start_evaluator, train_more, wait_for
+from tests.helpers import copy_model, start_evaluator, train_more, wait_for
 
 pytestmark = pytest.mark.e2e
 STREAMS = 200
