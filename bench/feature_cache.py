@@ -35,18 +35,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
 from rounds import alternate, ratio, spread
 
-from showtell.captioning.config import (
-    CacheConfig,
-    InputConfig,
-    ModelConfig,
-    OptimizerConfig,
-    SyntheticConfig,
-    TrainConfig,
-)
+from showtell.captioning.config import CacheConfig, InputConfig, ModelConfig, SyntheticConfig
 from showtell.captioning.data import synthetic
 from showtell.captioning.data.feature_cache import FeatureCache
 from showtell.captioning.model.network import build_encoder
 from showtell.captioning.weights.encoder import load_encoder_weights
+from showtell.trainer.config import OptimizerConfig, TrainConfig
 from showtell.trainer.task import CaptionTask
 
 

@@ -26,8 +26,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from rounds import alternate, ratio, spread
 
-from showtell.captioning.config import InputConfig, ModelConfig, OptimizerConfig, SyntheticConfig, TrainConfig
+from showtell.captioning.config import InputConfig, ModelConfig, SyntheticConfig
 from showtell.captioning.data import synthetic
+from showtell.trainer.config import OptimizerConfig, TrainConfig
 from showtell.trainer.task import CaptionTask
 
 

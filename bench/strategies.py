@@ -35,15 +35,9 @@ configure_devices(2)
 
 import tensorflow as tf  # noqa: E402
 
-from showtell.captioning.config import (  # noqa: E402
-    ComputeConfig,
-    InputConfig,
-    ModelConfig,
-    OptimizerConfig,
-    SyntheticConfig,
-    TrainConfig,
-)
+from showtell.captioning.config import InputConfig, ModelConfig, SyntheticConfig  # noqa: E402
 from showtell.captioning.data import synthetic  # noqa: E402
+from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig  # noqa: E402
 from showtell.trainer.task import CaptionTask  # noqa: E402
 
 

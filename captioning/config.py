@@ -4,6 +4,7 @@ Defaults follow im2txt (Show and Tell, Vinyals et al. 2016) so that a run on MSC
 like the paper's.  A field written with ``option(default, help, …)`` is also a command-line
 flag: ``showtell train`` derives its flags (name, type, default, help) from these classes and
 builds the configs back from them, so a new option is written once, here.
+The trainer's own settings (optimizer, schedule, compute) live in ``showtell.trainer.config``.
 Sizes that change a checkpoint's variables live in ``ModelConfig`` and are recorded in the
 model directory, so a restart with a different shape is refused instead of half-restored.
 """
@@ -15,12 +16,9 @@ from dataclasses import dataclass
 from showtell.common.flags import (
     boolean,
     fraction,
-    non_negative_float,
     option,
-    or_auto,
     positive_float,
     positive_int,
-    seconds_or_never,
 )
 
 MIN_IMAGE_SIZE = 75  # Inception v3's smallest valid input (74 fails in keras.applications).
@@ -86,29 +84,6 @@ class InputConfig:
     caption_multiple: int = 1
 
 
-OPTIMIZERS = ("sgd", "momentum", "adam")
-
-
-@dataclass(frozen=True)
-class OptimizerConfig:
-    """im2txt's training schedule: SGD 2.0, halved every 8 epochs, global-norm clip 5.0."""
-
-    name: str = option("sgd", "sgd (im2txt), momentum or adam", flag="--optimizer", choices=OPTIMIZERS)
-    learning_rate: float = option(2.0, "initial rate (im2txt's SGD rate)", type=positive_float)
-    decay_factor: float = option(0.5, "multiply the rate by this every --epochs-per-decay",
-                                 type=positive_float)
-    epochs_per_decay: float = option(8.0, "0 keeps the rate constant", type=non_negative_float)
-    clip_gradients: float = option(5.0, "global-norm clip, 0 disables", type=non_negative_float)
-    # None: IM2TXT_INCEPTION_LEARNING_RATE for a pretrained encoder; from scratch the encoder
-    # follows the decoder's schedule.
-    inception_learning_rate: float | None = option(
-        None, "the encoder's constant rate while it trains (default 0.0005, im2txt's, when pretrained; "
-              "from scratch it follows --learning-rate; auto: that default)", type=or_auto(positive_float))
-
-
-IM2TXT_INCEPTION_LEARNING_RATE = 0.0005
-
-
 @dataclass(frozen=True)
 class CacheConfig:
     """The phase-1 feature cache: pooled encoder outputs computed once per image and variant.
@@ -127,38 +102,8 @@ class CacheConfig:
     batch_size: int = 32  # encoder forward batch (images × variants) while building
 
 
-@dataclass(frozen=True)
-class TrainConfig:
-    """How long to train and when to checkpoint and log."""
-
-    steps: int = option(1_000_000, "train until the global step reaches this total", type=positive_int)
-    max_seconds: float | None = option(None, "stop (and save) after this many seconds", type=positive_float)
-    save_every_secs: float | None = option(600.0, "checkpoint every S seconds, 0 disables",
-                                           type=seconds_or_never)
-    save_every_steps: int | None = option(None, "checkpoint every K steps", type=positive_int)
-    keep: int = option(5, "checkpoints kept on disk", type=positive_int)
-    log_every_steps: int = option(100, "log and write scalar summaries every K steps", type=positive_int)
-    histogram_every_steps: int = option(1000, "weight histograms every K steps", type=positive_int)
-    seed: int = option(0, "initialisation and input-order seed", type=int)
-
-
 # --mixed-precision → the Keras dtype policy the network is built under.
 PRECISIONS = {"off": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
-
-
-@dataclass(frozen=True)
-class ComputeConfig:
-    """How the steps compute: mixed precision and XLA (GPU speed levers).
-
-    Not part of the model: variables, logits and the loss stay float32, so a checkpoint
-    written in one mode restores into any other, and the evaluator reads it as always.
-    """
-
-    mixed_precision: str = option("off", "compute in bfloat16 (bf16: A100/H100, TPUs, AVX512-BF16 CPUs) or "
-                                         "float16 with dynamic loss scaling (fp16: V100, T4); variables, "
-                                         "logits and loss stay float32", choices=tuple(PRECISIONS))
-    jit_compile: bool = option(False, "compile each replica's forward and backward pass with XLA",
-                               type=boolean)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+from dataclasses import dataclass
 
 from showtell.api.transport import LoadedSecurity
 from showtell.captioning.model.modeldir import FINISHED, METADATA
@@ -50,8 +51,20 @@ def serve(config: EvaluatorConfig, security: LoadedSecurity) -> int:
     return exit_code
 
 
-async def _serve(config: EvaluatorConfig, security: LoadedSecurity) -> tuple[int, bool]:
-    """The service until it stops: (exit code, whether an evaluation was abandoned running)."""
+@dataclass
+class _Parts:
+    """The service's objects, made in one place: started in order, stopped in reverse."""
+
+    evaluator: CheckpointEvaluator
+    store: Store
+    summaries: EvalSummaries
+    recorder: Recorder
+    runner: EvalRunner
+    watcher: CheckpointWatcher
+    server: MetricsServer
+
+
+def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.AbstractEventLoop) -> _Parts:
     model_dir, workdir, evaluation, serving = config.model_dir, config.work, config.evaluation, config.serve
     # METEOR's JVM takes seconds to start: the evaluation thread starts it (runner.run), not
     # before the server answers.
@@ -69,12 +82,11 @@ async def _serve(config: EvaluatorConfig, security: LoadedSecurity) -> tuple[int
     # Reading the newest version first also removes what a crashed export left.
     if exporter is not None and exporter.current() is not None:
         log.info("--export-best: newest export %s", exporter.describe())
-    finish = config.finish
     status, broadcast = Status(), Broadcast()
     recorder = Recorder(store=store, status=status, broadcast=broadcast, work_root=workdir.root,
                         summaries=summaries, exporter=exporter)
     runner = EvalRunner(model_dir=model_dir, evaluator=evaluator, store=store, recorder=recorder,
-                        pins=workdir.pins, policy=config.watch.policy, finish=finish,
+                        pins=workdir.pins, policy=config.watch.policy, finish=config.finish,
                         arrival_timeout=config.watch.arrival_timeout,
                         sizes=RunSizes(workdir.auto_sizes) if auto else None)
     # The finished marker ends --exit-when-trained; a new run id (a synced copy's record may
@@ -84,7 +96,6 @@ async def _serve(config: EvaluatorConfig, security: LoadedSecurity) -> tuple[int
     service = MetricsService(store=store, status=status, broadcast=broadcast,
                              policy=config.watch.policy, checkpoint_dir=model_dir, observer=watcher.kind,
                              exporter=exporter, max_streams=serving.max_streams)
-    loop = asyncio.get_running_loop()
     service.attach(loop)
     try:
         server = MetricsServer(service, serving.host, serving.port, security=security,
@@ -92,10 +103,35 @@ async def _serve(config: EvaluatorConfig, security: LoadedSecurity) -> tuple[int
     except RuntimeError as exc:  # taken since the CLI's check: grpc's "Failed to bind to address …"
         raise ShowtellError(f"--host {serving.host} --port {serving.port}: cannot listen there; is another "
                             "evaluator using it? pick another --port (0: any free one)") from exc
+    return _Parts(evaluator, store, summaries, recorder, runner, watcher, server)
 
-    stop = asyncio.Event()
-    exit_code = 0
-    stopped_by: list[signal.Signals] = []
+
+class _EvaluationThread:
+    """The ``evaluation`` thread: the runner's loop; when it ends, for any reason, the service stops.
+    ``exit_code`` 1 if the loop failed (not when a shutdown cut it short)."""
+
+    def __init__(self, runner: EvalRunner, loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+        self.runner, self.loop, self.stop, self.exit_code = runner, loop, stop, 0
+        self.thread = threading.Thread(target=self._work, name="evaluation", daemon=True)
+
+    def _work(self) -> None:
+        try:
+            self.runner.run()
+        except Exception:
+            if self.runner.stopping.is_set():  # cut short by the shutdown (the JVM closed under it …)
+                log.debug("the evaluation in progress was abandoned while stopping", exc_info=True)
+            else:
+                log.exception("evaluation loop failed")
+                self.exit_code = 1
+        finally:
+            self.loop.call_soon_threadsafe(self.stop.set)
+
+
+async def _serve(config: EvaluatorConfig, security: LoadedSecurity) -> tuple[int, bool]:
+    """The service until it stops: (exit code, whether an evaluation was abandoned running)."""
+    loop = asyncio.get_running_loop()
+    parts = _parts(config, security, loop)
+    stop, stopped_by = asyncio.Event(), []
 
     def on_signal(sig: signal.Signals) -> None:
         log.info("%s received: stopping", sig.name)
@@ -104,46 +140,44 @@ async def _serve(config: EvaluatorConfig, security: LoadedSecurity) -> tuple[int
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
-
-    def work() -> None:
-        nonlocal exit_code
-        try:
-            runner.run()
-        except Exception:
-            if runner.stopping.is_set():  # cut short by the shutdown (the JVM closed under it …)
-                log.debug("the evaluation in progress was abandoned while stopping", exc_info=True)
-            else:
-                log.exception("evaluation loop failed")
-                exit_code = 1
-        finally:
-            loop.call_soon_threadsafe(stop.set)
-
-    thread = threading.Thread(target=work, name="evaluation", daemon=True)
+    evaluation = _EvaluationThread(parts.runner, loop, stop)
     try:
         # Watching before the health service says SERVING: a checkpoint named and deleted (--keep)
         # while the JVM starts is still seen, and recorded skipped (the chaos soak found the gap).
-        watcher.start()
-        await asyncio.to_thread(watcher.ready.wait, 30)
-        await server.start()
-        log.info("work dir %s; policy %s; observer %s%s", workdir.root, config.watch.policy, watcher.kind,
-                 f"; ends when {finish.describe()}" if finish.describe() else "")
-        thread.start()
+        parts.watcher.start()
+        await asyncio.to_thread(parts.watcher.ready.wait, 30)
+        await parts.server.start()
+        finish = config.finish.describe()
+        log.info("work dir %s; policy %s; observer %s%s", config.work.root, config.watch.policy,
+                 parts.watcher.kind, f"; ends when {finish}" if finish else "")
+        evaluation.thread.start()
         await stop.wait()
     finally:
-        runner.stop()
-        await server.stop()
-        watcher.stop()
-        # An evaluation in progress is abandoned (no row): it runs again after a restart.
-        if thread.ident is not None:
-            await asyncio.to_thread(thread.join, 2)
-            if thread.is_alive():
-                log.info("the evaluation in progress is abandoned (it runs again after a restart)")
-        await asyncio.to_thread(recorder.close)  # nothing recorded from here on
-        evaluator.close()
-        summaries.close()
-        store.close()
-    if exit_code == 0 and stopped_by and finish.describe() and not runner.done:
-        exit_code = signal_exit_code(stopped_by[0])
-        log.info("stopped by %s before %s: exit %d (not done)", stopped_by[0].name, finish.describe(),
-                 exit_code)
-    return exit_code, thread.is_alive()
+        await _shut_down(parts, evaluation.thread)
+    return _exit_code(evaluation.exit_code, stopped_by, config, parts.runner), evaluation.thread.is_alive()
+
+
+async def _shut_down(parts: _Parts, thread: threading.Thread) -> None:
+    """In order: no new evaluation, no new RPC, no new event; an evaluation in progress is
+    abandoned (no row: it runs again after a restart); then nothing recorded from here on."""
+    parts.runner.stop()
+    await parts.server.stop()
+    parts.watcher.stop()
+    if thread.ident is not None:
+        await asyncio.to_thread(thread.join, 2)
+        if thread.is_alive():
+            log.info("the evaluation in progress is abandoned (it runs again after a restart)")
+    await asyncio.to_thread(parts.recorder.close)
+    parts.evaluator.close()
+    parts.summaries.close()
+    parts.store.close()
+
+
+def _exit_code(code: int, stopped_by: list[signal.Signals], config: EvaluatorConfig,
+               runner: EvalRunner) -> int:
+    """A signal before a finish condition was met: 128 + the signal (not done); else ``code``."""
+    finish = config.finish.describe()
+    if code == 0 and stopped_by and finish and not runner.done:
+        code = signal_exit_code(stopped_by[0])
+        log.info("stopped by %s before %s: exit %d (not done)", stopped_by[0].name, finish, code)
+    return code

@@ -284,114 +284,157 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    base = args.dir
-    data, model, encoder = base / "data", base / "model", base / ENCODER_FILE
-    work = WorkDir.beside(str(model))  # the evaluator's default
-    console = _Console()
-    children = _Children(console)
-    seen: list[pb.Evaluation] = []
-    arrived = threading.Condition()
-    target = f"127.0.0.1:{args.port}"
+    demo = _Demo(args)
+    code = 0
+    try:
+        code = demo.run()
+    except KeyboardInterrupt:
+        code = 130
+        demo.console.say("demo", "interrupted: stopping every child")
+    finally:
+        demo.follower.close()
+        demo.children.stop_all()
+        demo.console.close()
+    _summary(demo.seen, demo.work, demo.console)
+    return code
 
-    def on_retry(error: grpc.RpcError, wait: float) -> None:
-        evaluator = children.running.get("evaluator")
+
+class _Demo:
+    """One demo's steps in order — data, the evaluator, pretraining (with its preview), phase 1,
+    phase 2, the last evaluation — each a method; ``run`` says the order and stops at a failure."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args, base = args, args.dir
+        self.base, self.data, self.model = base, base / "data", base / "model"
+        self.encoder = base / ENCODER_FILE
+        self.work = WorkDir.beside(str(self.model))  # the evaluator's default
+        self.console = _Console()
+        self.children = _Children(self.console)
+        self.seen: list[pb.Evaluation] = []
+        self.arrived = threading.Condition()
+        self.target = f"127.0.0.1:{args.port}"
+        self.follower = WatchFollower(target=self.target, persistent=True, on_retry=self._on_retry)
+        self.common = ["train", "--data", str(self.data), "--model-dir", str(self.model), *TRAIN_FLAGS]
+        self.pretrain_s, self.phase1_s, self.phase2_s = args.phases.seconds(args.seconds)
+        self.preview = 0.0
+
+    def _on_retry(self, error: grpc.RpcError, wait: float) -> None:
+        evaluator = self.children.running.get("evaluator")
         if evaluator is not None and evaluator.poll() is None and STOPPING not in (error.details() or ""):
             log.warning("evaluator stream: %s; retrying in %.0f s", error.code().name, wait)
 
-    follower = WatchFollower(target=target, persistent=True, on_retry=on_retry)
-    code = 0
-    try:
-        console.status = "building the synthetic dataset"
-        code = _build_data(console, data, args.train_images, base / "data.log")
+    def run(self) -> int:
+        code = self.prepare()
         if code:
             return code
-        pictures = _write_pictures(base / "pictures", SyntheticConfig().seed, SyntheticConfig().image_size)
-        console.say("data", f"{len(pictures)} validation scenes as PNG for `showtell caption` afterwards: "
-                            f"{pictures[0].parent}/")
-        pretrain_s, phase1_s, phase2_s = args.phases.seconds(args.seconds)
-        # The evaluator first: it starts while the encoder pretrains and then waits, asleep, for
-        # the first checkpoint.
-        children.start("evaluator", evaluator_args(model, data, work.root, port=args.port,
-                                                   examples=args.eval_examples, threads=args.eval_threads),
-                       base / "evaluator.log")
-        console.say("demo", f"while it runs: .venv/bin/showtell metrics watch --server {target} ; "
-                            f".venv/bin/tensorboard --logdir {base} ; Ctrl-C stops everything")
-        common = ["train", "--data", str(data), "--model-dir", str(model), *TRAIN_FLAGS]
-        preview = 0.0
-        if encoder.is_file():
-            console.say("phase", f"pretrained encoder: {encoder} kept from an earlier run")
-        elif pretrain_s > 0:
-            preview = min(args.preview, pretrain_s / 2)
-            console.say("phase", f"pretraining Inception v3 on the train split's scene labels "
-                                 f"({pretrain_s:.0f} s) → {encoder}"
-                                 + (f"; a first encoder after {preview:.0f} s" if preview else ""))
-            console.status = "pretraining: loading the train images and tracing the step"
-            children.start("pretrain", ["pretrain", "--data", str(data), "--out", str(encoder),
-                                        "--seconds", str(pretrain_s),
-                                        *(["--first-save-after", str(preview)] if preview else [])],
-                           base / "pretrain.log", relay=dict(keep=r"^(pretrain step|pretrained|wrote)|error"))
-        _wait_serving(target, time.monotonic() + 120)
-        threading.Thread(target=_follow, args=(follower, seen, arrived, console), daemon=True).start()
-        if preview and _wait_for_file(encoder, children, "pretrain"):
-            # The split from the first minutes: phase 1 on the first encoder while pretraining goes on.
-            console.say("phase", f"phase 1 preview: the decoder on the first encoder ({preview:.0f} s) while "
-                                 "pretraining goes on")
-            console.status = "phase 1 preview: starting the trainer (feature cache first)"
-            children.start("trainer", [*common, "--max-seconds", str(preview), "--save-every-secs", "20",
-                                       "--inception-weights", str(encoder)], base / "trainer.log",
-                           relay=dict(keep=_TRAINER_LINES, progress=_TRAINER_PROGRESS,
-                                      ends_at=time.monotonic() + preview))
-            code = children.wait("trainer")
-            console.status = "pretraining goes on; phase 1 starts again on the finished encoder"
-        if "pretrain" in children.running:
-            code = children.wait("pretrain") or code
-        if not code and preview and model.exists():
+        self.start_evaluator()
+        self.start_pretraining()
+        _wait_serving(self.target, time.monotonic() + 120)
+        threading.Thread(target=_follow, args=(self.follower, self.seen, self.arrived, self.console),
+                         daemon=True).start()
+        code = self.preview_phase()
+        if "pretrain" in self.children.running:
+            code = self.children.wait("pretrain") or code
+        if not code and self.preview and self.model.exists():
             # The finished encoder gives other features: its phase 1 is a new run in the model dir
             # (the evaluator notices and evaluates it afresh); the preview's run is kept aside.
-            shutil.rmtree(base / "model-preview", ignore_errors=True)
-            model.rename(base / "model-preview")
-        if not code:
-            if encoder.is_file():
-                weights = ["--inception-weights", str(encoder)]
-                console.say("phase", f"phase 1: the decoder on the frozen encoder, from the feature cache "
-                                     f"({phase1_s:.0f} s)" + ("; a new run, the preview's is kept in "
-                                                             f"{base / 'model-preview'}" if preview else ""))
-            else:
-                weights = []
-                console.say("phase", f"training encoder and decoder from scratch, no pretrained encoder "
-                                     f"({phase1_s:.0f} s)")
-            console.status = "phase 1: starting the trainer (feature cache first)"
-            children.start("trainer", [*common, "--max-seconds", str(phase1_s), *weights],
-                           base / "trainer.log", relay=dict(keep=_TRAINER_LINES, progress=_TRAINER_PROGRESS,
-                                                            ends_at=time.monotonic() + phase1_s))
-            code = children.wait("trainer")
-        if not code and phase2_s == 0:
-            console.say("phase", "phase 2 (fine-tuning encoder and decoder together): not in this split; "
-                                 "--phases P,P1,P2 with P2 > 0 runs it")
-        if not code and phase2_s > 0:
-            console.say("phase", f"phase 2: fine-tuning encoder and decoder together ({phase2_s:.0f} s)")
-            console.status = "phase 2: starting the trainer"
-            children.start("trainer", [*common, "--max-seconds", str(phase2_s), *PHASE2_FLAGS],
-                           base / "trainer.log", relay=dict(keep=_TRAINER_LINES, progress=_TRAINER_PROGRESS,
-                                                            ends_at=time.monotonic() + phase2_s))
-            code = children.wait("trainer")
-        final, run = _newest_step(model), _run_id(model)
-        console.status = f"training ended; waiting for the evaluation of step {final}"
-        console.say("demo", f"training ended (exit {code}); waiting for the evaluation of its last "
-                            f"checkpoint (step {final})")
-        with arrived:
-            if final is not None and not arrived.wait_for(
-                    lambda: any(e.global_step >= final and e.run_id == run for e in seen), 300):
+            shutil.rmtree(self.base / "model-preview", ignore_errors=True)
+            self.model.rename(self.base / "model-preview")
+        code = code or self.phase1()
+        code = code or self.phase2()
+        self.wait_for_the_last_evaluation(code)
+        return code
+
+    def prepare(self) -> int:
+        self.console.status = "building the synthetic dataset"
+        code = _build_data(self.console, self.data, self.args.train_images, self.base / "data.log")
+        if code:
+            return code
+        scenes = SyntheticConfig()
+        pictures = _write_pictures(self.base / "pictures", scenes.seed, scenes.image_size)
+        self.console.say("data", f"{len(pictures)} validation scenes as PNG for `showtell caption` "
+                                 f"afterwards: {pictures[0].parent}/")
+        return 0
+
+    def start_evaluator(self) -> None:
+        """First: it starts while the encoder pretrains, then waits, asleep, for the first checkpoint."""
+        args = self.args
+        command = evaluator_args(self.model, self.data, self.work.root, port=args.port,
+                                 examples=args.eval_examples, threads=args.eval_threads)
+        self.children.start("evaluator", command, self.base / "evaluator.log")
+        self.console.say("demo", f"while it runs: .venv/bin/showtell metrics watch --server {self.target} ; "
+                                 f".venv/bin/tensorboard --logdir {self.base} ; Ctrl-C stops everything")
+
+    def start_pretraining(self) -> None:
+        encoder, pretrain_s = self.encoder, self.pretrain_s
+        if encoder.is_file():
+            self.console.say("phase", f"pretrained encoder: {encoder} kept from an earlier run")
+            return
+        if pretrain_s <= 0:
+            return
+        self.preview = preview = min(self.args.preview, pretrain_s / 2)
+        self.console.say("phase", f"pretraining Inception v3 on the train split's scene labels "
+                                  f"({pretrain_s:.0f} s) → {encoder}"
+                                  + (f"; a first encoder after {preview:.0f} s" if preview else ""))
+        self.console.status = "pretraining: loading the train images and tracing the step"
+        self.children.start("pretrain", ["pretrain", "--data", str(self.data), "--out", str(encoder),
+                                         "--seconds", str(pretrain_s),
+                                         *(["--first-save-after", str(preview)] if preview else [])],
+                            self.base / "pretrain.log",
+                            relay=dict(keep=r"^(pretrain step|pretrained|wrote)|error"))
+
+    def train(self, seconds: float, *flags: str) -> int:
+        """A trainer for ``seconds``, relayed to the console; its exit code."""
+        self.children.start("trainer", [*self.common, "--max-seconds", str(seconds), *flags],
+                            self.base / "trainer.log",
+                            relay=dict(keep=_TRAINER_LINES, progress=_TRAINER_PROGRESS,
+                                       ends_at=time.monotonic() + seconds))
+        return self.children.wait("trainer")
+
+    def preview_phase(self) -> int:
+        """Phase 1 on the first encoder while pretraining goes on: evaluations in the first minutes."""
+        if not (self.preview and _wait_for_file(self.encoder, self.children, "pretrain")):
+            return 0
+        self.console.say("phase", f"phase 1 preview: the decoder on the first encoder ({self.preview:.0f} s) "
+                                  "while pretraining goes on")
+        self.console.status = "phase 1 preview: starting the trainer (feature cache first)"
+        code = self.train(self.preview, "--save-every-secs", "20", "--inception-weights", str(self.encoder))
+        self.console.status = "pretraining goes on; phase 1 starts again on the finished encoder"
+        return code
+
+    def phase1(self) -> int:
+        if self.encoder.is_file():
+            weights = ["--inception-weights", str(self.encoder)]
+            self.console.say("phase", f"phase 1: the decoder on the frozen encoder, from the feature cache "
+                                      f"({self.phase1_s:.0f} s)" + ("; a new run, the preview's is kept in "
+                                                                    f"{self.base / 'model-preview'}"
+                                                                    if self.preview else ""))
+        else:
+            weights = []
+            self.console.say("phase", f"training encoder and decoder from scratch, no pretrained encoder "
+                                      f"({self.phase1_s:.0f} s)")
+        self.console.status = "phase 1: starting the trainer (feature cache first)"
+        return self.train(self.phase1_s, *weights)
+
+    def phase2(self) -> int:
+        if self.phase2_s == 0:
+            self.console.say("phase", "phase 2 (fine-tuning encoder and decoder together): not in this "
+                                      "split; --phases P,P1,P2 with P2 > 0 runs it")
+            return 0
+        self.console.say("phase", "phase 2: fine-tuning encoder and decoder together "
+                                  f"({self.phase2_s:.0f} s)")
+        self.console.status = "phase 2: starting the trainer"
+        return self.train(self.phase2_s, *PHASE2_FLAGS)
+
+    def wait_for_the_last_evaluation(self, code: int) -> None:
+        final, run = _newest_step(self.model), _run_id(self.model)
+        self.console.status = f"training ended; waiting for the evaluation of step {final}"
+        self.console.say("demo", f"training ended (exit {code}); waiting for the evaluation of its last "
+                                 f"checkpoint (step {final})")
+        with self.arrived:
+            if final is not None and not self.arrived.wait_for(
+                    lambda: any(e.global_step >= final and e.run_id == run for e in self.seen), 300):
                 log.warning("no evaluation of step %s arrived in 300 s", final)
-    except KeyboardInterrupt:
-        code = 130
-        console.say("demo", "interrupted: stopping every child")
-    finally:
-        follower.close()
-        children.stop_all()
-        console.close()
-    _summary(seen, work, console)
-    return code
 
 
 def _build_data(console: _Console, data: Path, train_images: int, log_path: Path) -> int:

@@ -8,16 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from showtell.captioning.config import (
-    CacheConfig,
-    ComputeConfig,
-    InputConfig,
-    ModelConfig,
-    OptimizerConfig,
-    TrainConfig,
-)
+from showtell.captioning.config import CacheConfig, InputConfig, ModelConfig
 from showtell.common.flags import Parser, config_flags
 from showtell.trainer import cli
+from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig
 
 
 @pytest.fixture

@@ -144,3 +144,19 @@ def test_no_test_module_imports_another_and_conftest_holds_only_fixtures():
               and not n.name.startswith("_")
               and not any("fixture" in ast.unparse(d) for d in getattr(n, "decorator_list", []))]
     assert public == []
+
+
+def test_no_function_is_longer_than_a_screen():
+    """Setup reads in one screen: no function over 60 lines in the services and the entry (the
+    generated gRPC code aside) — a longer one is split where its parts have names."""
+    long = []
+    for folder in ("trainer", "evaluator", "showtell"):
+        for module in sorted((ROOT / folder).rglob("*.py")):
+            if module.parent.name == "v1":
+                continue
+            for node in ast.walk(ast.parse(module.read_text())):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) \
+                        and node.end_lineno - node.lineno + 1 > 60:
+                    long.append(f"{module.relative_to(ROOT)}:{node.lineno} {node.name} "
+                                f"({node.end_lineno - node.lineno + 1} lines)")
+    assert long == []

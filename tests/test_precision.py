@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from showtell.captioning.config import ComputeConfig, ModelConfig
+from showtell.captioning.config import ModelConfig
 from showtell.captioning.model.network import build_model
+from showtell.trainer.config import ComputeConfig
 from tests.helpers import TINY_SIZES
 
 STEPS = 12

@@ -168,7 +168,7 @@ def test_max_seconds_ends_the_run_finished_with_its_marker(tiny_data: Path, tmp_
 
 def test_im2txt_rate_is_halved_every_8_epochs():
     """The default schedule (im2txt's): SGD 2.0, × 0.5 at every 8 epochs, staircase."""
-    from showtell.captioning.config import OptimizerConfig
+    from showtell.trainer.config import OptimizerConfig
     from showtell.trainer.optimizer import build_optimizer, current_learning_rate, describe_rate
 
     config = OptimizerConfig()

@@ -55,7 +55,7 @@ class _Window:
 
 
 @dataclass
-class ProgressReport:
+class StepReport:
     """Loss, learning rate(s), throughput and input wait: one log line and TensorBoard scalars
     every ``every`` steps and at ``steps``.  The first chunk (graph tracing) is logged apart,
     outside the throughput figures."""

@@ -19,11 +19,8 @@ from showtell.captioning.config import (
     WEIGHTS_IMAGENET,
     WEIGHTS_NONE,
     CacheConfig,
-    ComputeConfig,
     InputConfig,
     ModelConfig,
-    OptimizerConfig,
-    TrainConfig,
 )
 from showtell.common.errors import ShowtellError
 from showtell.common.flags import (
@@ -40,6 +37,7 @@ from showtell.common.flags import (
 )
 from showtell.common.locks import DirectoryLock
 from showtell.trainer.cluster import STRATEGIES  # no TensorFlow import: --help stays instant
+from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig
 
 PROG = "showtell train"
 log = logging.getLogger(__name__)
@@ -133,78 +131,86 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"{PROG}: error: {problem} (see --help)\n")
         return 2
     start_command(args)
+    return run_command(PROG, lambda: _body(args))
 
-    def body() -> int:
-        from showtell.trainer.signals import StopRequest
 
-        stop = StopRequest().install()  # early: a SIGTERM during start-up still saves cleanly
-        try:
-            return _train(stop)
-        finally:
-            stop.restore()
+def _body(args: argparse.Namespace) -> int:
+    from showtell.trainer.signals import StopRequest
 
-    def _train(stop) -> int:
-        from showtell.trainer import strategy as strategies
-        from showtell.trainer.cluster import check_for_strategy, from_flags, from_tf_config
+    stop = StopRequest().install()  # early: a SIGTERM during start-up still saves cleanly
+    try:
+        return _train(args, stop)
+    finally:
+        stop.restore()
 
-        cluster = from_flags(args.ps_hosts, args.worker_hosts, args.chief_host, args.job_name,
-                             args.task_index) or from_tf_config(os.environ.get("TF_CONFIG"))
-        name = strategies.resolve_name(args.strategy, cluster)
-        check_for_strategy(cluster, name)
-        strategies.configure_devices(args.logical_cpus, args.log_device_placement)
-        if cluster is not None:
-            log.info("this task: %s", cluster.describe())
-        if name == "parameter_server" and cluster.task_type != "chief":
-            return _serve(cluster, stop)
-        if cluster is not None and not cluster.is_chief:  # a multi-worker worker: writes scratch copies
-            return _train_task(stop, cluster, name)
-        # One trainer per model dir, and the chief is the one that writes it.  Held until this
-        # process ends, however it ends.
-        with DirectoryLock(directory=args.model_dir, role="trainer", flag="--model-dir"):
-            return _train_task(stop, cluster, name)
 
-    def _train_task(stop, cluster, name) -> int:
-        from showtell.trainer import strategy as strategies
-        from showtell.trainer.cluster import wait_for_ps
-        from showtell.trainer.task import CaptionTask
-        from showtell.trainer.training import Trainer
+def _train(args: argparse.Namespace, stop) -> int:
+    """This task's part: a parameter server's or worker's server, or training."""
+    from showtell.trainer import strategy as strategies
+    from showtell.trainer.cluster import check_for_strategy, from_flags, from_tf_config
 
-        if name == "parameter_server" and not wait_for_ps(cluster, stop):
-            code = stop.exit_code(finished=False)
-            log.info("stopped (%s) while waiting for the parameter servers: nothing was trained, "
-                     "nothing to save; exit %d (not finished)", stop.reason, code)
-            return code
-        chosen = strategies.choose(name, args.devices, cluster)
-        task = CaptionTask(data_dir=args.data, model_dir=args.model_dir, **configs(args),
-                           strategy=chosen.strategy, image_size=args.image_size,
-                           inception_weights=args.inception_weights, train_inception=args.train_inception,
-                           is_chief=cluster is None or cluster.is_chief,
-                           independent_workers=chosen.coordinator is not None)
-        stop.time_limit(task.train_config.max_seconds)  # counted from here, as before
-        trainer = Trainer(task=task, coordinator=chosen.coordinator, profile_steps=args.profile_steps,
-                          workers=cluster.count("worker") if cluster else 1,
-                          strategy_note=f"strategy {chosen.name} ({chosen.why})")
-        listener = None
-        if args.stop_when and (cluster is None or cluster.is_chief):  # only the chief listens
-            from showtell.trainer.early_stop import EarlyStop, StopWhen
+    cluster = from_flags(args.ps_hosts, args.worker_hosts, args.chief_host, args.job_name,
+                         args.task_index) or from_tf_config(os.environ.get("TF_CONFIG"))
+    name = strategies.resolve_name(args.strategy, cluster)
+    check_for_strategy(cluster, name)
+    strategies.configure_devices(args.logical_cpus, args.log_device_placement)
+    if cluster is not None:
+        log.info("this task: %s", cluster.describe())
+    if name == "parameter_server" and cluster.task_type != "chief":
+        return _serve(cluster, stop)
+    if cluster is not None and not cluster.is_chief:  # a multi-worker worker: writes scratch copies
+        return _train_task(args, stop, cluster, name)
+    # One trainer per model dir, and the chief is the one that writes it.  Held until this
+    # process ends, however it ends.
+    with DirectoryLock(directory=args.model_dir, role="trainer", flag="--model-dir"):
+        return _train_task(args, stop, cluster, name)
 
-            listener = EarlyStop(StopWhen.parse(args.stop_when, args.patience), args.evaluator, stop,
-                                 ClientSecurity.from_args(args, prefix="evaluator_")).start()
-        try:
-            result = trainer.run(stop)
-        finally:
-            if listener is not None:
-                listener.close()
-        if result.finished:
-            log.info("done: step %d → %d", result.start_step, result.final_step)
-            return 0
+
+def _train_task(args: argparse.Namespace, stop, cluster, name: str) -> int:
+    from showtell.trainer import strategy as strategies
+    from showtell.trainer.cluster import wait_for_ps
+    from showtell.trainer.task import CaptionTask
+    from showtell.trainer.training import Trainer
+
+    if name == "parameter_server" and not wait_for_ps(cluster, stop):
         code = stop.exit_code(finished=False)
-        log.info("stopped at step %d (from %d) by %s before finishing: exit %d — not done; started "
-                 "again, it resumes from its final checkpoint", result.final_step, result.start_step,
-                 result.stopped_by, code)
+        log.info("stopped (%s) while waiting for the parameter servers: nothing was trained, "
+                 "nothing to save; exit %d (not finished)", stop.reason, code)
         return code
+    chosen = strategies.choose(name, args.devices, cluster)
+    task = CaptionTask(data_dir=args.data, model_dir=args.model_dir, **configs(args),
+                       strategy=chosen.strategy, image_size=args.image_size,
+                       inception_weights=args.inception_weights, train_inception=args.train_inception,
+                       is_chief=cluster is None or cluster.is_chief,
+                       independent_workers=chosen.coordinator is not None)
+    stop.time_limit(task.train_config.max_seconds)  # counted from here, as before
+    trainer = Trainer(task=task, coordinator=chosen.coordinator, profile_steps=args.profile_steps,
+                      workers=cluster.count("worker") if cluster else 1,
+                      strategy_note=f"strategy {chosen.name} ({chosen.why})")
+    listener = _early_stop(args, stop) if cluster is None or cluster.is_chief else None  # the chief's
+    try:
+        result = trainer.run(stop)
+    finally:
+        if listener is not None:
+            listener.close()
+    if result.finished:
+        log.info("done: step %d → %d", result.start_step, result.final_step)
+        return 0
+    code = stop.exit_code(finished=False)
+    log.info("stopped at step %d (from %d) by %s before finishing: exit %d — not done; started "
+             "again, it resumes from its final checkpoint", result.final_step, result.start_step,
+             result.stopped_by, code)
+    return code
 
-    return run_command(PROG, body)
+
+def _early_stop(args: argparse.Namespace, stop):
+    """``--stop-when``'s listener to the evaluator, started; None without the flag."""
+    if not args.stop_when:
+        return None
+    from showtell.trainer.early_stop import EarlyStop, StopWhen
+
+    return EarlyStop(StopWhen.parse(args.stop_when, args.patience), args.evaluator, stop,
+                     ClientSecurity.from_args(args, prefix="evaluator_")).start()
 
 
 def _serve(cluster, stop) -> int:

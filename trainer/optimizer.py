@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import keras
 
-from showtell.captioning.config import OPTIMIZERS, OptimizerConfig
+from showtell.trainer.config import OPTIMIZERS, OptimizerConfig
 
 
 def decays(config: OptimizerConfig) -> bool:

@@ -128,27 +128,8 @@ def _pretrain(data: Path, out: Path, stop: StopRequest, seconds: float | None, s
     size = images.shape[1]
     encoder, model = _classifier(size)
     config = InputConfig(seed=seed)
-    fit = tf.data.Dataset.from_tensor_slices((images[:n_fit], {h: v[:n_fit] for h, v in labels.items()}))
-    fit = (fit.shuffle(n_fit, seed=seed).repeat()
-           .map(lambda image, y: (preprocess_image(image, size, True, config), y),
-                num_parallel_calls=tf.data.AUTOTUNE)
-           .batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE))
-    optimizer = keras.optimizers.Adam(learning_rate)
-    # Its slots made now, not inside the step: a tf.function that creates variables on its first
-    # call traces twice, and tracing Inception's gradient costs ≈ 12 CPU-s (first step 25 → 13 s).
-    optimizer.build(model.trainable_variables)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-    @tf.function(autograph=False)
-    def train_step(x, y):
-        with tf.GradientTape() as tape:
-            outputs = model(x, training=True)
-            loss = tf.add_n([(KIND_WEIGHT if h.endswith("_kind") else 1.0) * loss_fn(y[h], outputs[h])
-                             for h in HEADS])
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-        return loss
-
+    fit = _fit_dataset(images[:n_fit], {h: v[:n_fit] for h, v in labels.items()}, config, batch_size)
+    train_step = _train_step(model, keras.optimizers.Adam(learning_rate))
     start, step, loss = time.monotonic(), 0, float("nan")
     reported, reported_step = start, 0
     for x, y in fit:
@@ -179,6 +160,37 @@ def _pretrain(data: Path, out: Path, stop: StopRequest, seconds: float | None, s
         log.info("stopped after %d steps by %s before finishing: exit %d — not done; the encoder so far "
                  "is saved", step, stop.reason, code)
     return PretrainResult(steps=step, seconds=elapsed, accuracy=accuracy, path=out, exit_code=code)
+
+
+def _fit_dataset(images: np.ndarray, labels: dict[str, np.ndarray], config: InputConfig,
+                 batch_size: int) -> tf.data.Dataset:
+    """The images to fit, shuffled, augmented as the trainer's, batched, endlessly."""
+    size = images.shape[1]
+    fit = tf.data.Dataset.from_tensor_slices((images, labels))
+    return (fit.shuffle(len(images), seed=config.seed).repeat()
+            .map(lambda image, y: (preprocess_image(image, size, True, config), y),
+                 num_parallel_calls=tf.data.AUTOTUNE)
+            .batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE))
+
+
+def _train_step(model: keras.Model, optimizer: keras.Optimizer):
+    """One step on every head (the kinds weighted ``KIND_WEIGHT``), traced once."""
+    # The slots made now, not inside the step: a tf.function that creates variables on its first
+    # call traces twice, and tracing Inception's gradient costs ≈ 12 CPU-s (first step 25 → 13 s).
+    optimizer.build(model.trainable_variables)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    @tf.function(autograph=False)
+    def train_step(x, y):
+        with tf.GradientTape() as tape:
+            outputs = model(x, training=True)
+            loss = tf.add_n([(KIND_WEIGHT if h.endswith("_kind") else 1.0) * loss_fn(y[h], outputs[h])
+                             for h in HEADS])
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
+
+    return train_step
 
 
 def _accuracy(model: keras.Model, images: np.ndarray, labels: dict[str, np.ndarray], size: int,

@@ -18,14 +18,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from showtell.captioning.config import (
-    CacheConfig,
-    ComputeConfig,
-    InputConfig,
-    ModelConfig,
-    OptimizerConfig,
-    TrainConfig,
-)
+from showtell.captioning.config import CacheConfig, InputConfig, ModelConfig
 from showtell.captioning.data import inputs
 from showtell.captioning.data.feature_cache import BuildStats, cache_key, ensure_cache
 from showtell.captioning.data.manifest import Manifest, load_dataset
@@ -35,6 +28,7 @@ from showtell.captioning.model.network import ShowAndTell, build_model, masked_l
 from showtell.captioning.weights.encoder import NONE, weights_digest
 from showtell.common.errors import DataError
 from showtell.trainer.checkpoints import Checkpoints
+from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig
 from showtell.trainer.optimizer import build_optimizer, current_learning_rate, decays, describe_rate
 from showtell.trainer.transfer import encoder_optimizer_config, pretrained_encoder, resolve_train_inception
 
@@ -94,14 +88,9 @@ class CaptionTask:
         self.data_dir, self.model_dir = data_dir, model_dir
         self.manifest, self.vocab = load_dataset(data_dir)
         self.files = shard_files(data_dir, "train")
-        model = resolve_model_config(model, self.manifest, data_dir, image_size,
-                                     trained_vocabulary_size(model_dir, self.vocab, data_dir))
-        check_model_dir(model_dir, model, optimizer.name)  # before anything is written
         self.inception_weights = inception_weights
-        pretrained = pretrained_encoder(inception_weights, recorded_encoder_init(model_dir))
-        trains_encoder, why = resolve_train_inception(train_inception, pretrained)
-        self.model_config = dataclasses.replace(model, train_inception=trains_encoder)
-        self.phase = f"encoder {'trains' if trains_encoder else 'frozen'}: {why}"
+        pretrained = self._resolve_model(model, image_size, optimizer.name, train_inception)
+        trains_encoder = self.model_config.train_inception
         if independent_workers and input_config.seed is not None:
             input_config = dataclasses.replace(input_config, seed=None)
         self.input_config, self.optimizer_config, self.train_config = input_config, optimizer, train
@@ -110,8 +99,7 @@ class CaptionTask:
         if self.compute.jit_compile:  # a few caption lengths: XLA compiles once for each
             self.input_config = dataclasses.replace(self.input_config, caption_multiple=XLA_CAPTION_MULTIPLE)
         self.uses_cache = self.cache_config.enabled and not trains_encoder
-        self.strategy = strategy or tf.distribute.get_strategy()
-        self.is_chief = is_chief
+        self.strategy, self.is_chief = strategy or tf.distribute.get_strategy(), is_chief
         # --batch-size is per replica; a step consumes batch × replicas examples (the global
         # batch).  Under parameter_server each worker step is one replica's batch.
         self.batch_size = input_config.batch_size * self.strategy.num_replicas_in_sync
@@ -122,6 +110,25 @@ class CaptionTask:
         self.cache_build: BuildStats | None = None  # set when a feature cache is built
 
         tf.keras.utils.set_random_seed(train.seed)
+        self._build(pretrained)
+        self.checkpoints = self._checkpoints(train.keep)
+
+    def _resolve_model(self, model: ModelConfig, image_size: int | None, optimizer: str,
+                       train_inception: bool | None) -> bool:
+        """``model_config`` and ``phase`` from the flags, the dataset and the model dir's record
+        (checked before anything is written); whether the encoder starts pretrained."""
+        model = resolve_model_config(model, self.manifest, self.data_dir, image_size,
+                                     trained_vocabulary_size(self.model_dir, self.vocab, self.data_dir))
+        check_model_dir(self.model_dir, model, optimizer)
+        pretrained = pretrained_encoder(self.inception_weights, recorded_encoder_init(self.model_dir))
+        trains_encoder, why = resolve_train_inception(train_inception, pretrained)
+        self.model_config = dataclasses.replace(model, train_inception=trains_encoder)
+        self.phase = f"encoder {'trains' if trains_encoder else 'frozen'}: {why}"
+        return pretrained
+
+    def _build(self, pretrained: bool) -> None:
+        """The model, its optimizers (slots built now) and the global step, in the strategy's scope."""
+        optimizer = self.optimizer_config
         with self.strategy.scope():
             self.model: ShowAndTell = build_model(self.model_config, self.compute.mixed_precision)
             # Build slots now, inside the scope: lazily built Keras 3 optimizers break
@@ -134,7 +141,7 @@ class CaptionTask:
                                              self._decoder_variables())
             self._rates = [("learning rate", self.optimizer, optimizer)]
             self.encoder_optimizer = None
-            if trains_encoder:
+            if self.model_config.train_inception:
                 config = encoder_optimizer_config(optimizer, pretrained)
                 self.encoder_optimizer = self._optimizer(build_optimizer(config, self.steps_per_epoch),
                                                          self.model.encoder.trainable_weights)
@@ -145,6 +152,8 @@ class CaptionTask:
                 0, dtype=tf.int64, trainable=False, name="global_step",
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
             )
+
+    def _checkpoints(self, keep: int) -> Checkpoints:
         # Optimizers start fresh where a checkpoint has none: the encoder's before phase 2, both
         # in a checkpoint `import-im2txt` wrote (weights only).
         optional = {"optimizer": self.optimizer}
@@ -152,11 +161,9 @@ class CaptionTask:
             optional["encoder_optimizer"] = self.encoder_optimizer
         # Non-chief multi-worker tasks must save too (the save may run collectives) but into a
         # scratch dir of their own; every task restores from the shared model dir.
-        self.scratch = None if is_chief else Path(tempfile.mkdtemp(prefix="showtell-worker-"))
-        self.checkpoints = Checkpoints(
-            model_dir, self.global_step, train.keep, optional=optional, write_dir=self.scratch,
-            model=self.model,
-        )
+        self.scratch = None if self.is_chief else Path(tempfile.mkdtemp(prefix="showtell-worker-"))
+        return Checkpoints(self.model_dir, self.global_step, keep, optional=optional, write_dir=self.scratch,
+                           model=self.model)
 
     def _optimizer(self, optimizer: keras.Optimizer, variables: list) -> keras.Optimizer:
         """Build ``optimizer`` for ``variables`` and record what applies its gradients."""

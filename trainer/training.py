@@ -22,7 +22,7 @@ from showtell.captioning.data.manifest import VOCAB
 from showtell.captioning.model.modeldir import clear_finished, mark_finished, write_metadata
 from showtell.captioning.weights.encoder import NONE, load_encoder_weights
 from showtell.common.errors import DataError
-from showtell.trainer.actions import ProfileSteps, ProgressReport, WeightHistograms
+from showtell.trainer.actions import ProfileSteps, StepReport, WeightHistograms
 from showtell.trainer.checkpoints import SaveSchedule
 from showtell.trainer.cluster import cluster_failure
 from showtell.trainer.controller import Controller
@@ -94,7 +94,7 @@ class Trainer:
                 runner=runner, global_step=lambda: task.step, checkpoints=task.checkpoints,
                 save_schedule=SaveSchedule(cfg.save_every_secs, cfg.save_every_steps), stop=stop,
                 actions=[
-                    ProgressReport(summaries=summaries, optimizer=task.optimizer, every=cfg.log_every_steps,
+                    StepReport(summaries=summaries, optimizer=task.optimizer, every=cfg.log_every_steps,
                                    steps=cfg.steps, encoder_optimizer=task.encoder_optimizer),
                     WeightHistograms(summaries=summaries, model=task.model, every=cfg.histogram_every_steps),
                     *([profiler] if profiler else []),
