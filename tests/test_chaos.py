@@ -72,6 +72,11 @@ def test_a_soak_stopped_by_sigterm_cleans_up_and_leaves_nothing_running(tmp_path
     finally:
         processes.kill_tree(proc.pid)
         proc.wait()
+        # A soak that died without its clean-up (the defect this test guards against) leaves its
+        # children to init: they are no longer its descendants.  Stop them by PID, found by the
+        # test's own directory in their command lines.
+        for line in running():
+            processes.kill_tree(int(line.split(":", 1)[0]))
 
 
 def test_a_kill_counts_as_landed_only_where_it_is_read_back(tmp_path: Path):
