@@ -194,15 +194,13 @@ class Store:
         found = self._select(order=order, limit=1, run=run)
         return found[0] if found else None
 
-    def after(self, step: int, max_rowid: int | None = None, run: str = ALL_RUNS) -> list[Record]:
-        """Records with a step greater than ``step`` (and arrived by ``max_rowid``), in step order."""
-        if max_rowid is None:
-            return self._select("WHERE step > ?", (step,), run=run)
-        return self._select("WHERE step > ? AND rowid <= ?", (step, max_rowid), run=run)
+    def after(self, step: int, run: str = ALL_RUNS) -> list[Record]:
+        """Records with a step greater than ``step``, in step order."""
+        return self._select("WHERE step > ?", (step,), run=run)
 
     def replay(self, step: int, max_rowid: int, run: str = ALL_RUNS, page: int = 100) -> Iterator[Record]:
-        """``after(step, max_rowid, run)``'s records, read ``page`` at a time (by step, then arrival):
-        a Watch replay holds one page, not its own copy of the history — a client that stops
+        """``after(step, run)``'s records arrived by ``max_rowid``, read ``page`` at a time (by step,
+        then arrival): a Watch replay holds one page, not its own copy of the history — a client that stops
         reading stalls its stream with at most a page behind it, however long the history."""
         last_step, last_rowid = step, max_rowid  # rowid > max_rowid matches nothing: step > step only
         while True:
