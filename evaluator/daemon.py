@@ -21,16 +21,17 @@ from showtell.api.transport import LoadedSecurity
 from showtell.captioning.model.modeldir import FINISHED, METADATA
 from showtell.common.errors import ShowtellError
 from showtell.common.processes import signal_exit_code
+from showtell.evaluator.actions import ExportBest, WriteSummaries, log_record
 from showtell.evaluator.best_export import BestExport
 from showtell.evaluator.config import EvaluatorConfig
+from showtell.evaluator.controller import EvalController
 from showtell.evaluator.evaluation import CheckpointEvaluator
 from showtell.evaluator.recorder import Recorder
-from showtell.evaluator.runner import EvalRunner
 from showtell.evaluator.scorers import CaptionScorer
 from showtell.evaluator.server import MetricsServer
 from showtell.evaluator.service import MetricsService
 from showtell.evaluator.sizing import AUTO, RunSizes
-from showtell.evaluator.status import Broadcast, Status
+from showtell.evaluator.status import Broadcast
 from showtell.evaluator.store import Store
 from showtell.evaluator.summaries import EvalSummaries
 from showtell.evaluator.watcher import CheckpointWatcher
@@ -58,15 +59,14 @@ class _Parts:
     evaluator: CheckpointEvaluator
     store: Store
     summaries: EvalSummaries
-    recorder: Recorder
-    runner: EvalRunner
+    controller: EvalController
     watcher: CheckpointWatcher
     server: MetricsServer
 
 
 def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.AbstractEventLoop) -> _Parts:
     model_dir, workdir, evaluation, serving = config.model_dir, config.work, config.evaluation, config.serve
-    # METEOR's JVM takes seconds to start: the evaluation thread starts it (runner.run), not
+    # METEOR's JVM takes seconds to start: the evaluation thread starts it (controller.run), not
     # before the server answers.
     auto = evaluation.max_eval_examples == AUTO
     evaluator = CheckpointEvaluator(
@@ -82,18 +82,20 @@ def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.Abst
     # Reading the newest version first also removes what a crashed export left.
     if exporter is not None and exporter.current() is not None:
         log.info("--export-best: newest export %s", exporter.describe())
-    status, broadcast = Status(), Broadcast()
-    recorder = Recorder(store=store, status=status, broadcast=broadcast, work_root=workdir.root,
-                        summaries=summaries, exporter=exporter)
-    runner = EvalRunner(model_dir=model_dir, evaluator=evaluator, store=store, recorder=recorder,
-                        pins=workdir.pins, policy=config.watch.policy, finish=config.finish,
-                        arrival_timeout=config.watch.arrival_timeout,
-                        sizes=RunSizes(workdir.auto_sizes) if auto else None)
+    broadcast = Broadcast()
+    actions = [log_record, WriteSummaries(summaries), broadcast.notify]
+    if exporter is not None:
+        actions.append(ExportBest(exporter, evaluator))  # last: Watch streams hear of a record first
+    controller = EvalController(model_dir=model_dir, evaluator=evaluator, store=store,
+                                recorder=Recorder(store=store, work_root=workdir.root), pins=workdir.pins,
+                                policy=config.watch.policy, actions=actions, finish=config.finish,
+                                arrival_timeout=config.watch.arrival_timeout,
+                                sizes=RunSizes(workdir.auto_sizes) if auto else None)
     # The finished marker ends --exit-when-trained; a new run id (a synced copy's record may
     # land after its checkpoints) changes which checkpoints are still to evaluate.
-    watcher = CheckpointWatcher(model_dir, runner.on_change, config.watch.poll_secs,
+    watcher = CheckpointWatcher(model_dir, controller.on_change, config.watch.poll_secs,
                                 also=(FINISHED, METADATA))
-    service = MetricsService(store=store, status=status, broadcast=broadcast,
+    service = MetricsService(store=store, status=lambda: controller.status, broadcast=broadcast,
                              policy=config.watch.policy, checkpoint_dir=model_dir, observer=watcher.kind,
                              exporter=exporter, max_streams=serving.max_streams)
     service.attach(loop)
@@ -103,22 +105,23 @@ def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.Abst
     except RuntimeError as exc:  # taken since the CLI's check: grpc's "Failed to bind to address …"
         raise ShowtellError(f"--host {serving.host} --port {serving.port}: cannot listen there; is another "
                             "evaluator using it? pick another --port (0: any free one)") from exc
-    return _Parts(evaluator, store, summaries, recorder, runner, watcher, server)
+    return _Parts(evaluator, store, summaries, controller, watcher, server)
 
 
 class _EvaluationThread:
-    """The ``evaluation`` thread: the runner's loop; when it ends, for any reason, the service stops.
+    """The ``evaluation`` thread: the controller's loop; when it ends, for any reason, the service stops.
     ``exit_code`` 1 if the loop failed (not when a shutdown cut it short)."""
 
-    def __init__(self, runner: EvalRunner, loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
-        self.runner, self.loop, self.stop, self.exit_code = runner, loop, stop, 0
+    def __init__(self, controller: EvalController, loop: asyncio.AbstractEventLoop,
+                 stop: asyncio.Event) -> None:
+        self.controller, self.loop, self.stop, self.exit_code = controller, loop, stop, 0
         self.thread = threading.Thread(target=self._work, name="evaluation", daemon=True)
 
     def _work(self) -> None:
         try:
-            self.runner.run()
+            self.controller.run()
         except Exception:
-            if self.runner.stopping.is_set():  # cut short by the shutdown (the JVM closed under it …)
+            if self.controller.stopping.is_set():  # cut short by the shutdown (the JVM closed under it …)
                 log.debug("the evaluation in progress was abandoned while stopping", exc_info=True)
             else:
                 log.exception("evaluation loop failed")
@@ -140,7 +143,7 @@ async def _serve(config: EvaluatorConfig, security: LoadedSecurity) -> tuple[int
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
-    evaluation = _EvaluationThread(parts.runner, loop, stop)
+    evaluation = _EvaluationThread(parts.controller, loop, stop)
     try:
         # Watching before the health service says SERVING: a checkpoint named and deleted (--keep)
         # while the JVM starts is still seen, and recorded skipped (the chaos soak found the gap).
@@ -154,30 +157,31 @@ async def _serve(config: EvaluatorConfig, security: LoadedSecurity) -> tuple[int
         await stop.wait()
     finally:
         await _shut_down(parts, evaluation.thread)
-    return _exit_code(evaluation.exit_code, stopped_by, config, parts.runner), evaluation.thread.is_alive()
+    code = _exit_code(evaluation.exit_code, stopped_by, config, parts.controller)
+    return code, evaluation.thread.is_alive()
 
 
 async def _shut_down(parts: _Parts, thread: threading.Thread) -> None:
     """In order: no new evaluation, no new RPC, no new event; an evaluation in progress is
     abandoned (no row: it runs again after a restart); then nothing recorded from here on."""
-    parts.runner.stop()
+    parts.controller.stop()
     await parts.server.stop()
     parts.watcher.stop()
     if thread.ident is not None:
         await asyncio.to_thread(thread.join, 2)
         if thread.is_alive():
             log.info("the evaluation in progress is abandoned (it runs again after a restart)")
-    await asyncio.to_thread(parts.recorder.close)
+    await asyncio.to_thread(parts.controller.recorder.close)
     parts.evaluator.close()
     parts.summaries.close()
     parts.store.close()
 
 
 def _exit_code(code: int, stopped_by: list[signal.Signals], config: EvaluatorConfig,
-               runner: EvalRunner) -> int:
+               controller: EvalController) -> int:
     """A signal before a finish condition was met: 128 + the signal (not done); else ``code``."""
     finish = config.finish.describe()
-    if code == 0 and stopped_by and finish and not runner.done:
+    if code == 0 and stopped_by and finish and not controller.done:
         code = signal_exit_code(stopped_by[0])
         log.info("stopped by %s before %s: exit %d (not done)", stopped_by[0].name, finish, code)
     return code

@@ -1,6 +1,6 @@
 """What the evaluator does next — decided from what it has read, without reading anything.
 
-The loop (``evaluator/runner.py``) reads the state file, the run and the history, and asks these
+The controller (``evaluator/controller.py``) reads the state file, the run and the history, and asks these
 functions what follows: which checkpoints to evaluate and in what order, when to look again at one
 whose files are still arriving, which ones to record skipped and why.  No I/O, no threads, no
 clock of their own: every scheduling rule is a table test (``tests/test_schedule.py``).

@@ -1,10 +1,10 @@
-"""Policy ``all``: every checkpoint a state file named, as the watcher saw it — so one the trainer's
-``--keep`` deleted while the loop was busy evaluating another is recorded skipped, not lost.
+"""Policy ``all``: every checkpoint a state file named, as seen — so one the trainer's ``--keep``
+deleted while the loop was busy evaluating another is recorded skipped, not lost.
 
 Two threads use it: the watcher's notes what is named and records at once what vanished (an
-evaluator killed before the loop is free would otherwise forget what it saw); the loop claims
-each checkpoint before evaluating it.  One lock covers both and is held while recording, so the
-loop never starts on a checkpoint the watcher's thread has just recorded.
+evaluator killed before the loop is free would otherwise forget what it saw); the loop notes each
+look and claims each checkpoint before evaluating it.  One lock covers both and is held while
+recording, so the loop never starts on a checkpoint the watcher's thread has just recorded.
 """
 
 from __future__ import annotations
@@ -12,13 +12,12 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 from showtell.captioning.model.modeldir import checkpoint_step
 from showtell.evaluator import schedule
-from showtell.evaluator.recorder import Recorder
-from showtell.evaluator.schedule import Checkpoint
+from showtell.evaluator.schedule import Checkpoint, Skip
 from showtell.evaluator.store import Store
 
 log = logging.getLogger(__name__)
@@ -31,28 +30,29 @@ def recorded(store: Store, run: str, prefixes: Iterable[str]) -> set[Checkpoint]
 
 
 class SeenCheckpoints:
-    def __init__(self, *, store: Store, recorder: Recorder) -> None:
+    def __init__(self, *, store: Store, skip: Callable[[Skip, str], object]) -> None:
         """
         Args:
           store: the history, read to tell what is recorded.
-          recorder: records a vanished checkpoint skipped.
+          skip: records ``(skip, run)`` (the controller's; it may raise the work dir's trouble).
         """
-        self.store, self.recorder = store, recorder
+        self.store, self.skip = store, skip
         self._seen: dict[str, tuple[int, str]] = {}  # prefix → (step, run) when first named
         self._lock = threading.Lock()
         self._evaluating: str | None = None  # claimed by the loop: its evaluation records it
 
-    def note(self, named: list[str], run: str) -> None:
-        """The watcher read ``named`` in ``run``: remember them, record what has vanished."""
+    def note(self, named: Iterable[str], run: str) -> None:
+        """``named`` were read in ``run``: remember them, record what has vanished."""
+        named = set(named)
         with self._lock:
             for prefix in named:
                 self._seen.setdefault(prefix, (checkpoint_step(prefix), run))
         try:
-            self.record_vanished(set(named))
+            self.vanished(named)
         except (sqlite3.Error, OSError) as exc:  # the loop reports the work dir's trouble
             log.debug("recording vanished checkpoints later: %s", exc)
 
-    def record_vanished(self, named: set[str]) -> None:
+    def vanished(self, named: set[str]) -> None:
         """Record skipped each checkpoint seen before, no longer named, and without a record."""
         with self._lock:
             by_run: dict[str, dict[str, int]] = {}
@@ -65,7 +65,7 @@ class SeenCheckpoints:
                     if prefix not in named and prefix != self._evaluating:
                         del self._seen[prefix]
                 for skip in skips:
-                    self.recorder.skip(skip, run=run, ends_evaluation=False)
+                    self.skip(skip, run)
 
     @contextmanager
     def claim(self, checkpoint: Checkpoint, run: str) -> Iterator[bool]:

@@ -12,6 +12,7 @@ import base64
 import binascii
 import logging
 import time
+from collections.abc import Callable
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -79,7 +80,7 @@ class MetricsService(pb_grpc.MetricsServicer):
 
     Args (keyword-only):
       store: the evaluation history.
-      status: what the evaluator is doing (read only here).
+      status: what the evaluator is doing now (the controller's latest snapshot; read only here).
       broadcast: each record as it is made (feeds ``Watch``, invalidates GetLatest's cache).
       policy: ``latest`` or ``all``, as reported by GetStatus.
       checkpoint_dir: the model dir, as reported by GetStatus.
@@ -88,7 +89,7 @@ class MetricsService(pb_grpc.MetricsServicer):
       max_streams: concurrent ``Watch`` streams served; beyond it RESOURCE_EXHAUSTED.
     """
 
-    def __init__(self, *, store: Store, status: Status, broadcast: Broadcast, policy: str,
+    def __init__(self, *, store: Store, status: Callable[[], Status], broadcast: Broadcast, policy: str,
                  checkpoint_dir: str, observer: str, exporter: BestExport | None = None,
                  max_streams: int = 10_000) -> None:
         self.store, self.status, self.broadcast, self.policy = store, status, broadcast, policy
@@ -111,7 +112,7 @@ class MetricsService(pb_grpc.MetricsServicer):
 
     def _run(self, requested: str) -> str:
         """A request's ``run_id``: empty means the model dir's current run."""
-        return requested or self.status.run_id
+        return requested or self.status().run_id
 
     async def GetLatest(self, request, context):
         # The hot query (dashboards poll it): answer from a copy rebuilt only when the evaluator
@@ -176,7 +177,7 @@ class MetricsService(pb_grpc.MetricsServicer):
         return answer
 
     async def GetStatus(self, request, context):
-        status = self.status
+        status = self.status()
         total, bad = self.store.counts()
         return pb.EvaluatorStatus(
             checkpoint_dir=self.checkpoint_dir, policy=self.policy,
@@ -223,7 +224,7 @@ class MetricsService(pb_grpc.MetricsServicer):
         self.streams += 1
         try:
             cursor = self.store.max_rowid()
-            current = self.status.run_id
+            current = self.status().run_id
             run = request.run_id or current
             for record in self.store.replay(after, max_rowid=cursor, run=run):
                 yield to_proto(record)

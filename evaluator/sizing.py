@@ -9,11 +9,11 @@ import itertools
 import json
 import logging
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from showtell.captioning.model.modeldir import read_state, run_started, saved_at
+from showtell.captioning.model.modeldir import run_started, saved_at
 from showtell.common.files import write_atomic
 
 log = logging.getLogger(__name__)
@@ -64,9 +64,11 @@ class RunSizes:
         except (OSError, ValueError):
             self._sizes = {}
 
-    def for_run(self, run: str, model_dir: str) -> int | Callable[[float | None, int, int], int]:
+    def for_run(self, run: str, named: Sequence[str],
+                model_dir: str) -> int | Callable[[float | None, int, int], int]:
         """The run's size, or — at its first evaluation — how that evaluation decides it once it
-        has timed its own batches: ``decide(rate, split_images, batch_size)``, which keeps it."""
+        has timed its own batches: ``decide(rate, split_images, batch_size)``, which keeps it.
+        ``named``: the checkpoints the state file names (their save times give the interval)."""
         known = self.get(run)
         if known is not None:
             return known
@@ -75,7 +77,7 @@ class RunSizes:
             if rate is None:
                 size = Size(split_images, f"all {split_images} images: one batch, nothing to time")
             else:
-                saves = [saved_at(p) for p in read_state(model_dir)]
+                saves = [saved_at(p) for p in named]
                 interval = checkpoint_interval(saves, run_started(model_dir))
                 size = choose(rate=rate, interval=interval, split_images=split_images, batch_size=batch_size)
             self.set(run, size)

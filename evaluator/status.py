@@ -1,5 +1,5 @@
-"""What the evaluator is doing, as the gRPC service and the logs read it: the ``Status`` the
-evaluation loop keeps up to date, and the ``Broadcast`` of each record it makes.  The service
+"""What the evaluator is doing, as the gRPC service and the logs read it: the ``Status`` snapshot
+the controller replaces as it goes, and the ``Broadcast`` of each record it makes.  The service
 reads these, never the loop itself (it can be served, and tested, without one)."""
 
 from __future__ import annotations
@@ -43,13 +43,16 @@ class Progress:
         return max(0, self.total - self.done) / rate
 
 
-@dataclass
+@dataclass(frozen=True)
 class Status:
+    """What the evaluator is doing: a snapshot the controller replaces whole (its only writer),
+    so the service's thread always reads one consistent state."""
+
     started: float = field(default_factory=time.monotonic)
     last_seen_step: int = -1
     evaluating_step: int = -1
     progress: Progress | None = None  # of the evaluation of ``evaluating_step``, once it has begun
-    pending_steps: list[int] = field(default_factory=list)
+    pending_steps: tuple[int, ...] = ()
     state_error: str = ""
     work_error: str = ""  # the work dir's trouble, until an evaluation is recorded again
     run_id: str = ""  # the model dir's current run
@@ -58,39 +61,33 @@ class Status:
     def last_error(self) -> str:
         return self.state_error or self.work_error
 
-    def begin(self, step: int) -> None:
-        self.evaluating_step, self.progress = step, None
-
-    def end(self) -> None:
-        self.evaluating_step, self.progress = -1, None
-
 
 class ProgressReport:
-    """An evaluation's count after each batch: kept in the ``Status`` for GetStatus, logged every
-    ``log_secs`` (the Watch streams hear nothing until the record lands)."""
+    """One evaluation's count after each batch: handed to ``publish`` (the controller puts it
+    in the status for GetStatus) and logged every ``log_secs`` (the Watch streams hear nothing
+    until the record lands)."""
 
-    def __init__(self, status: Status, *, log_secs: float, clock: Callable[[], float]) -> None:
-        self.status, self.log_secs, self.clock = status, log_secs, clock
-        self._logged = 0.0
-
-    def start(self) -> None:
-        self._logged = self.clock()
+    def __init__(self, step: int, *, publish: Callable[[Progress], None], log_secs: float,
+                 clock: Callable[[], float]) -> None:
+        self.step, self.publish, self.log_secs, self.clock = step, publish, log_secs, clock
+        self.progress: Progress | None = None
+        self._logged = clock()
 
     def __call__(self, done: int, total: int) -> None:
-        now, current = self.clock(), self.status.progress
-        progress = Progress.first(done, total, now) if current is None else current.advanced(done, now)
-        self.status.progress = progress
+        now, current = self.clock(), self.progress
+        self.progress = Progress.first(done, total, now) if current is None else current.advanced(done, now)
+        self.publish(self.progress)
         if done < total and now - self._logged >= self.log_secs:
             self._logged = now
-            left = progress.seconds_left()
-            log.info("evaluating step %d: %d of %d images done%s", self.status.evaluating_step, done, total,
+            left = self.progress.seconds_left()
+            log.info("evaluating step %d: %d of %d images done%s", self.step, done, total,
                      "" if left is None else f", about {left:.0f} s left")
 
 
 class Broadcast:
     """Tells listeners about each recorded evaluation (None: something changed but nothing new
     was stored).  ``version`` counts notifications, so a cheap reader (GetLatest's cache) can
-    tell whether anything changed without a query.  Listeners run on the runner's thread and
+    tell whether anything changed without a query.  Listeners run on the recording thread and
     must only hand the record over (the gRPC server queues it onto its event loop)."""
 
     def __init__(self) -> None:

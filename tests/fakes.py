@@ -10,11 +10,10 @@ from pathlib import Path
 from showtell.captioning.model.modeldir import METADATA
 from showtell.common.errors import ShowtellError
 from showtell.evaluator.config import Finish
+from showtell.evaluator.controller import EvalController
 from showtell.evaluator.evaluation import EvalResult
-from showtell.evaluator.recorder import Recorder
-from showtell.evaluator.runner import EvalRunner
+from showtell.evaluator.recorder import Action, Recorder
 from showtell.evaluator.sizing import RunSizes
-from showtell.evaluator.status import Broadcast, Status
 from showtell.evaluator.store import Store
 from showtell.evaluator.workdir import WorkDir
 
@@ -95,17 +94,18 @@ class ModelDir:
 
 
 def build(tmp_path: Path, policy: str = "all", finish: Finish | None = None,
-          evaluator: FakeEvaluator | None = None,
-          sizes: RunSizes | None = None) -> tuple[EvalRunner, ModelDir, Store, FakeClock]:
+          evaluator: FakeEvaluator | None = None, sizes: RunSizes | None = None,
+          actions: list[Action] | None = None) -> tuple[EvalController, ModelDir, Store, FakeClock]:
     model, work, clock = ModelDir(tmp_path / "model"), WorkDir(tmp_path / "work"), FakeClock(1000.0)
     work.root.mkdir(exist_ok=True)
     store = Store(work.history)
-    recorder = Recorder(store=store, status=Status(), broadcast=Broadcast(), work_root=work.root, clock=clock)
-    runner = EvalRunner(model_dir=str(model.root), evaluator=evaluator or FakeEvaluator(), store=store,
-                        recorder=recorder, pins=work.pins, policy=policy, finish=finish,
-                        arrival_timeout=60.0, sizes=sizes, clock=clock)
-    runner.evaluator.clock, runner.evaluator.pins = clock, work.pins
-    return runner, model, store, clock
+    controller = EvalController(model_dir=str(model.root), evaluator=evaluator or FakeEvaluator(),
+                                store=store,
+                                recorder=Recorder(store=store, work_root=work.root), pins=work.pins,
+                                policy=policy, actions=actions or [], finish=finish, arrival_timeout=60.0,
+                                sizes=sizes, clock=clock)
+    controller.evaluator.clock, controller.evaluator.pins = clock, work.pins
+    return controller, model, store, clock
 
 
 def history(store: Store) -> list[tuple[int, str]]:

@@ -5,6 +5,7 @@ a process boundary — kills, synced copies, locks, clusters — stays in the e2
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import threading
 from pathlib import Path
@@ -19,65 +20,65 @@ from tests.fakes import FakeEvaluator, ModelDir, build, history
 
 
 def test_policy_all_evaluates_every_checkpoint_once_in_step_order(tmp_path: Path):
-    runner, model, store, _ = build(tmp_path)
+    controller, model, store, _ = build(tmp_path)
     for step in (10, 20, 30):
         model.save(step)
     model.name(30, 10, 20)
-    runner.look()
-    assert runner.evaluator.calls == [10, 20, 30]
+    controller.look()
+    assert controller.evaluator.calls == [10, 20, 30]
     assert history(store) == [(10, "ok"), (20, "ok"), (30, "ok")]
-    runner.look()  # nothing new: nothing evaluated again
-    assert runner.evaluator.calls == [10, 20, 30] and runner.evaluations == 3
-    assert not list(runner.pins.iterdir())  # every pin released
+    controller.look()  # nothing new: nothing evaluated again
+    assert controller.evaluator.calls == [10, 20, 30] and controller.evaluations == 3
+    assert not list(controller.pins.iterdir())  # every pin released
 
 
 def test_policy_latest_skips_ahead_while_behind(tmp_path: Path):
-    runner, model, store, _ = build(tmp_path, policy="latest")
+    controller, model, store, _ = build(tmp_path, policy="latest")
     for step in (10, 20, 30):
         model.save(step)
     model.name(10, 20, 30)
-    runner.look()
-    assert runner.evaluator.calls == [30]
+    controller.look()
+    assert controller.evaluator.calls == [30]
     for step in (40, 50):
         model.save(step)
     model.name(30, 40, 50)
-    runner.look()
+    controller.look()
     # 10, 20 and 40 were passed over: never evaluated, and no record (they were never its job)
-    assert runner.evaluator.calls == [30, 50] and history(store) == [(30, "ok"), (50, "ok")]
+    assert controller.evaluator.calls == [30, 50] and history(store) == [(30, "ok"), (50, "ok")]
 
 
 def test_exit_when_trained_with_policy_latest_ends_after_the_final_checkpoint(tmp_path: Path):
-    runner, model, _, _ = build(tmp_path, policy="latest", finish=Finish(when_trained=True))
+    controller, model, _, _ = build(tmp_path, policy="latest", finish=Finish(when_trained=True))
     for step in (10, 20):
         model.save(step)
     model.name(10, 20)
     mark_finished(model.root, 20, model.prefix(20), "steps")
     done: list = []
-    thread = threading.Thread(target=lambda: done.append(runner.run(poll_fallback_secs=0.05)))
+    thread = threading.Thread(target=lambda: done.append(controller.run(poll_fallback_secs=0.05)))
     thread.start()
     thread.join(30)
     assert not thread.is_alive(), "the loop did not end after the final checkpoint was evaluated"
     assert done == ["the trainer finished (steps) and its final checkpoint, step 20, is evaluated"]
-    assert runner.evaluator.opened and runner.evaluator.calls == [20]
+    assert controller.evaluator.opened and controller.evaluator.calls == [20]
 
 
 def test_exit_when_trained_waits_for_the_final_checkpoint(tmp_path: Path):
-    runner, model, _, _ = build(tmp_path, policy="latest", finish=Finish(when_trained=True))
+    controller, model, _, _ = build(tmp_path, policy="latest", finish=Finish(when_trained=True))
     model.save(10)
     model.name(10)
     mark_finished(model.root, 20, model.prefix(20), "steps")  # its checkpoint is not named yet
-    thread = threading.Thread(target=runner.run, kwargs={"poll_fallback_secs": 0.05})
+    thread = threading.Thread(target=controller.run, kwargs={"poll_fallback_secs": 0.05})
     thread.start()
     try:
         thread.join(1.0)
-        assert thread.is_alive() and runner.evaluator.calls == [10]
+        assert thread.is_alive() and controller.evaluator.calls == [10]
         model.save(20)
         model.name(10, 20)
-        runner.on_change()
+        controller.on_change()
         thread.join(30)
-        assert not thread.is_alive() and runner.done and runner.evaluator.calls == [10, 20]
+        assert not thread.is_alive() and controller.done and controller.evaluator.calls == [10, 20]
     finally:
-        runner.stop()
+        controller.stop()
         thread.join(10)
 
 
@@ -86,73 +87,73 @@ def test_exit_when_trained_waits_for_the_final_checkpoint(tmp_path: Path):
     (Finish(max_evaluations=2), [10, 20], "2 evaluation(s) done (--max-evaluations 2)"),
 ])
 def test_finish_conditions_end_the_loop(tmp_path: Path, finish, expected_calls, reason):
-    runner, model, _, _ = build(tmp_path, finish=finish)
+    controller, model, _, _ = build(tmp_path, finish=finish)
     for step in (10, 20, 30):
         model.save(step)
     model.name(10, 20, 30)
-    assert runner.run(poll_fallback_secs=0.05) == reason
-    assert runner.evaluator.calls == expected_calls
+    assert controller.run(poll_fallback_secs=0.05) == reason
+    assert controller.evaluator.calls == expected_calls
 
 
 def test_a_checkpoint_still_arriving_is_retried_with_backoff_then_evaluated(tmp_path: Path):
-    runner, model, store, clock = build(tmp_path)
+    controller, model, store, clock = build(tmp_path)
     model.save(10, data=False)  # a synced copy: the state file and .index came first
     model.name(10)
-    runner.look()
-    assert history(store) == [] and runner.evaluator.calls == []
-    assert runner.retry_at == clock.now + FIRST_RETRY_SECS
+    controller.look()
+    assert history(store) == [] and controller.evaluator.calls == []
+    assert controller.retry_at == clock.now + FIRST_RETRY_SECS
     clock.now += 1
-    runner.look()
-    assert runner.retry_at == clock.now + 2 * FIRST_RETRY_SECS  # doubled
+    controller.look()
+    assert controller.retry_at == clock.now + 2 * FIRST_RETRY_SECS  # doubled
     model.data(10)
-    runner.look()
-    assert history(store) == [(10, "ok")] and runner.retry_at is None
+    controller.look()
+    assert history(store) == [(10, "ok")] and controller.retry_at is None
 
 
 def test_a_checkpoint_that_never_arrives_is_skipped_after_the_arrival_timeout(tmp_path: Path):
-    runner, model, store, clock = build(tmp_path)
+    controller, model, store, clock = build(tmp_path)
     model.save(10, data=False)
     model.save(20)
     model.name(10, 20)
-    runner.look()
+    controller.look()
     assert history(store) == []  # in step order: 20 waits behind the incomplete 10
     clock.now += 61
-    runner.look()
+    controller.look()
     assert history(store) == [(10, "skipped"), (20, "ok")]
     assert "still incomplete after 61 s (--arrival-timeout 60)" in store.after(-1)[0].reason
 
 
 def test_a_broken_checkpoint_is_recorded_failed_and_the_loop_goes_on(tmp_path: Path):
-    runner, model, store, _ = build(tmp_path, evaluator=FakeEvaluator(broken=(20,)))
+    controller, model, store, _ = build(tmp_path, evaluator=FakeEvaluator(broken=(20,)))
     for step in (10, 20, 30):
         model.save(step)
     model.name(10, 20, 30)
-    runner.look()
+    controller.look()
     assert history(store) == [(10, "ok"), (20, "failed"), (30, "ok")]
     failed = next(r for r in store.after(-1) if r.status == "failed")
     # named as the user knows it, not by its pin
     assert "cannot restore (corrupt)" in failed.reason and "/pins/" not in failed.reason
-    runner.look()
-    assert runner.evaluator.calls == [10, 20, 30]  # a failure is final, not retried for ever
+    controller.look()
+    assert controller.evaluator.calls == [10, 20, 30]  # a failure is final, not retried for ever
 
 
 def test_a_checkpoint_deleted_while_the_evaluator_was_busy_is_recorded_skipped(tmp_path: Path):
-    runner, model, store, _ = build(tmp_path)
+    controller, model, store, _ = build(tmp_path)
     model.save(10, data=False)
     model.name(10)
-    runner.on_change()  # the watcher saw it named
+    controller.on_change()  # the watcher saw it named
     model.delete(10)
     model.save(20)
     model.name(20)  # --keep 1 deleted it before its files were complete
-    runner.on_change()
+    controller.on_change()
     assert history(store) == [(10, "skipped")]  # recorded from the watcher's thread, at once
     assert "--keep" in store.after(-1)[0].reason
-    runner.look()
-    assert history(store) == [(10, "skipped"), (20, "ok")] and runner.evaluator.calls == [20]
+    controller.look()
+    assert history(store) == [(10, "skipped"), (20, "ok")] and controller.evaluator.calls == [20]
 
 
 def test_a_full_work_dir_records_nothing_says_so_and_recovers(tmp_path: Path):
-    runner, model, store, clock = build(tmp_path)
+    controller, model, store, clock = build(tmp_path)
     model.save(10)
     model.name(10)
     real_add, failures = store.add, [sqlite3.OperationalError("database or disk is full")]
@@ -163,39 +164,39 @@ def test_a_full_work_dir_records_nothing_says_so_and_recovers(tmp_path: Path):
         return real_add(record)
 
     store.add = add
-    runner.look()
-    assert history(store) == [] and runner.retry_at == clock.now + WORK_DIR_RETRY_SECS
-    assert "step 10 not evaluated: --work-dir" in runner.status.work_error
-    assert "database or disk is full" in runner.status.work_error
+    controller.look()
+    assert history(store) == [] and controller.retry_at == clock.now + WORK_DIR_RETRY_SECS
+    assert "step 10 not evaluated: --work-dir" in controller.status.work_error
+    assert "database or disk is full" in controller.status.work_error
     clock.now += WORK_DIR_RETRY_SECS
-    runner.look()
-    assert history(store) == [(10, "ok")] and runner.status.work_error == ""
+    controller.look()
+    assert history(store) == [(10, "ok")] and controller.status.work_error == ""
 
 
 def test_a_pin_left_by_a_stopped_evaluator_is_settled_at_start(tmp_path: Path):
-    runner, model, store, _ = build(tmp_path, finish=Finish(max_evaluations=1))
-    gone = runner.pins / "ckpt-5"
+    controller, model, store, _ = build(tmp_path, finish=Finish(max_evaluations=1))
+    gone = controller.pins / "ckpt-5"
     gone.mkdir(parents=True)
     (gone / "ckpt-5.index").write_bytes(b"index")  # its evaluation was cut short; deleted since
     model.save(10)
     model.name(10)
-    assert runner.run(poll_fallback_secs=0.05)
+    assert controller.run(poll_fallback_secs=0.05)
     assert history(store) == [(5, "skipped"), (10, "ok")]
     assert "cut short" in store.after(-1)[0].reason and not gone.exists()
 
 
 def test_a_new_run_in_the_model_dir_is_evaluated_afresh(tmp_path: Path):
-    runner, model, store, _ = build(tmp_path, policy="latest")
+    controller, model, store, _ = build(tmp_path, policy="latest")
     model.save(100)
     model.name(100)
-    runner.look()
+    controller.look()
     for path in model.root.glob("ckpt-*"):
         path.unlink()
     ModelDir(model.root, run="run-2")  # the dir wiped and trained again: steps start low
     model.save(10)
     model.name(10)
-    runner.look()
-    assert runner.evaluator.calls == [100, 10]
+    controller.look()
+    assert controller.evaluator.calls == [100, 10]
     assert [(r.run, r.step) for r in sorted(store.after(-1), key=lambda r: r.rowid)] == \
         [("run-1", 100), ("run-2", 10)]
 
@@ -203,24 +204,42 @@ def test_a_new_run_in_the_model_dir_is_evaluated_afresh(tmp_path: Path):
 def test_a_long_evaluation_reports_how_far_it_is_and_broadcasts_only_its_record(tmp_path: Path, caplog):
     # The first batch pays for the restore (40 s); then 100 images per 10 s.
     batches = [(100, 40.0)] + [(100 * i, 10.0) for i in range(2, 11)]
-    runner, model, _, _ = build(tmp_path, evaluator=FakeEvaluator(batches=batches))
     heard = []
-    runner.recorder.broadcast.subscribe(heard.append)
-    status = runner.status
-    runner.evaluator.watch = lambda: (status.evaluating_step, status.progress.done, status.progress.total,
-                                      status.progress.seconds_left(), len(heard))
+    controller, model, _, _ = build(tmp_path, evaluator=FakeEvaluator(batches=batches),
+                                    actions=[heard.append])
+
+    def watch() -> tuple:
+        status = controller.status  # the snapshot the service would read now
+        return (status.evaluating_step, status.progress.done, status.progress.total,
+                status.progress.seconds_left(), len(heard))
+
+    controller.evaluator.watch = watch
     model.save(5)
     model.name(5)
     with caplog.at_level("INFO", logger="showtell.evaluator.status"):
-        runner.look()
-    during = runner.evaluator.during
+        controller.look()
+    during = controller.evaluator.during
     assert during[0] == (5, 100, 1000, None, 0)  # one batch: no rate yet
     assert during[1] == (5, 200, 1000, 80.0, 0)  # 100 images / 10 s; 800 left
     assert during[8] == (5, 900, 1000, 10.0, 0)
     assert all(heard_then == 0 for *_, heard_then in during)  # Watch hears only the record
+    status = controller.status
     assert len(heard) == 1 and heard[0].step == 5 and status.progress is None and status.evaluating_step == -1
     # Logged at most every 30 s: after the first batch (40 s in), then 30 s later, … — not at the end.
     logged = [r.getMessage() for r in caplog.records if "images done" in r.getMessage()]
     assert logged == ["evaluating step 5: 100 of 1000 images done",
                       "evaluating step 5: 400 of 1000 images done, about 60 s left",
                       "evaluating step 5: 700 of 1000 images done, about 30 s left"]
+
+
+def test_the_status_is_a_snapshot_replaced_whole_by_the_controller_alone(tmp_path: Path):
+    controller, model, _, _ = build(tmp_path)
+    before = controller.status
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        before.run_id = "changed"  # nobody writes into it: the service may be reading it
+    model.save(10)
+    model.name(10)
+    controller.look()
+    after = controller.status
+    assert after is not before and (after.run_id, after.last_seen_step) == ("run-1", 10)
+    assert (before.run_id, before.last_seen_step) == ("", -1)  # what a reader held stays as it was

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import grpc
@@ -33,10 +33,17 @@ HISTORY = [("old", 1, 0.9, 0.5), ("old", 2, 1.5, 0.4),
 
 
 @dataclass
+class Board:
+    """Where the service reads the evaluator's status from (the controller, in the daemon)."""
+
+    status: Status
+
+
+@dataclass
 class Served:
     target: str
     store: Store
-    status: Status
+    board: Board
     broadcast: Broadcast
     loop: asyncio.AbstractEventLoop
 
@@ -57,8 +64,8 @@ def served(tmp_path: Path) -> Iterator[Served]:
     for row in HISTORY:
         store.add(_record(*row))
     store.add(_record("cur", 8, 0, 0, status="failed"))
-    broadcast, status = Broadcast(), Status(run_id="cur", last_seen_step=8)
-    service = MetricsService(store=store, status=status, broadcast=broadcast,
+    broadcast, board = Broadcast(), Board(Status(run_id="cur", last_seen_step=8))
+    service = MetricsService(store=store, status=lambda: board.status, broadcast=broadcast,
                              policy="all", checkpoint_dir="/m", observer="inotify")
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -72,7 +79,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
 
     server = asyncio.run_coroutine_threadsafe(start(), loop).result(30)
     try:
-        yield Served(f"127.0.0.1:{server.port}", store, status, broadcast, loop)
+        yield Served(f"127.0.0.1:{server.port}", store, board, broadcast, loop)
     finally:
         asyncio.run_coroutine_threadsafe(server.stop(0), loop).result(30)
         loop.call_soon_threadsafe(loop.stop)
@@ -146,17 +153,17 @@ def test_status_says_how_far_the_current_evaluation_is(served: Served, showtell_
     reply, shown = status()
     assert progress(reply) == (-1, 0, 0, -1)
     assert "  idle; newest checkpoint seen: step 8" in shown
-    served.status.begin(10)
-    served.status.progress = Progress.first(64, 2000, now=100.0)  # the first batch: no rate yet
+    board = served.board
+    board.status = replace(board.status, evaluating_step=10, progress=Progress.first(64, 2000, now=100.0))
     reply, shown = status()
     assert progress(reply) == (10, 64, 2000, -1)
     assert "  evaluating step 10 (64 of 2000 images); newest" in shown
     # 256 images in 10 s after the first batch: 1680 left take 65.6 s.
-    served.status.progress = served.status.progress.advanced(320, now=110.0)
+    board.status = replace(board.status, progress=board.status.progress.advanced(320, now=110.0))
     reply, shown = status()
     assert (reply.images_done, reply.seconds_left) == (320, pytest.approx(65.625))
     assert "  evaluating step 10 (320 of 2000 images, about 1 min 06 s left); newest" in shown
-    served.status.end()
+    board.status = replace(board.status, evaluating_step=-1, progress=None)
     assert status()[0].images_total == 0
 
 

@@ -1,4 +1,4 @@
-"""The recorder — the one place a record is stored, summarised and broadcast.  A stopping
+"""The recorder — the one place a record is made durable, then told to the controller's actions.  A stopping
 evaluator closes its store and summaries while an evaluation may still be running in its
 thread: once ``Recorder.close`` has returned, a finished evaluation is dropped (it runs
 again after a restart), not written into closed resources — which failed the evaluator with exit 1
@@ -11,8 +11,8 @@ import threading
 import time
 from pathlib import Path
 
+from showtell.evaluator.actions import WriteSummaries
 from showtell.evaluator.recorder import Recorder
-from showtell.evaluator.status import Broadcast, Status
 from showtell.evaluator.store import Record, Store
 from showtell.evaluator.summaries import EvalSummaries
 from showtell.evaluator.workdir import WorkDir
@@ -21,9 +21,7 @@ from showtell.evaluator.workdir import WorkDir
 def _recorder(tmp_path: Path) -> tuple[Recorder, Store, EvalSummaries]:
     work = WorkDir(tmp_path)
     store, summaries = Store(work.history), EvalSummaries(str(work.summaries))
-    recorder = Recorder(store=store, status=Status(), broadcast=Broadcast(), work_root=work.root,
-                        summaries=summaries)
-    return recorder, store, summaries
+    return Recorder(store=store, work_root=work.root), store, summaries
 
 
 def _ok(step: int) -> Record:
@@ -32,12 +30,15 @@ def _ok(step: int) -> Record:
 
 def test_a_record_after_close_is_dropped_not_written_into_closed_resources(tmp_path: Path):
     recorder, store, summaries = _recorder(tmp_path)
-    recorder.record(_ok(1))
-    assert store.has("", 1, "ckpt-1")
+    told: list = []
+    actions = [WriteSummaries(summaries), told.append]
+    recorder.record(_ok(1), actions)
+    assert store.has("", 1, "ckpt-1") and [r.step for r in told] == [1]
     recorder.close()
     summaries.close()
     store.close()
-    recorder.record(_ok(2))  # the evaluation that finished after the shutdown began: no exception
+    # The evaluation that finished after the shutdown began: no exception, no action told.
+    assert recorder.record(_ok(2), actions) is None and [r.step for r in told] == [1]
     reopened = Store(tmp_path / "evaluations.sqlite")
     assert reopened.has("", 1, "ckpt-1") and not reopened.has("", 2, "ckpt-2")
 
@@ -66,15 +67,12 @@ def test_close_waits_for_a_record_being_written(tmp_path: Path):
     assert not closer.is_alive() and recorder.closed and store.has("", 3, "ckpt-3")
 
 
-def test_a_record_is_stored_broadcast_and_ends_the_evaluation(tmp_path: Path):
+def test_a_record_is_stored_then_told_to_each_action_in_order(tmp_path: Path):
     recorder, store, _ = _recorder(tmp_path)
-    heard: list = []
-    recorder.broadcast.subscribe(heard.append)
-    recorder.status.evaluating_step = 4
-    stored = recorder.record(_ok(4))
-    assert stored.rowid > 0 and heard == [stored] and recorder.status.evaluating_step == -1
-    recorder.status.evaluating_step = 5  # a skip from the watcher's thread while 5 is evaluated
-    recorder.record(Record.skipped(3, "ckpt-3", "deleted", run=""), ends_evaluation=False)
-    assert recorder.status.evaluating_step == 5 and store.has("", 3, "ckpt-3")
-    again = recorder.record(_ok(4))  # a second record of one checkpoint: counted, the first kept
-    assert again.rowid == 0 and heard[-1] is None and store.after(3)[0].recorded == 2
+    told: list = []
+    actions = [lambda r: told.append(("first", r.step, store.has("", r.step, r.checkpoint))),
+               lambda r: told.append(("second", r.step, r.rowid))]
+    stored = recorder.record(_ok(4), actions)
+    assert stored.rowid > 0 and told == [("first", 4, True), ("second", 4, stored.rowid)]
+    again = recorder.record(_ok(4), actions)  # a second record of one checkpoint: counted, the first kept
+    assert again is None and len(told) == 2 and store.after(3)[0].recorded == 2

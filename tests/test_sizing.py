@@ -41,24 +41,24 @@ def test_the_size_is_whole_batches_within_the_split():
 def test_the_loop_chooses_once_per_run_and_keeps_it(tmp_path: Path, caplog):
     evaluator = FakeEvaluator(rate=2.0)
     sizes = RunSizes(tmp_path / "work" / "auto-size.json")
-    runner, model, _, _ = build(tmp_path, evaluator=evaluator, sizes=sizes)
+    controller, model, _, _ = build(tmp_path, evaluator=evaluator, sizes=sizes)
     os.utime(model.root / METADATA, (1000, 1000))
     for step, saved in ((1, 1100), (2, 1200)):
         model.save(step)
         os.utime(model.prefix(step) + ".index", (saved, saved))
     model.name(1, 2)
     with caplog.at_level("INFO", logger="showtell.evaluator.sizing"):
-        runner.look()
+        controller.look()
     # 2 images/s × 0.5 × 100 s = 100 images: 2 batches of 50; the second checkpoint keeps them.
     assert evaluator.asked == [100, 100]
     assert "--max-eval-examples auto for run run-1: 100 of 1000 images: 2.0 images/s × 0.5 × a checkpoint " \
            "every 100 s (median gap of 2 checkpoints) = 100 (whole batches)" in caplog.text
     # A restarted evaluator keeps the run's size, whatever its rate now.
     restarted = FakeEvaluator(rate=50.0)
-    runner, model, _, _ = build(tmp_path, evaluator=restarted, sizes=RunSizes(sizes.path))
+    controller, model, _, _ = build(tmp_path, evaluator=restarted, sizes=RunSizes(sizes.path))
     model.save(3)
     model.name(1, 2, 3)
-    runner.look()
+    controller.look()
     assert restarted.asked == [100]
     # A new run chooses again.
     (model.root / METADATA).write_text(json.dumps({"run_id": "run-2"}))
@@ -68,6 +68,6 @@ def test_the_loop_chooses_once_per_run_and_keeps_it(tmp_path: Path, caplog):
     model.save(1)
     os.utime(model.prefix(1) + ".index", (2100, 2100))
     model.name(1)
-    runner.look()
+    controller.look()
     assert restarted.asked == [100, 1000]  # 50 images/s × 0.5 × 100 s from its start: all fit
     assert json.loads((tmp_path / "work" / "auto-size.json").read_text())["run-1"]["images"] == 100
