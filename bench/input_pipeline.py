@@ -65,6 +65,7 @@ def main() -> int:
             optimizer=OptimizerConfig(name="adam", learning_rate=1e-3, epochs_per_decay=0),
             train=TrainConfig(),
         )
+        trainer.prepare_data()
         strategy = trainer.strategy
         pipeline = strategy.experimental_distribute_dataset(trainer.dataset())
         cached = strategy.experimental_distribute_dataset(

@@ -47,6 +47,7 @@ def runner(data: Path, model_dir: Path, strategy: tf.distribute.Strategy, batch:
                           input_config=InputConfig(batch_size=batch),
                           optimizer=OptimizerConfig(name="adam", learning_rate=3e-4, epochs_per_decay=0),
                           train=TrainConfig(), strategy=strategy, compute=compute)
+    trainer.prepare_data()
     dist = strategy.experimental_distribute_dataset(trainer.dataset())
     step = trainer.make_train_step(dist.element_spec)
     float(step(next(iter(dist))))  # trace

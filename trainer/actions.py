@@ -33,8 +33,10 @@ class _Window:
     wait: float = 0.0
     compute: float = 0.0
     examples: int = 0
+    input_measured: bool = True  # every chunk's input wait was timed
 
     def add(self, logs: StepLogs) -> None:
+        self.input_measured = self.input_measured and logs.input_measured
         self.loss += sum(logs.losses)
         self.steps += logs.steps
         self.wait += logs.input_seconds
@@ -50,8 +52,9 @@ class _Window:
         return self.examples / max(self.wait + self.compute, 1e-9)
 
     @property
-    def wait_fraction(self) -> float:
-        return self.wait / max(self.wait + self.compute, 1e-9)
+    def wait_fraction(self) -> float | None:
+        """None when the batches were read inside traced loops (``--steps-per-loop`` > 1)."""
+        return self.wait / max(self.wait + self.compute, 1e-9) if self.input_measured else None
 
 
 @dataclass
@@ -76,13 +79,15 @@ class StepReport:
             return
         window, self._window = self._window, _Window()
         lr = current_learning_rate(self.optimizer)
-        values = {"loss": window.mean_loss, "learning_rate": lr,
-                  "examples_per_sec": window.examples_per_sec, "input_wait_fraction": window.wait_fraction}
+        values = {"loss": window.mean_loss, "learning_rate": lr, "examples_per_sec": window.examples_per_sec}
+        wait = window.wait_fraction
+        if wait is not None:
+            values["input_wait_fraction"] = wait
         if self.encoder_optimizer is not None:
             values["inception_learning_rate"] = current_learning_rate(self.encoder_optimizer)
         self.summaries.scalars(step, values)
-        log.info("step %d/%d  loss %.4f  lr %.3g  %.1f examples/s  input wait %.1f%%", step, self.steps,
-                 window.mean_loss, lr, window.examples_per_sec, 100 * window.wait_fraction)
+        log.info("step %d/%d  loss %.4f  lr %.3g  %.1f examples/s%s", step, self.steps, window.mean_loss, lr,
+                 window.examples_per_sec, "" if wait is None else f"  input wait {100 * wait:.1f}%")
 
 
 @dataclass
@@ -103,20 +108,24 @@ class ProfileSteps:
     """``--profile-steps A:B``: a TensorFlow profiler trace of steps A to B (global steps,
     inclusive) in ``logdir`` — the model dir's TensorBoard run, so TensorBoard's *Profile* tab
     shows it beside the curves.  Called before training and after every chunk with the global
-    step reached; the runner marks each step it runs while ``runner.profiling`` is set, so the
-    trace view names the steps.  Chunks of one step (synchronous runners) make the range exact;
-    a parameter-server chief traces its own process, to its chunk boundaries."""
+    step reached; it only starts and stops the profiler (the runner marks every call's steps
+    anyway).  The controller ends chunks at A - 1 and B (``marks``), so the range is exact for
+    synchronous runners; a parameter-server chief traces its own process, to its chunk boundaries."""
 
     logdir: Path
     first: int
     last: int
-    runner: object
     _on: bool = field(default=False, init=False)
+
+    @property
+    def marks(self) -> tuple[int, int]:
+        """The global steps a chunk must end at."""
+        return self.first - 1, self.last
 
     def __call__(self, step: int, logs: StepLogs | None = None) -> None:
         if not self._on and self.first - 1 <= step < self.last:
             tf.profiler.experimental.start(str(self.logdir))
-            self._on = self.runner.profiling = True
+            self._on = True
             log.info("profiling steps %d to %d into %s", step + 1, self.last, self.logdir)
         elif self._on and step >= self.last:
             self.close()
@@ -124,7 +133,7 @@ class ProfileSteps:
     def close(self) -> None:
         """Stop and write the trace (also when training ends inside the range)."""
         if self._on:
-            self._on = self.runner.profiling = False
+            self._on = False
             tf.profiler.experimental.stop()
             log.info("profile written under %s (TensorBoard: Profile tab)",
                      self.logdir / "plugins" / "profile")

@@ -55,9 +55,13 @@ class TrainConfig:
     seed: int = option(0, "initialisation and input-order seed", type=int)
 
 
+# Measured in bench/steps_per_loop.py (BENCHMARKS.md): see the figure there before changing it.
+STEPS_PER_LOOP = 1
+
+
 @dataclass(frozen=True)
 class ComputeConfig:
-    """How the steps compute: mixed precision and XLA (GPU speed levers).
+    """How the steps compute: mixed precision, XLA and steps per traced call (GPU speed levers).
 
     Not part of the model: variables, logits and the loss stay float32, so a checkpoint
     written in one mode restores into any other, and the evaluator reads it as always.
@@ -68,3 +72,6 @@ class ComputeConfig:
                                          "logits and loss stay float32", choices=tuple(PRECISIONS))
     jit_compile: bool = option(False, "compile each replica's forward and backward pass with XLA",
                                type=boolean)
+    steps_per_loop: int = option(STEPS_PER_LOOP, "run up to N steps inside one traced loop (Keras' "
+                                 "steps_per_execution); 1 also times the wait for input; saves, logs and "
+                                 "stops still land on exact steps", type=positive_int)

@@ -35,7 +35,7 @@ class Runner(Protocol):
 class Controller:
     def __init__(self, *, runner: Runner, global_step: Callable[[], int], checkpoints: Checkpoints,
                  save_schedule: SaveSchedule, stop: StopRequest, actions: Sequence[Action] = (),
-                 boundaries: Sequence[int] = ()) -> None:
+                 boundaries: Sequence[int] = (), marks: Sequence[int] = ()) -> None:
         """
         Args:
           runner: runs chunks of steps (``showtell.trainer.runners``).
@@ -47,10 +47,12 @@ class Controller:
           boundaries: step intervals a chunk must not cross (log, save, histogram intervals),
             so that the actions see each interval end; chunks are at most
             ``runner.steps_per_loop`` steps, the first is one step (graph tracing).
+          marks: global steps a chunk must end at (a profiled range's ends).
         """
         self.runner, self.global_step = runner, global_step
         self.checkpoints, self.save_schedule, self.stop = checkpoints, save_schedule, stop
         self.actions, self.boundaries = list(actions), [b for b in boundaries if b]
+        self.marks = sorted(set(marks))
 
     def train(self, steps: int) -> str | None:
         """Train until the global step reaches ``steps``; the stop reason if stopped before."""
@@ -75,8 +77,11 @@ class Controller:
         return None
 
     def _chunk(self, step: int, steps: int) -> int:
-        """Up to ``steps_per_loop`` steps, ending at the next interval boundary at the latest."""
+        """Up to ``steps_per_loop`` steps, ending at the next interval boundary or mark at the latest."""
         chunk = min(steps - step, self.runner.steps_per_loop)
         for every in self.boundaries:
             chunk = min(chunk, every - step % every)
+        for mark in self.marks:
+            if mark > step:
+                chunk = min(chunk, mark - step)
         return max(chunk, 1)

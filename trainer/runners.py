@@ -25,10 +25,11 @@ class StepLogs:
     """What ``train(num_steps)`` did: one loss per step and where the time went."""
 
     losses: list[float] = field(default_factory=list)
-    input_seconds: float = 0.0  # waiting for batches (synchronous runners only)
+    input_seconds: float = 0.0  # waiting for batches (only when ``input_measured``)
     compute_seconds: float = 0.0
     examples: int = 0  # global examples consumed
     traced: bool = False  # the first call: its time is graph tracing, not throughput
+    input_measured: bool = True  # False: the batches were read inside the traced loop, untimed
 
     @property
     def steps(self) -> int:
@@ -36,24 +37,33 @@ class StepLogs:
 
 
 class SynchronousRunner:
-    """Steps of a synchronous strategy (one device, mirrored, multi-worker)."""
+    """Steps of a synchronous strategy (one device, mirrored, multi-worker).
 
-    steps_per_loop = 1  # a signal, a due save or another worker's stop is honoured after each step
-    profiling = False  # set by ProfileSteps: each step is marked in the trace with its number
+    ``steps_per_loop`` 1: one traced step per Python call, each batch fetched in Python, so the
+    time spent waiting for input is measured.  N > 1: up to N steps inside one traced
+    ``tf.while_loop`` reading the distributed iterator in the graph (Orbit's ``StandardTrainer``
+    with ``use_tf_while_loop``, Keras' ``steps_per_execution``): no Python between steps, and
+    no input-wait figure.  Every call is marked in the profiler's trace with the global step it
+    starts at (a no-op unless a profiler runs: ``ProfileSteps`` needs nothing from here)."""
 
-    def __init__(self, *, task: CaptionTask) -> None:
+    def __init__(self, *, task: CaptionTask, steps_per_loop: int = 1) -> None:
         """
         Args:
           task: what to train; its strategy runs the steps.
+          steps_per_loop: the most steps one call runs (the controller's chunks end on intervals).
         """
-        self.task, self.strategy = task, task.strategy
+        self.task, self.strategy, self.steps_per_loop = task, task.strategy, steps_per_loop
         self.workers = 1
         self.multi_worker = isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
-        dist = self.strategy.experimental_distribute_dataset(task.dataset())
-        self._step = task.make_train_step(dist.element_spec)
-        self._batches = inputs.checked(dist, task.files)
+        self.dist = self.strategy.experimental_distribute_dataset(task.dataset())
+        self.iterator = iter(self.dist)  # what the next steps read (a bench may start a fresh one)
+        if steps_per_loop == 1:
+            self._step = task.make_train_step(self.dist.element_spec)
+        else:
+            self._loop = task.make_train_loop()
         self._agree_fn = None
         self._traced = False
+        self._next_step = task.step + 1  # the global step the next call starts at (for the trace)
         # Images through the encoder in training steps, this process's share (none on the cache).
         local_replicas = (len(self.strategy.extended.worker_devices) if self.multi_worker
                           else self.strategy.num_replicas_in_sync)
@@ -61,27 +71,38 @@ class SynchronousRunner:
         self.encoder_images = 0
 
     def train(self, num_steps: int) -> StepLogs:
-        logs = StepLogs(traced=not self._traced)
-        for _ in range(num_steps):
-            if self.profiling:  # TensorBoard's trace viewer and step-time graph read these markers
-                with tf.profiler.experimental.Trace("train", step_num=self.task.step + 1, _r=1):
-                    t0, t1, loss = self._one_step()
+        logs = StepLogs(traced=not self._traced, input_measured=self.steps_per_loop == 1)
+        # TensorBoard's trace viewer and step-time graph read these markers.
+        with tf.profiler.experimental.Trace("train", step_num=self._next_step, _r=1):
+            if self.steps_per_loop == 1:
+                for _ in range(num_steps):
+                    self._one_step(logs)
             else:
-                t0, t1, loss = self._one_step()
-            logs.losses.append(loss)
-            logs.input_seconds += t1 - t0
-            logs.compute_seconds += time.perf_counter() - t1
-            logs.examples += self.task.batch_size
+                started = time.perf_counter()
+                losses = self._read_errors(self._loop, self.iterator, tf.constant(num_steps, tf.int32))
+                logs.losses = [float(loss) for loss in losses.numpy()]
+                logs.compute_seconds = time.perf_counter() - started
+        logs.examples = num_steps * self.task.batch_size
         self._traced = True
+        self._next_step += num_steps
         if not self.task.uses_cache:
             self.encoder_images += num_steps * self._local_examples
         return logs
 
-    def _one_step(self):
+    def _one_step(self, logs: StepLogs) -> None:
         t0 = time.perf_counter()
-        batch = next(self._batches)
+        batch = self._read_errors(next, self.iterator)
         t1 = time.perf_counter()
-        return t0, t1, float(self._step(batch))
+        logs.losses.append(float(self._step(batch)))
+        logs.input_seconds += t1 - t0
+        logs.compute_seconds += time.perf_counter() - t1
+
+    def _read_errors(self, fn, *args):
+        """``fn(*args)``; a corrupt record becomes a ``DataError`` naming its shard."""
+        try:
+            return fn(*args)
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as exc:
+            raise inputs.input_error(exc, self.task.files) from exc
 
     def agree(self, flags: list[bool]) -> list[bool]:
         """Multi-worker: every worker must stop and save at the same step (they run collectives
@@ -100,9 +121,8 @@ class SynchronousRunner:
 
 
 class ParameterServerRunner:
-    """Steps scheduled on the workers of a parameter-server cluster by its coordinator."""
-
-    profiling = False  # ProfileSteps traces the coordinator; the steps run on the workers
+    """Steps scheduled on the workers of a parameter-server cluster by its coordinator (the
+    profiler, if on, traces the coordinator; the steps run on the workers)."""
 
     def __init__(self, *, task: CaptionTask, coordinator, workers: int, steps_per_loop: int) -> None:
         """

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from showtell.captioning.config import CacheConfig, InputConfig, ModelConfig
 from showtell.captioning.data import inputs
-from showtell.captioning.data.feature_cache import BuildStats, cache_key, ensure_cache
+from showtell.captioning.data.feature_cache import BuildStats, FeatureCache, cache_key, ensure_cache
 from showtell.captioning.data.manifest import Manifest, load_dataset
 from showtell.captioning.data.records import shard_files
 from showtell.captioning.model.modeldir import check_model_dir, recorded_encoder_init, trained_vocabulary_size
@@ -29,8 +29,8 @@ from showtell.captioning.weights.encoder import NONE, weights_digest
 from showtell.common.errors import DataError
 from showtell.trainer.checkpoints import Checkpoints
 from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig
-from showtell.trainer.optimizer import build_optimizer, current_learning_rate, decays, describe_rate
-from showtell.trainer.transfer import encoder_optimizer_config, pretrained_encoder, resolve_train_inception
+from showtell.trainer.optimizer import build_optimizer, current_learning_rate, decays
+from showtell.trainer.transfer import decide_phase
 
 log = logging.getLogger(__name__)
 XLA_CAPTION_MULTIPLE = 8  # words: a synthetic caption (≤ 20) meets 3 lengths, a COCO one (≤ 50) 7
@@ -89,16 +89,15 @@ class CaptionTask:
         self.manifest, self.vocab = load_dataset(data_dir)
         self.files = shard_files(data_dir, "train")
         self.inception_weights = inception_weights
-        pretrained = self._resolve_model(model, image_size, optimizer.name, train_inception)
-        trains_encoder = self.model_config.train_inception
-        if independent_workers and input_config.seed is not None:
-            input_config = dataclasses.replace(input_config, seed=None)
-        self.input_config, self.optimizer_config, self.train_config = input_config, optimizer, train
         self.cache_config = cache or CacheConfig()
+        self.phase = decide_phase(train_inception=train_inception, inception_weights=inception_weights,
+                                  recorded_init=recorded_encoder_init(model_dir),
+                                  cache_enabled=self.cache_config.enabled, optimizer=optimizer)
+        self._resolve_model(model, image_size, optimizer.name)
+        self.optimizer_config, self.train_config = optimizer, train
         self.compute = compute or ComputeConfig()
-        if self.compute.jit_compile:  # a few caption lengths: XLA compiles once for each
-            self.input_config = dataclasses.replace(self.input_config, caption_multiple=XLA_CAPTION_MULTIPLE)
-        self.uses_cache = self.cache_config.enabled and not trains_encoder
+        self.input_config = _input_config(input_config, self.compute, independent_workers)
+        self.uses_cache = self.phase.uses_cache
         self.strategy, self.is_chief = strategy or tf.distribute.get_strategy(), is_chief
         # --batch-size is per replica; a step consumes batch × replicas examples (the global
         # batch).  Under parameter_server each worker step is one replica's batch.
@@ -107,26 +106,21 @@ class CaptionTask:
         # with one caption per image visit, that is as many passes over the images as an image
         # has captions.
         self.steps_per_epoch = max(1, self.manifest.splits["train"].captions // self.batch_size)
-        self.cache_build: BuildStats | None = None  # set when a feature cache is built
+        self._cache: FeatureCache | None = None  # opened by prepare_data
 
         tf.keras.utils.set_random_seed(train.seed)
-        self._build(pretrained)
+        self._build()
         self.checkpoints = self._checkpoints(train.keep)
 
-    def _resolve_model(self, model: ModelConfig, image_size: int | None, optimizer: str,
-                       train_inception: bool | None) -> bool:
-        """``model_config`` and ``phase`` from the flags, the dataset and the model dir's record
-        (checked before anything is written); whether the encoder starts pretrained."""
+    def _resolve_model(self, model: ModelConfig, image_size: int | None, optimizer: str) -> None:
+        """``model_config`` from the flags, the dataset, the model dir's record and the phase
+        (checked before anything is written)."""
         model = resolve_model_config(model, self.manifest, self.data_dir, image_size,
                                      trained_vocabulary_size(self.model_dir, self.vocab, self.data_dir))
         check_model_dir(self.model_dir, model, optimizer)
-        pretrained = pretrained_encoder(self.inception_weights, recorded_encoder_init(self.model_dir))
-        trains_encoder, why = resolve_train_inception(train_inception, pretrained)
-        self.model_config = dataclasses.replace(model, train_inception=trains_encoder)
-        self.phase = f"encoder {'trains' if trains_encoder else 'frozen'}: {why}"
-        return pretrained
+        self.model_config = dataclasses.replace(model, train_inception=self.phase.trains_encoder)
 
-    def _build(self, pretrained: bool) -> None:
+    def _build(self) -> None:
         """The model, its optimizers (slots built now) and the global step, in the strategy's scope."""
         optimizer = self.optimizer_config
         with self.strategy.scope():
@@ -141,13 +135,13 @@ class CaptionTask:
                                              self._decoder_variables())
             self._rates = [("learning rate", self.optimizer, optimizer)]
             self.encoder_optimizer = None
-            if self.model_config.train_inception:
-                config = encoder_optimizer_config(optimizer, pretrained)
+            config = self.phase.encoder_optimizer
+            if config is not None:
                 self.encoder_optimizer = self._optimizer(build_optimizer(config, self.steps_per_epoch),
                                                          self.model.encoder.trainable_weights)
                 self._rates.append(("encoder learning rate", self.encoder_optimizer, config))
-                self.phase += f"; encoder learning rate {describe_rate(config)}"
             self._gradient_fn = None
+            self._dense_gradients = False  # set by make_train_loop for towers
             self.global_step = tf.Variable(
                 0, dtype=tf.int64, trainable=False, name="global_step",
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
@@ -221,6 +215,8 @@ class CaptionTask:
         words = tf.reduce_sum(tf.cast(batch["mask"], tf.float32))
         global_words = tf.maximum(tf.distribute.get_replica_context().all_reduce("sum", words), 1.0)
         loss, grads = self._gradients(batch, global_words)
+        if self._dense_gradients:
+            grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
         if clip:  # one global norm over encoder and decoder together, as im2txt
             grads = _clip_global(grads, clip)
         start = 0
@@ -268,29 +264,74 @@ class CaptionTask:
 
         return train_step
 
+    def make_train_loop(self) -> Callable:
+        """Up to ``steps`` steps in one traced call, reading ``iterator`` (a distributed one) in
+        the graph: ``train_loop(iterator, steps)`` → each step's global-batch loss.  ``steps`` is
+        a tensor, so every chunk length runs the one trace.
+
+        Towers sum sparse gradients (the word embedding's) dense here, as Horovod's
+        ``sparse_as_dense`` does: inside the loop, the sparse sum (a gather of each tower's
+        length, then a plain or a padded gather) failed with a collective shape mismatch
+        (mirrored over 2 logical CPUs, TF 2.21; ``tests/test_steps_per_loop.py``)."""
+        self._dense_gradients = self.strategy.num_replicas_in_sync > 1
+
+        @tf.function(autograph=False)
+        def train_loop(iterator, steps):
+            def body(i, losses):
+                per_replica = self.strategy.run(self.replica_step, args=(next(iterator),))
+                return i + 1, losses.write(i, self.strategy.reduce("sum", per_replica, axis=None))
+
+            _, losses = tf.while_loop(lambda i, _: i < steps, body,
+                                      (tf.constant(0), tf.TensorArray(tf.float32, size=steps)))
+            return losses.stack()
+
+        return train_loop
+
     # -- the data -------------------------------------------------------------------------
 
-    def dataset(self) -> tf.data.Dataset:
-        """Global batches: cached encoder features while the encoder is frozen (cache on), else images."""
-        return self.dataset_factory(self.batch_size)()
-
-    def dataset_factory(self, batch_size: int) -> Callable[[], tf.data.Dataset]:
-        """Prepare the data (build the feature cache if it is used and missing) and return a
-        no-argument function that builds the pipeline — what parameter-server workers call."""
-        cfg, size, config = self.cache_config, self.model_config.image_size, self.input_config
+    def prepare_data(self) -> BuildStats | None:
+        """Open the feature cache if this run reads one, building it if missing — once the
+        encoder's weights are in place (restored or loaded): the cache holds its outputs.  The
+        build's figures; None when nothing was built."""
         if not self.uses_cache:
-            if cfg.enabled:
+            if self.cache_config.enabled:
                 log.info("feature cache not used: the encoder is training")
-            files = self.files
-            return lambda: inputs.train_dataset(files, size, config, batch_size)
-        cache, self.cache_build = ensure_cache(
+            return None
+        cfg, size, config = self.cache_config, self.model_config.image_size, self.input_config
+        self._cache, stats = ensure_cache(
             Path(cfg.root) if cfg.root else self.data_dir / "feature-cache",
             cache_key(self.data_dir, self.files, weights_digest(self.model.encoder_weights), size, config,
                       cfg.variants),
             lambda images: self.model.features(images, training=False),
             self.files, size, config, cfg.batch_size,
         )
+        return stats
+
+    def dataset(self) -> tf.data.Dataset:
+        """Global batches: cached encoder features while the encoder is frozen (cache on), else images."""
+        return self.dataset_factory(self.batch_size)()
+
+    def dataset_factory(self, batch_size: int) -> Callable[[], tf.data.Dataset]:
+        """A no-argument function that builds the pipeline — what parameter-server workers call.
+        Changes nothing: a run on the cache calls ``prepare_data`` first."""
+        size, config = self.model_config.image_size, self.input_config
+        if not self.uses_cache:
+            files = self.files
+            return lambda: inputs.train_dataset(files, size, config, batch_size)
+        cache = self._cache
+        if cache is None:
+            raise RuntimeError("CaptionTask.prepare_data() opens the feature cache before a dataset is built")
         return lambda: cache.train_dataset(config, batch_size)
+
+
+def _input_config(config: InputConfig, compute: ComputeConfig, independent_workers: bool) -> InputConfig:
+    """Parameter-server workers read with no shared seed (each would read the same examples);
+    under XLA, caption lengths round up to a few sizes (it compiles once for each)."""
+    if independent_workers and config.seed is not None:
+        config = dataclasses.replace(config, seed=None)
+    if compute.jit_compile:
+        config = dataclasses.replace(config, caption_multiple=XLA_CAPTION_MULTIPLE)
+    return config
 
 
 def _clip_global(grads: list, clip: float) -> list:

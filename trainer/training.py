@@ -85,10 +85,11 @@ class Trainer:
         summaries = TrainSummaries(task.model_dir if task.is_chief else None)
         runner = profiler = None
         try:
+            cache_build = task.prepare_data()
             runner = self._runner()
             if self.profile_steps and task.is_chief:
                 profiler = ProfileSteps(logdir=task.model_dir / "train", first=self.profile_steps[0],
-                                        last=self.profile_steps[1], runner=runner)
+                                        last=self.profile_steps[1])
                 profiler(task.step)  # a range that starts with this run's first step
             controller = Controller(
                 runner=runner, global_step=lambda: task.step, checkpoints=task.checkpoints,
@@ -100,6 +101,7 @@ class Trainer:
                     *([profiler] if profiler else []),
                 ],
                 boundaries=[cfg.log_every_steps, cfg.save_every_steps, cfg.histogram_every_steps],
+                marks=profiler.marks if profiler else (),
             )
             stopped_by = controller.train(cfg.steps)
         except DataError:
@@ -116,7 +118,7 @@ class Trainer:
             shutil.rmtree(task.scratch, ignore_errors=True)
         final = task.step
         log.info("encoder forward passes this run: %d for the feature cache, %d in training steps",
-                 task.cache_build.forward_passes if task.cache_build else 0, runner.encoder_images)
+                 cache_build.forward_passes if cache_build else 0, runner.encoder_images)
         log.info("final checkpoint %s (step %d)%s%s", path, final,
                  f" after {stopped_by}" if stopped_by else "",
                  "" if task.is_chief else " — a non-chief scratch copy, deleted; the chief's is the real one")
@@ -128,7 +130,7 @@ class Trainer:
 
     def _runner(self) -> SynchronousRunner | ParameterServerRunner:
         if self.coordinator is None:
-            return SynchronousRunner(task=self.task)
+            return SynchronousRunner(task=self.task, steps_per_loop=self.task.compute.steps_per_loop)
         cfg = self.task.train_config
         return ParameterServerRunner(task=self.task, coordinator=self.coordinator, workers=self.workers,
                                      steps_per_loop=min(cfg.log_every_steps,
@@ -152,7 +154,7 @@ class Trainer:
             if task.inception_weights != NONE:
                 log.info("%s not applied: the model dir's own checkpoint carries the encoder "
                          "(pretrained weights only initialise a new model dir)", task.inception_weights)
-        log.info("%s", task.phase)
+        log.info("%s", task.phase.describe())
         log.info("%s", self.strategy_note)
         log.info("placement: %s", placement(task.strategy, task.model.weights + task.optimizer_variables(),
                                             self.workers if self.coordinator else None))

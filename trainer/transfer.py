@@ -13,8 +13,38 @@ import logging
 
 from showtell.captioning.weights.encoder import NONE
 from showtell.trainer.config import IM2TXT_INCEPTION_LEARNING_RATE, OptimizerConfig
+from showtell.trainer.optimizer import describe_rate
 
 log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """Which phase a run trains — decided before anything is built (``decide_phase``)."""
+
+    pretrained: bool  # the encoder started from pretrained weights
+    trains_encoder: bool
+    uses_cache: bool  # phase 1 reads the encoder's outputs from the feature cache
+    why: str
+    encoder_optimizer: OptimizerConfig | None  # the encoder's own, while it trains
+
+    def describe(self) -> str:
+        text = f"encoder {'trains' if self.trains_encoder else 'frozen'}: {self.why}"
+        if self.encoder_optimizer is not None:
+            text += f"; encoder learning rate {describe_rate(self.encoder_optimizer)}"
+        return text
+
+
+def decide_phase(*, train_inception: bool | None, inception_weights: str, recorded_init: dict | None,
+                 cache_enabled: bool, optimizer: OptimizerConfig) -> Phase:
+    """The phase from the flags (``--train-inception``, ``--inception-weights``, the cache's) and
+    what the model dir records of its encoder's start (None: a new model dir).  Pure: a table test
+    (``tests/test_phase_decision.py``) holds every case."""
+    pretrained = pretrained_encoder(inception_weights, recorded_init)
+    trains, why = resolve_train_inception(train_inception, pretrained)
+    return Phase(pretrained=pretrained, trains_encoder=trains, uses_cache=cache_enabled and not trains,
+                 why=why,
+                 encoder_optimizer=encoder_optimizer_config(optimizer, pretrained) if trains else None)
 
 
 def pretrained_encoder(weights: str, recorded_init: dict | None) -> bool:
