@@ -51,7 +51,7 @@ from showtell.captioning.data.records import ShardedWriter, parse_example, shard
 from showtell.captioning.data.vocab import Vocabulary
 from showtell.captioning.model.network import build_model
 from showtell.captioning.model.validation import Validator
-from showtell.evaluator.scorers import CaptionScorer, ptb_tokenize
+from showtell.evaluator.scoring.scorers import CaptionScorer, ptb_tokenize
 
 COCO_VOCABULARY = 12000
 COCO_EVALUATION = 5000  # images a COCO run evaluates per checkpoint

@@ -29,7 +29,7 @@ from rounds import alternate, ratio, spread
 
 ROOT = Path(__file__).resolve().parents[1]
 from showtell.common import processes  # noqa: E402
-from showtell.evaluator.store import Record, Store  # noqa: E402
+from showtell.evaluator.records.store import Record, Store  # noqa: E402
 from showtell.v1 import metrics_pb2 as pb  # noqa: E402
 from showtell.v1 import metrics_pb2_grpc as pb_grpc  # noqa: E402
 

@@ -13,7 +13,7 @@ The Keras peer trains one optimizer over all its variables (``fit`` has one); sh
 has two (the encoder's own rate) — the same updates' arithmetic.
 
     .venv/bin/python bench/steps_per_loop.py [--rounds 5] [--n 10] [--batch-size 32]
-        [--phase1-steps 200] [--phase2-steps 12]
+        [--phase1-steps 100] [--phase2-steps 20] [--model im2txt|small] [--only phase1|phase2]
 """
 
 from __future__ import annotations
@@ -48,8 +48,14 @@ from showtell.trainer.task import CaptionTask
 OPTIMIZER = OptimizerConfig(name="sgd", learning_rate=0.5, epochs_per_decay=0, clip_gradients=5.0)
 
 
-def task(data: Path, model_dir: Path, batch: int, encoder_trains: bool, n: int) -> CaptionTask:
-    caption = CaptionTask(data_dir=data, model_dir=model_dir, model=ModelConfig(),
+MODELS = {"im2txt": ModelConfig(),  # 512 × 512: a step of CPU seconds' tenths
+          # A step of milliseconds, as phase 1 on cached features is on a GPU: dispatch shows.
+          "small": ModelConfig(embedding_size=32, lstm_units=32)}
+
+
+def task(data: Path, model_dir: Path, model: ModelConfig, batch: int, encoder_trains: bool,
+         n: int) -> CaptionTask:
+    caption = CaptionTask(data_dir=data, model_dir=model_dir, model=model,
                           input_config=InputConfig(batch_size=batch), optimizer=OPTIMIZER,
                           train=TrainConfig(), train_inception=encoder_trains,
                           compute=ComputeConfig(steps_per_loop=n))
@@ -57,10 +63,10 @@ def task(data: Path, model_dir: Path, batch: int, encoder_trains: bool, n: int) 
     return caption
 
 
-def showtell_path(data: Path, model_dir: Path, batch: int, encoder_trains: bool, n: int,
+def showtell_path(data: Path, model_dir: Path, model: ModelConfig, batch: int, encoder_trains: bool, n: int,
                   steps: int) -> Callable[[], float]:
     """``showtell train``'s loop for ``steps`` steps a round: examples/s."""
-    caption = task(data, model_dir, batch, encoder_trains, n)
+    caption = task(data, model_dir, model, batch, encoder_trains, n)
     runner = SynchronousRunner(task=caption, steps_per_loop=n)
     train = TrainConfig()
     report = StepReport(summaries=TrainSummaries(model_dir), optimizer=caption.optimizer,
@@ -72,9 +78,9 @@ def showtell_path(data: Path, model_dir: Path, batch: int, encoder_trains: bool,
                                 checkpoints=caption.checkpoints, save_schedule=SaveSchedule(None, None),
                                 stop=StopRequest(), actions=[report],
                                 boundaries=[train.log_every_steps, train.histogram_every_steps])
-        start = time.perf_counter()
-        controller.train(caption.step + steps)
-        return steps * caption.batch_size / (time.perf_counter() - start)
+        before, start = caption.step, time.perf_counter()
+        controller.train(before + steps)
+        return (caption.step - before) * caption.batch_size / (time.perf_counter() - start)
 
     return one_round
 
@@ -99,30 +105,33 @@ class FitPeer(keras.Model):
         return {"loss": loss}
 
 
-def keras_path(data: Path, model_dir: Path, batch: int, encoder_trains: bool, n: int,
+def keras_path(data: Path, model_dir: Path, model: ModelConfig, batch: int, encoder_trains: bool, n: int,
                steps: int) -> Callable[[], float]:
     """``model.fit(steps_per_epoch=steps)`` with ``steps_per_execution`` n: examples/s."""
-    caption = task(data, model_dir, batch, encoder_trains, 1)
+    caption = task(data, model_dir, model, batch, encoder_trains, 1)
     peer = FitPeer(caption.model)
     sgd = keras.optimizers.SGD(OPTIMIZER.learning_rate, global_clipnorm=OPTIMIZER.clip_gradients)
     peer.compile(optimizer=sgd, steps_per_execution=n, jit_compile=False)
     dataset = caption.dataset()
 
     def one_round() -> float:
-        start = time.perf_counter()
+        """Counted by the optimizer's iterations: with ``steps`` not a multiple of n, fit runs its
+        last execution whole (n steps) on an endless dataset."""
+        before, start = int(peer.optimizer.iterations.numpy()), time.perf_counter()
         peer.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0)
-        return steps * caption.batch_size / (time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        return (int(peer.optimizer.iterations.numpy()) - before) * caption.batch_size / seconds
 
     return one_round
 
 
-def phase(data: Path, root: Path, *, encoder_trains: bool, n: int, batch: int, steps: int,
+def phase(data: Path, root: Path, *, model: ModelConfig, encoder_trains: bool, n: int, batch: int, steps: int,
           rounds: int) -> dict[str, object]:
     name = "phase2" if encoder_trains else "phase1"
     paths = {
-        "showtell_1": showtell_path(data, root / f"{name}-1", batch, encoder_trains, 1, steps),
-        f"showtell_{n}": showtell_path(data, root / f"{name}-{n}", batch, encoder_trains, n, steps),
-        f"keras_fit_{n}": keras_path(data, root / f"{name}-keras", batch, encoder_trains, n, steps),
+        "showtell_1": showtell_path(data, root / f"{name}-1", model, batch, encoder_trains, 1, steps),
+        f"showtell_{n}": showtell_path(data, root / f"{name}-{n}", model, batch, encoder_trains, n, steps),
+        f"keras_fit_{n}": keras_path(data, root / f"{name}-keras", model, batch, encoder_trains, n, steps),
     }
     rates = alternate(paths, rounds=rounds, warm=1)
     ours, one, keras_fit = rates[f"showtell_{n}"], rates["showtell_1"], rates[f"keras_fit_{n}"]
@@ -137,20 +146,21 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--n", type=int, default=10, help="steps per call for showtell(N) and Keras fit")
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--phase1-steps", type=int, default=200)
-    parser.add_argument("--phase2-steps", type=int, default=12)
+    parser.add_argument("--phase1-steps", type=int, default=100)
+    parser.add_argument("--phase2-steps", type=int, default=20)
     parser.add_argument("--only", choices=("phase1", "phase2"))
+    parser.add_argument("--model", choices=tuple(MODELS), default="im2txt")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    report: dict[str, object] = {"batch": args.batch_size, "n": args.n}
+    report: dict[str, object] = {"batch": args.batch_size, "n": args.n, "model": args.model}
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         synthetic.build(data, SyntheticConfig(train_images=600, val_images=8))
         for encoder_trains, steps in ((False, args.phase1_steps), (True, args.phase2_steps)):
             name = "phase2" if encoder_trains else "phase1"
             if args.only in (None, name):
-                report[name] = phase(data, Path(tmp), encoder_trains=encoder_trains, n=args.n,
-                                     batch=args.batch_size, steps=steps, rounds=args.rounds)
+                report[name] = phase(data, Path(tmp), model=MODELS[args.model], encoder_trains=encoder_trains,
+                                     n=args.n, batch=args.batch_size, steps=steps, rounds=args.rounds)
     print(json.dumps(report, indent=2))
     return 0
 

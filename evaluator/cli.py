@@ -31,7 +31,7 @@ from showtell.evaluator.config import (
     ServeConfig,
     WatchConfig,
 )
-from showtell.evaluator.workdir import WorkDir
+from showtell.evaluator.records.workdir import WorkDir
 
 PROG = "showtell evaluate"
 
@@ -87,8 +87,8 @@ def _limit_threads(threads: int | None) -> None:
 
 def run_once(args: argparse.Namespace) -> int:
     from showtell.captioning.model.modeldir import latest_checkpoint
-    from showtell.evaluator.evaluation import CheckpointEvaluator
-    from showtell.evaluator.scorers import CaptionScorer
+    from showtell.evaluator.scoring.evaluation import CheckpointEvaluator
+    from showtell.evaluator.scoring.scorers import CaptionScorer
 
     def scorer() -> CaptionScorer:
         return CaptionScorer(meteor=args.meteor, tokenizer=args.tokenizer)
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     start_command(args)
 
     def body() -> int:
-        from showtell.evaluator.scorers import resolve_tokenizer
+        from showtell.evaluator.scoring.scorers import resolve_tokenizer
 
         resolve_tokenizer(args.tokenizer)  # --tokenizer ptb without Java: one line, before anything starts
         _limit_threads(args.threads)

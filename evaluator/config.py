@@ -17,10 +17,10 @@ from showtell.common.flags import (
     positive_int,
     positive_int_or_auto,
 )
-from showtell.evaluator.workdir import WorkDir
+from showtell.evaluator.records.workdir import WorkDir
 
 if TYPE_CHECKING:
-    from showtell.evaluator.store import Record
+    from showtell.evaluator.records.store import Record
 
 POLICIES = ("latest", "all")
 TOKENIZERS = ("auto", "ptb", "regex")

@@ -21,20 +21,20 @@ from showtell.api.transport import LoadedSecurity
 from showtell.captioning.model.modeldir import FINISHED, METADATA
 from showtell.common.errors import ShowtellError
 from showtell.common.processes import signal_exit_code
-from showtell.evaluator.actions import ExportBest, WriteSummaries, log_record
-from showtell.evaluator.best_export import BestExport
 from showtell.evaluator.config import EvaluatorConfig
-from showtell.evaluator.controller import EvalController
-from showtell.evaluator.evaluation import CheckpointEvaluator
-from showtell.evaluator.recorder import Recorder
-from showtell.evaluator.scorers import CaptionScorer
-from showtell.evaluator.server import MetricsServer
-from showtell.evaluator.service import MetricsService
-from showtell.evaluator.sizing import AUTO, RunSizes
-from showtell.evaluator.status import Broadcast
-from showtell.evaluator.store import Store
-from showtell.evaluator.summaries import EvalSummaries
-from showtell.evaluator.watcher import CheckpointWatcher
+from showtell.evaluator.loop.controller import EvalController
+from showtell.evaluator.loop.sizing import AUTO, RunSizes
+from showtell.evaluator.loop.status import Broadcast
+from showtell.evaluator.loop.watcher import CheckpointWatcher
+from showtell.evaluator.records.actions import ExportBest, WriteSummaries, log_record
+from showtell.evaluator.records.best_export import BestExport
+from showtell.evaluator.records.recorder import Recorder
+from showtell.evaluator.records.store import Store
+from showtell.evaluator.records.summaries import EvalSummaries
+from showtell.evaluator.scoring.evaluation import CheckpointEvaluator
+from showtell.evaluator.scoring.scorers import CaptionScorer
+from showtell.evaluator.serving.server import MetricsServer
+from showtell.evaluator.serving.service import MetricsService
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ from showtell.common.flags import (
     start_command,
 )
 from showtell.common.locks import DirectoryLock
-from showtell.evaluator.workdir import WorkDir
+from showtell.evaluator.records.workdir import WorkDir
 from showtell.v1 import metrics_pb2 as pb
 
 log = logging.getLogger("showtell.demo")

@@ -10,12 +10,12 @@ from pathlib import Path
 from showtell.captioning.model.modeldir import METADATA
 from showtell.common.errors import ShowtellError
 from showtell.evaluator.config import Finish
-from showtell.evaluator.controller import EvalController
-from showtell.evaluator.evaluation import EvalResult
-from showtell.evaluator.recorder import Action, Recorder
-from showtell.evaluator.sizing import RunSizes
-from showtell.evaluator.store import Store
-from showtell.evaluator.workdir import WorkDir
+from showtell.evaluator.loop.controller import EvalController
+from showtell.evaluator.loop.sizing import RunSizes
+from showtell.evaluator.records.recorder import Action, Recorder
+from showtell.evaluator.records.store import Store
+from showtell.evaluator.records.workdir import WorkDir
+from showtell.evaluator.scoring.evaluation import EvalResult
 
 
 class FakeClock:

@@ -16,7 +16,7 @@ import pytest
 
 from bench.chaos import Soak
 from showtell.common import processes
-from showtell.evaluator.store import Record, Store
+from showtell.evaluator.records.store import Record, Store
 from tests.helpers import ROOT
 
 

@@ -14,8 +14,8 @@ import pytest
 
 from showtell.captioning.model.modeldir import mark_finished
 from showtell.evaluator.config import Finish
-from showtell.evaluator.recorder import WORK_DIR_RETRY_SECS
-from showtell.evaluator.schedule import FIRST_RETRY_SECS
+from showtell.evaluator.loop.schedule import FIRST_RETRY_SECS
+from showtell.evaluator.records.recorder import WORK_DIR_RETRY_SECS
 from tests.fakes import FakeEvaluator, ModelDir, build, history
 
 
@@ -216,7 +216,7 @@ def test_a_long_evaluation_reports_how_far_it_is_and_broadcasts_only_its_record(
     controller.evaluator.watch = watch
     model.save(5)
     model.name(5)
-    with caplog.at_level("INFO", logger="showtell.evaluator.status"):
+    with caplog.at_level("INFO", logger="showtell.evaluator.loop.status"):
         controller.look()
     during = controller.evaluator.during
     assert during[0] == (5, 100, 1000, None, 0)  # one batch: no rate yet

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from showtell.evaluator import sample_images
+from showtell.evaluator.records import sample_images
 from showtell.v1 import metrics_pb2 as pb
 from tests.helpers import (
     TINY_DATA,

@@ -124,8 +124,8 @@ from pathlib import Path
 from showtell.captioning.config import ModelConfig
 from showtell.captioning.data.vocab import Vocabulary
 from showtell.captioning.model.network import build_model
-from showtell.evaluator.best_export import BestExport
-from showtell.evaluator.store import Record
+from showtell.evaluator.records.best_export import BestExport
+from showtell.evaluator.records.store import Record
 
 data, base = Path(sys.argv[1]), Path(sys.argv[2])
 vocab = Vocabulary.load(data / "vocab.txt")
@@ -175,7 +175,7 @@ def test_an_export_killed_midway_leaves_no_version_behind(tiny_data: Path, tmp_p
         assert (base / str(version) / "showtell-export.json").is_file()
 
     from showtell.captioning.model import export
-    from showtell.evaluator.best_export import BestExport
+    from showtell.evaluator.records.best_export import BestExport
 
     restarted = BestExport("loss", True, base, keep=2)
     assert restarted.current()["step"] == numbered[-1]  # the newest complete version

@@ -69,7 +69,7 @@ def test_every_option_field_is_in_the_help_with_its_default(parser):
 def test_the_evaluator_cli_builds_a_typed_config_and_refuses_combinations_in_one_line(showtell_main):
     from showtell.evaluator.cli import config_from_args
     from showtell.evaluator.config import EvaluatorConfig, Finish
-    from showtell.evaluator.workdir import WorkDir
+    from showtell.evaluator.records.workdir import WorkDir
     from tests.helpers import parse_cli
 
     args = parse_cli("showtell.evaluator.cli", ["--model-dir", "runs/m", "--data", "d", "--policy", "all",

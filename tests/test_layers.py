@@ -101,6 +101,30 @@ def test_layers_import_one_way():
     assert not wrong, "\n".join(wrong)
 
 
+EVALUATOR_LAYERS = [  # bottom to top, as CONTRIBUTING.md draws them
+    ("metric_names",), ("records",), ("config",), ("scoring",), ("loop",), ("serving",),
+    ("daemon",), ("cli",), ("__main__",),
+]
+
+
+def test_the_evaluators_parts_import_downwards():
+    """records ← config ← scoring ← loop ← serving ← daemon: each part may import its own folder
+    and those below — the loop never the service (which reads only the loop's ``Status``)."""
+    level = {part: i for i, parts in enumerate(EVALUATOR_LAYERS) for part in parts}
+    wrong = []
+    for module, path in _modules().items():
+        if not module.startswith("showtell.evaluator."):
+            continue
+        own = module.split(".")[2]
+        assert own in level, f"{module}: not in EVALUATOR_LAYERS (add it where it belongs)"
+        for line, name in _imports(path):
+            if name.startswith("showtell.evaluator."):
+                other = name.split(".")[2]
+                if other != own and level.get(other, -1) >= level[own]:
+                    wrong.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+    assert wrong == []
+
+
 @pytest.mark.parametrize("folder", ["showtell", "trainer", "evaluator", "captioning", "tests", "bench"])
 def test_code_imports_the_namespace_not_the_folders(folder):
     wrong = [f"{path.relative_to(ROOT)}:{line} imports {target}"

@@ -19,7 +19,7 @@ from showtell.captioning.data.records import parse_example, shard_files
 from showtell.captioning.model.network import build_model
 from showtell.captioning.model.validation import Validator, exact_match
 from showtell.common.errors import ShowtellError
-from showtell.evaluator.scorers import CaptionScorer
+from showtell.evaluator.scoring.scorers import CaptionScorer
 
 PREDICTIONS = {
     1: "a red circle left of a blue square",

@@ -19,10 +19,10 @@ import pytest
 
 from showtell.api.contract import ALL_RUNS
 from showtell.common import processes
-from showtell.evaluator.server import MetricsServer
-from showtell.evaluator.service import MetricsService
-from showtell.evaluator.status import Broadcast, Progress, Status
-from showtell.evaluator.store import Record, Store
+from showtell.evaluator.loop.status import Broadcast, Progress, Status
+from showtell.evaluator.records.store import Record, Store
+from showtell.evaluator.serving.server import MetricsServer
+from showtell.evaluator.serving.service import MetricsService
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 from tests.helpers import ROOT, error_lines

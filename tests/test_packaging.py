@@ -29,8 +29,9 @@ def test_wheel_installs_into_a_fresh_environment_as_one_namespace(tmp_path: Path
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert tops == {"showtell"}, tops  # no top-level trainer/, evaluator/, captioning/
-    for module in ("showtell/trainer/controller.py", "showtell/evaluator/server.py", "showtell/api/client.py",
-                   "showtell/captioning/data/vocab.py", "showtell/v1/metrics_pb2.py"):
+    for module in ("showtell/trainer/controller.py", "showtell/evaluator/serving/server.py",
+                   "showtell/api/client.py", "showtell/captioning/data/vocab.py",
+                   "showtell/v1/metrics_pb2.py"):
         assert module in names, module
 
     # A fresh environment: its own site-packages with the wheel; the dependencies (TensorFlow

@@ -11,11 +11,11 @@ import threading
 import time
 from pathlib import Path
 
-from showtell.evaluator.actions import WriteSummaries
-from showtell.evaluator.recorder import Recorder
-from showtell.evaluator.store import Record, Store
-from showtell.evaluator.summaries import EvalSummaries
-from showtell.evaluator.workdir import WorkDir
+from showtell.evaluator.records.actions import WriteSummaries
+from showtell.evaluator.records.recorder import Recorder
+from showtell.evaluator.records.store import Record, Store
+from showtell.evaluator.records.summaries import EvalSummaries
+from showtell.evaluator.records.workdir import WorkDir
 
 
 def _recorder(tmp_path: Path) -> tuple[Recorder, Store, EvalSummaries]:

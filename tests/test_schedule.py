@@ -1,13 +1,13 @@
 """The evaluator's scheduling rules as tables: what it evaluates, in what order, when it looks
-again and what it records skipped.  Pure functions (``evaluator/schedule.py``): no files, no
+again and what it records skipped.  Pure functions (``evaluator/loop/schedule.py``): no files, no
 threads, no clock."""
 
 from __future__ import annotations
 
 import pytest
 
-from showtell.evaluator import schedule
-from showtell.evaluator.schedule import Checkpoint, Retry, Skip
+from showtell.evaluator.loop import schedule
+from showtell.evaluator.loop.schedule import Checkpoint, Retry, Skip
 
 M = "/m"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from showtell.captioning.model.modeldir import METADATA
-from showtell.evaluator.sizing import RunSizes, Size, checkpoint_interval, choose
+from showtell.evaluator.loop.sizing import RunSizes, Size, checkpoint_interval, choose
 from tests.fakes import FakeEvaluator, build
 
 
@@ -47,7 +47,7 @@ def test_the_loop_chooses_once_per_run_and_keeps_it(tmp_path: Path, caplog):
         model.save(step)
         os.utime(model.prefix(step) + ".index", (saved, saved))
     model.name(1, 2)
-    with caplog.at_level("INFO", logger="showtell.evaluator.sizing"):
+    with caplog.at_level("INFO", logger="showtell.evaluator.loop.sizing"):
         controller.look()
     # 2 images/s × 0.5 × 100 s = 100 images: 2 batches of 50; the second checkpoint keeps them.
     assert evaluator.asked == [100, 100]

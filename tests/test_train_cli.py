@@ -42,7 +42,9 @@ def test_schedule_keep_sigterm_and_resume(tiny_data: Path, tmp_path: Path, procs
               "--save-every-secs", "0", "--log-every-steps", "1", "--histogram-every-steps", "3"]
 
     # 1. scheduled checkpoints every 2 steps, only the newest 2 kept
-    first = showtell_main(*common, "--steps", "6", "--save-every-steps", "2", "--keep", "2")
+    # One step per call: the input wait is timed (--steps-per-loop auto runs 10 on the cache).
+    first = showtell_main(*common, "--steps", "6", "--save-every-steps", "2", "--keep", "2",
+                          "--steps-per-loop", "1")
     assert first.returncode == 0, first.stderr[-3000:]
     latest, kept = _state(model_dir)
     assert (latest, kept) == ("ckpt-6", ["ckpt-4", "ckpt-6"])

@@ -10,7 +10,7 @@ import pytest
 
 from showtell.captioning.model.modeldir import read_state
 from showtell.common.errors import ShowtellError
-from showtell.evaluator.watcher import CheckpointWatcher
+from showtell.evaluator.loop.watcher import CheckpointWatcher
 
 STATE = 'model_checkpoint_path: "ckpt-2"\nall_model_checkpoint_paths: "ckpt-2"\n'
 

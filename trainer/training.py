@@ -130,7 +130,9 @@ class Trainer:
 
     def _runner(self) -> SynchronousRunner | ParameterServerRunner:
         if self.coordinator is None:
-            return SynchronousRunner(task=self.task, steps_per_loop=self.task.compute.steps_per_loop)
+            steps = self.task.compute.loop_steps(self.task.uses_cache)
+            log.info("up to %d step%s per call (--steps-per-loop)", steps, "" if steps == 1 else "s")
+            return SynchronousRunner(task=self.task, steps_per_loop=steps)
         cfg = self.task.train_config
         return ParameterServerRunner(task=self.task, coordinator=self.coordinator, workers=self.workers,
                                      steps_per_loop=min(cfg.log_every_steps,

@@ -19,10 +19,10 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from showtell.api.contract import ALL_RUNS, STOPPING
 from showtell.evaluator import metric_names
-from showtell.evaluator.best_export import BestExport
-from showtell.evaluator.feed import StreamFeed
-from showtell.evaluator.status import Broadcast, Progress, Status
-from showtell.evaluator.store import Record, Store
+from showtell.evaluator.loop.status import Broadcast, Progress, Status
+from showtell.evaluator.records.best_export import BestExport
+from showtell.evaluator.records.store import Record, Store
+from showtell.evaluator.serving.feed import StreamFeed
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 

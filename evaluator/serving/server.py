@@ -15,7 +15,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from showtell.api.transport import LoadedSecurity
-from showtell.evaluator.service import MetricsService
+from showtell.evaluator.serving.service import MetricsService
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 

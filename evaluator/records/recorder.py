@@ -16,14 +16,14 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from showtell.evaluator.store import Record, Store
+from showtell.evaluator.records.store import Record, Store
 
 log = logging.getLogger(__name__)
 # The work dir's own trouble (a full disk, an I/O error): the evaluation is not recorded, the
 # service says so in its status and tries again after this long.
 WORK_DIR_RETRY_SECS = 10.0
 
-Action = Callable[[Record], None]  # told about each record stored (``evaluator/actions.py``)
+Action = Callable[[Record], None]  # told about each record stored (``evaluator/records/actions.py``)
 
 
 class Recorder:

@@ -13,7 +13,7 @@ import contextlib
 from collections import deque
 from dataclasses import dataclass
 
-from showtell.evaluator.store import Record, Store
+from showtell.evaluator.records.store import Record, Store
 from showtell.v1 import metrics_pb2 as pb
 
 TAIL = 1024

@@ -9,9 +9,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from showtell.evaluator.best_export import BestExport
-from showtell.evaluator.store import Record
-from showtell.evaluator.summaries import EvalSummaries
+from showtell.evaluator.records.best_export import BestExport
+from showtell.evaluator.records.store import Record
+from showtell.evaluator.records.summaries import EvalSummaries
 
 log = logging.getLogger(__name__)
 

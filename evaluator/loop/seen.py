@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 from showtell.captioning.model.modeldir import checkpoint_step
-from showtell.evaluator import schedule
-from showtell.evaluator.schedule import Checkpoint, Skip
-from showtell.evaluator.store import Store
+from showtell.evaluator.loop import schedule
+from showtell.evaluator.loop.schedule import Checkpoint, Skip
+from showtell.evaluator.records.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from showtell.captioning.model.network import build_model
 from showtell.captioning.model.validation import Validator, exact_match
 from showtell.common.errors import ModelDirError
 from showtell.evaluator import metric_names as names
-from showtell.evaluator.scorers import CaptionScorer
+from showtell.evaluator.scoring.scorers import CaptionScorer
 
 log = logging.getLogger(__name__)
 

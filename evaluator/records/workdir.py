@@ -23,13 +23,13 @@ class WorkDir:
 
     @property
     def history(self) -> Path:
-        """The evaluation history (``evaluator/store.py``)."""
+        """The evaluation history (``evaluator/records/store.py``)."""
         return self.root / "evaluations.sqlite"
 
     @property
     def pins(self) -> Path:
         """Hard links (or copies) of the checkpoints being evaluated, so ``--keep`` cannot delete
-        them mid-read (``evaluator/pinning.py``)."""
+        them mid-read (``evaluator/loop/pinning.py``)."""
         return self.root / "pinned"
 
     @property
@@ -44,5 +44,5 @@ class WorkDir:
 
     @property
     def auto_sizes(self) -> Path:
-        """``--max-eval-examples auto``'s size per run (``evaluator/sizing.py``)."""
+        """``--max-eval-examples auto``'s size per run (``evaluator/loop/sizing.py``)."""
         return self.root / "auto-size.json"

@@ -21,16 +21,16 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from showtell.evaluator import schedule
-from showtell.evaluator.attempts import Attempts, Evaluator, NotArrived
 from showtell.evaluator.config import Finish
-from showtell.evaluator.look import Look, look_at
-from showtell.evaluator.recorder import WORK_DIR_RETRY_SECS, Action, Recorder
-from showtell.evaluator.schedule import Checkpoint, Retry, Skip
-from showtell.evaluator.seen import SeenCheckpoints, recorded
-from showtell.evaluator.sizing import RunSizes
-from showtell.evaluator.status import ProgressReport, Status
-from showtell.evaluator.store import Record, Store
+from showtell.evaluator.loop import schedule
+from showtell.evaluator.loop.attempts import Attempts, Evaluator, NotArrived
+from showtell.evaluator.loop.look import Look, look_at
+from showtell.evaluator.loop.schedule import Checkpoint, Retry, Skip
+from showtell.evaluator.loop.seen import SeenCheckpoints, recorded
+from showtell.evaluator.loop.sizing import RunSizes
+from showtell.evaluator.loop.status import ProgressReport, Status
+from showtell.evaluator.records.recorder import WORK_DIR_RETRY_SECS, Action, Recorder
+from showtell.evaluator.records.store import Record, Store
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class EvalController:
           recorder: makes every record durable, then runs ``actions`` on it.
           pins: where checkpoints are pinned while evaluated (``WorkDir.pins``).
           policy: ``latest`` or ``all`` (``schedule.to_evaluate``).
-          actions: told about each record stored (``evaluator/actions.py``), in order.
+          actions: told about each record stored (``evaluator/records/actions.py``), in order.
           finish: when to stop by itself (default: never).
           arrival_timeout: seconds a checkpoint named by the state file may stay incomplete (a
             synced copy still arriving) before it is recorded skipped.

@@ -1,9 +1,9 @@
 """What the evaluator does next — decided from what it has read, without reading anything.
 
-The controller (``evaluator/controller.py``) reads the state file, the run and the history, and asks these
-functions what follows: which checkpoints to evaluate and in what order, when to look again at one
-whose files are still arriving, which ones to record skipped and why.  No I/O, no threads, no
-clock of their own: every scheduling rule is a table test (``tests/test_schedule.py``).
+The controller (``evaluator/loop/controller.py``) reads the state file, the run and the history,
+and asks these functions what follows: which checkpoints to evaluate and in what order, when to
+look again at one whose files are still arriving, which ones to record skipped and why.  No I/O,
+no threads, no clock of their own: every scheduling rule is a table test (``tests/test_schedule.py``).
 """
 
 from __future__ import annotations

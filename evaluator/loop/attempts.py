@@ -19,10 +19,10 @@ from typing import Any, Protocol
 
 from showtell.captioning.model.modeldir import saved_at
 from showtell.common.errors import ModelDirIncomplete, ShowtellError
-from showtell.evaluator.evaluation import EvalResult
-from showtell.evaluator.pinning import Missing, files_state, pin, unpin
-from showtell.evaluator.schedule import Checkpoint
-from showtell.evaluator.store import Record
+from showtell.evaluator.loop.pinning import Missing, files_state, pin, unpin
+from showtell.evaluator.loop.schedule import Checkpoint
+from showtell.evaluator.records.store import Record
+from showtell.evaluator.scoring.evaluation import EvalResult
 
 log = logging.getLogger(__name__)
 

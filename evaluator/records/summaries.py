@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from showtell.evaluator import sample_images
-from showtell.evaluator.store import Record
+from showtell.evaluator.records import sample_images
+from showtell.evaluator.records.store import Record
 
 log = logging.getLogger(__name__)
 

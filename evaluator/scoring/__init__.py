@@ -1,0 +1,1 @@
+"""Restoring one checkpoint and scoring its captions (loss, perplexity, the COCO metrics)."""

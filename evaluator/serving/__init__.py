@@ -1,0 +1,1 @@
+"""The gRPC service over the history and the loop's status, and its server."""
