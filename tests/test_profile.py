@@ -35,11 +35,16 @@ def _traced_steps(xplane: Path) -> list[int]:
     return sorted(steps)
 
 
-def test_profile_steps_traces_exactly_that_range(tiny_data: Path, tiny_model: Path, tmp_path: Path):
+@pytest.mark.parametrize(("per_call", "markers"), [("1", [6, 7]), ("auto", [6])])
+def test_profile_steps_traces_exactly_that_range(tiny_data: Path, tiny_model: Path, tmp_path: Path,
+                                                 per_call: str, markers: list[int]):
+    """One marker per call, named by the step it starts at: one step a call marks 6 and 7; auto
+    (10 on the feature cache) runs 6–7 as one call — the chunks end at 5 and at 7, so neither 5
+    before the range nor 8 and 9 after it are traced."""
     model_dir = copy_model(tiny_model, tmp_path / "model")  # at step 4
-    train_more(tiny_data, model_dir, 9, "--profile-steps", "6:7")
+    train_more(tiny_data, model_dir, 9, "--profile-steps", "6:7", "--steps-per-loop", per_call)
     [xplane] = (model_dir / "train" / "plugins" / "profile").glob("*/*.xplane.pb")
-    assert _traced_steps(xplane) == [6, 7]  # not 5 before it, nor 8 and 9 after
+    assert _traced_steps(xplane) == markers
 
 
 def test_a_malformed_range_is_one_line():
