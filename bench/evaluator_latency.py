@@ -117,8 +117,12 @@ def main() -> int:
             def follow(name: str, port: int) -> None:
                 got = arrivals.setdefault(name, {})
                 channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-                for evaluation in pb_grpc.MetricsStub(channel).Watch(pb.WatchRequest(after_step=-1)):
-                    got[evaluation.global_step] = (time.time(), evaluation)
+                try:
+                    for evaluation in pb_grpc.MetricsStub(channel).Watch(pb.WatchRequest(after_step=-1)):
+                        got[evaluation.global_step] = (time.time(), evaluation)
+                except grpc.RpcError as exc:  # the evaluators stop at the end: their streams end UNAVAILABLE
+                    if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                        raise
 
             for name, port in ports.items():
                 threading.Thread(target=follow, args=(name, port), daemon=True).start()

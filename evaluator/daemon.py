@@ -83,9 +83,11 @@ def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.Abst
     if exporter is not None and exporter.current() is not None:
         log.info("--export-best: newest export %s", exporter.describe())
     broadcast = Broadcast()
-    actions = [log_record, WriteSummaries(summaries), broadcast.notify]
+    # Watch streams hear of a record first; the summaries (drawing sample images) and an export
+    # follow on the same thread.
+    actions = [broadcast.notify, log_record, WriteSummaries(summaries)]
     if exporter is not None:
-        actions.append(ExportBest(exporter, evaluator))  # last: Watch streams hear of a record first
+        actions.append(ExportBest(exporter, evaluator))
     controller = EvalController(model_dir=model_dir, evaluator=evaluator, store=store,
                                 recorder=Recorder(store=store, work_root=workdir.root), pins=workdir.pins,
                                 policy=config.watch.policy, actions=actions, finish=config.finish,
