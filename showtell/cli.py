@@ -1,4 +1,5 @@
-"""``showtell {data,pretrain,train,evaluate,metrics,caption,demo}`` — dispatch to each command's own module.
+"""``showtell {data,pretrain,train,evaluate,metrics,runs,caption,demo}`` — dispatch to each
+command's own module.
 
 Subcommand modules are imported only when chosen, so ``showtell --help`` is instant and
 the trainer and evaluator packages never import each other.
@@ -24,6 +25,7 @@ COMMANDS = {
     "train": ("showtell.trainer.cli", "train the model; checkpoints on a schedule"),
     "evaluate": ("showtell.evaluator.cli", "watch a model dir, evaluate each checkpoint, serve metrics"),
     "metrics": ("showtell.commands.metrics", "query an evaluator over gRPC"),
+    "runs": ("showtell.commands.runs", "the runs recorded in model dirs: status, best, time to a target"),
     "caption": ("showtell.commands.caption", "caption image files with a trained model or an export"),
     "import-im2txt": ("showtell.commands.import_im2txt",
                       "the published Show-and-Tell model (an im2txt checkpoint) as a showtell model dir"),

@@ -498,6 +498,9 @@ def _newest_step(model: Path) -> int | None:
     return max(checkpoint_steps(model), default=None)
 
 
+TARGET_EXACT_MATCH = 0.5  # the demo's summary says when its run reached this
+
+
 def _summary(seen: list[pb.Evaluation], work: WorkDir, console: _Console) -> None:
     curves: dict[str, list[str]] = {}  # per run (the preview's, then the finished encoder's), in order
     for e in seen:
@@ -505,7 +508,23 @@ def _summary(seen: list[pb.Evaluation], work: WorkDir, console: _Console) -> Non
             curves.setdefault(e.run_id, []).append(f"{e.global_step}: {e.metrics['exact_match']:.2f}")
     for run, curve in curves.items():
         console.say("summary", f"exact match by step (run {run or '-'}): " + ", ".join(curve))
+    if curves:
+        console.say("summary", time_to_target([e for e in seen if e.run_id == list(curves)[-1]]))
     console.say("summary", f"{len(seen)} evaluations; history in {work.history}")
+
+
+def time_to_target(evaluations: list[pb.Evaluation], target: float = TARGET_EXACT_MATCH) -> str:
+    """When the run's exact match first reached ``target``, in training time (the trainer's, saved
+    in each checkpoint), or the best it reached."""
+    ok = [e for e in evaluations if e.status == pb.Evaluation.OK and "exact_match" in e.metrics]
+    for e in sorted(ok, key=lambda e: e.global_step):
+        if e.metrics["exact_match"] >= target and e.HasField("train_time"):
+            seconds = round(e.train_time.ToTimedelta().total_seconds())
+            return f"exact match {target:g} reached after {seconds // 60}:{seconds % 60:02d} of training " \
+                   f"(step {e.global_step})"
+    best = max(ok, key=lambda e: e.metrics["exact_match"], default=None)
+    return f"exact match {target:g} not reached" + (
+        f" (best {best.metrics['exact_match']:.2f} at step {best.global_step})" if best else "")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,11 +52,37 @@ def test_a_history_in_another_format_is_moved_aside_not_migrated(tmp_path: Path,
         store = Store(path)
     [line] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert line.startswith(f"{path} was written by another version of showtell (history format 0; "
-                           "this version reads 2): moved aside to ")
+                           "this version reads 3): moved aside to ")
     assert store.latest() is None
     store.add(Record(7, "ckpt-7", 0.0, 0.0, 1.0, 4, metrics={"loss": 0.5}))
     store.close()
     assert Store(path).latest().step == 7  # reopened: its own format is read without a word
+
+
+FORMAT_2 = """CREATE TABLE evaluations (run TEXT NOT NULL, step INTEGER NOT NULL, checkpoint TEXT NOT NULL,
+    checkpoint_mtime REAL NOT NULL, evaluated_at REAL NOT NULL, eval_seconds REAL NOT NULL,
+    num_examples INTEGER NOT NULL, metrics TEXT NOT NULL, samples TEXT NOT NULL, status TEXT NOT NULL,
+    reason TEXT NOT NULL, scoring TEXT NOT NULL, recorded INTEGER NOT NULL DEFAULT 1,
+    PRIMARY KEY (run, step, checkpoint));
+INSERT INTO evaluations VALUES ('r', 4, '/m/ckpt-4', 0, 0, 1, 4, '{"loss": 1.0}', '[]', 'ok', '', '', 1);
+PRAGMA user_version = 2;"""
+
+
+def test_a_format_2_history_gains_the_training_time_and_keeps_its_rows(tmp_path: Path, caplog):
+    path = tmp_path / "evaluations.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript(FORMAT_2)
+    db.close()
+    with caplog.at_level("INFO"):
+        store = Store(path)
+    assert f"{path}: history format 2 gains train_seconds (unknown for its 1 rows)" in caplog.text
+    [old] = store.after(-1, run="r")
+    assert (old.step, old.metrics, old.train_seconds) == (4, {"loss": 1.0}, None)  # kept, time unknown
+    store.add(Record(8, "/m/ckpt-8", 0.0, 0.0, 1.0, 4, metrics={"loss": 0.5}, run="r", train_seconds=151.5))
+    store.close()
+    reopened = Store(path)  # format 3 now: read without a word
+    assert [(r.step, r.train_seconds) for r in reopened.after(-1, run="r")] == [(4, None), (8, 151.5)]
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 3
 
 
 def test_a_second_record_of_a_checkpoint_is_counted_and_said_loudly(tmp_path: Path, caplog):

@@ -20,6 +20,7 @@ import tensorflow as tf
 from showtell.captioning.model.modeldir import (
     CHECKPOINT_NAME,
     RESTORE_ERRORS,
+    TRAIN_SECONDS,
     checkpoint_name,
     checkpoint_step,
     restore,
@@ -67,7 +68,14 @@ class SaveSchedule:
 
 
 class Checkpoints:
-    """A ``CheckpointManager`` over model, optimizer(s) and global step.
+    """A ``CheckpointManager`` over model, optimizer(s), global step and the run's training time.
+
+    ``train_seconds`` is the wall-clock seconds this run has trained when the checkpoint is saved
+    (each start counted from when its model was built: restores, feature-cache builds and tracing
+    are part of getting there), summed over its starts — a resume goes on from the value it
+    restores; the time after a start's last save is lost with its steps.  Saved with the weights,
+    so an evaluator reads the time to each accuracy from the checkpoint it evaluates, not from
+    file times.  A checkpoint written before it existed restores it as 0.
 
     ``optional`` trackables may be absent from a checkpoint of the same model dir — the encoder's
     optimizer, which exists only once the encoder trains (phase 2); any optimizer in a checkpoint
@@ -80,7 +88,10 @@ class Checkpoints:
         self.model_dir = model_dir  # restored from; written to unless ``write_dir`` is given
         self.step = step
         self.required = {"step": step, **trackables}
-        self.optional = optional or {}
+        # Outside any strategy's scope: a plain host variable, read and written only here.
+        self.train_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False, name=TRAIN_SECONDS)
+        self.optional = {**(optional or {}), TRAIN_SECONDS: self.train_seconds}
+        self._trained_before, self._started = 0.0, time.monotonic()
         self.checkpoint = tf.train.Checkpoint(**self.required, **self.optional)
         self.manager = tf.train.CheckpointManager(self.checkpoint, str(write_dir or model_dir),
                                                   max_to_keep=1 if write_dir else keep,
@@ -101,12 +112,15 @@ class Checkpoints:
         if unused:
             log.info("not restored from %s (not used by this run): %s", path, ", ".join(sorted(unused)))
         restore(tf.train.Checkpoint(**self.required, **optional), path, hint, partial=bool(unused))
+        self._trained_before, self._started = float(self.train_seconds.numpy()), time.monotonic()
         return int(self.step.numpy())
+
 
     def save(self) -> str:
         step = int(self.step.numpy())
         if self.manager.latest_checkpoint and checkpoint_step(self.manager.latest_checkpoint) == step:
             return self.manager.latest_checkpoint  # this step is already on disk
+        self.train_seconds.assign(self._trained_before + time.monotonic() - self._started)
         try:
             path = self.manager.save(checkpoint_number=step)
         except (tf.errors.OpError, OSError) as exc:

@@ -8,6 +8,7 @@ how the run is distributed, and whom to follow for early stop.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -109,6 +110,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--task-index", type=int, help="this task's index in its job (default 0)")
     d.add_argument("--log-device-placement", action="store_true",
                    help="log every op's device (TensorFlow's own, very verbose)")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the run's whole configuration (JSON: every setting, what it resolves to, "
+                        "versions, devices, data) and exit, training and writing nothing")
     p.add_argument("--profile-steps", type=_step_range, metavar="A:B",
                    help="write a TensorFlow profiler trace of global steps A to B into the model dir's "
                         "TensorBoard run (TensorBoard's Profile tab; pip install tensorboard-plugin-profile)")
@@ -156,6 +160,8 @@ def _train(args: argparse.Namespace, stop) -> int:
     strategies.configure_devices(args.logical_cpus, args.log_device_placement)
     if cluster is not None:
         log.info("this task: %s", cluster.describe())
+    if args.print_config:
+        return _print_config(args, cluster, name)
     if name == "parameter_server" and cluster.task_type != "chief":
         return _serve(cluster, stop)
     if cluster is not None and not cluster.is_chief:  # a multi-worker worker: writes scratch copies
@@ -167,9 +173,8 @@ def _train(args: argparse.Namespace, stop) -> int:
 
 
 def _train_task(args: argparse.Namespace, stop, cluster, name: str) -> int:
-    from showtell.trainer import strategy as strategies
+    from showtell.trainer import run_config
     from showtell.trainer.cluster import wait_for_ps
-    from showtell.trainer.task import CaptionTask
     from showtell.trainer.training import Trainer
 
     if name == "parameter_server" and not wait_for_ps(cluster, stop):
@@ -177,16 +182,12 @@ def _train_task(args: argparse.Namespace, stop, cluster, name: str) -> int:
         log.info("stopped (%s) while waiting for the parameter servers: nothing was trained, "
                  "nothing to save; exit %d (not finished)", stop.reason, code)
         return code
-    chosen = strategies.choose(name, args.devices, cluster)
-    task = CaptionTask(data_dir=args.data, model_dir=args.model_dir, **configs(args),
-                       strategy=chosen.strategy, image_size=args.image_size,
-                       inception_weights=args.inception_weights, train_inception=args.train_inception,
-                       is_chief=cluster is None or cluster.is_chief,
-                       independent_workers=chosen.coordinator is not None)
+    chosen, task = _task(args, cluster, name)
     stop.time_limit(task.train_config.max_seconds)  # counted from here, as before
     trainer = Trainer(task=task, coordinator=chosen.coordinator, profile_steps=args.profile_steps,
                       workers=cluster.count("worker") if cluster else 1,
-                      strategy_note=f"strategy {chosen.name} ({chosen.why})")
+                      strategy_note=f"strategy {chosen.name} ({chosen.why})", strategy_name=chosen.name,
+                      settings=run_config.settings(args))
     listener = _early_stop(args, stop) if cluster is None or cluster.is_chief else None  # the chief's
     try:
         result = trainer.run(stop)
@@ -201,6 +202,31 @@ def _train_task(args: argparse.Namespace, stop, cluster, name: str) -> int:
              "again, it resumes from its final checkpoint", result.final_step, result.start_step,
              result.stopped_by, code)
     return code
+
+
+def _task(args: argparse.Namespace, cluster, name: str):
+    """The strategy chosen and the ``CaptionTask`` built (nothing written yet)."""
+    from showtell.trainer import strategy as strategies
+    from showtell.trainer.task import CaptionTask
+
+    chosen = strategies.choose(name, args.devices, cluster)
+    task = CaptionTask(data_dir=args.data, model_dir=args.model_dir, **configs(args),
+                       strategy=chosen.strategy, image_size=args.image_size,
+                       inception_weights=args.inception_weights, train_inception=args.train_inception,
+                       is_chief=cluster is None or cluster.is_chief,
+                       independent_workers=chosen.coordinator is not None)
+    return chosen, task
+
+
+def _print_config(args: argparse.Namespace, cluster, name: str) -> int:
+    """``--print-config``: the configuration this command would train with; nothing is written."""
+    from showtell.trainer import run_config
+
+    chosen, task = _task(args, cluster, name)
+    config = run_config.configuration(run_config.settings(args), task, chosen.name,
+                                      task.compute.loop_steps(task.uses_cache), encoder=False)
+    print(json.dumps(config, indent=2))
+    return 0
 
 
 def _early_stop(args: argparse.Namespace, stop):

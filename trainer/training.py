@@ -19,9 +19,10 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from showtell.captioning.data.manifest import VOCAB
-from showtell.captioning.model.modeldir import clear_finished, mark_finished, write_metadata
+from showtell.captioning.model.modeldir import clear_finished, mark_finished, read_run_id, write_metadata
 from showtell.captioning.weights.encoder import NONE, load_encoder_weights
 from showtell.common.errors import DataError
+from showtell.trainer import run_config
 from showtell.trainer.actions import ProfileSteps, StepReport, WeightHistograms
 from showtell.trainer.checkpoints import SaveSchedule
 from showtell.trainer.cluster import cluster_failure
@@ -54,7 +55,8 @@ class Trainer:
     """Trains ``task`` to its ``TrainConfig.steps`` under its strategy."""
 
     def __init__(self, *, task: CaptionTask, coordinator=None, workers: int = 1,
-                 strategy_note: str | None = None, profile_steps: tuple[int, int] | None = None) -> None:
+                 strategy_note: str | None = None, profile_steps: tuple[int, int] | None = None,
+                 strategy_name: str = "", settings: dict | None = None) -> None:
         """
         Args:
           task: model, data and checkpoints of the run.
@@ -62,9 +64,12 @@ class Trainer:
           workers: worker tasks of a parameter-server cluster.
           strategy_note: which strategy and why, for the log.
           profile_steps: (A, B): a profiler trace of global steps A to B in the TensorBoard run.
+          strategy_name: the strategy chosen (recorded with the run's configuration).
+          settings: every flag as parsed (``run_config.settings``): the chief records the run's
+            whole configuration in ``<model-dir>/runs/``; None records nothing (benches, tests).
         """
         self.task, self.coordinator, self.workers = task, coordinator, workers
-        self.profile_steps = profile_steps
+        self.profile_steps, self.strategy_name, self.settings = profile_steps, strategy_name, settings
         self.strategy_note = strategy_note or f"strategy {type(task.strategy).__name__}"
 
     def run(self, stop: StopRequest | None = None) -> TrainResult:
@@ -74,14 +79,8 @@ class Trainer:
         start_step = task.step
         if task.is_chief:
             self._record_run(encoder_init)
-        replicas = task.strategy.num_replicas_in_sync
-        log.info(
-            "training to step %d: global batch %d = %d per replica × %d replica%s%s, %d steps/epoch, "
-            "images %d px, vocab %d", cfg.steps, task.batch_size, task.input_config.batch_size, replicas,
-            "" if replicas == 1 else "s",
-            f" (each of {self.workers} workers steps on its own)" if self.coordinator else "",
-            task.steps_per_epoch, task.model_config.image_size, task.model_config.vocab_size,
-        )
+            self._record_configuration(start_step)
+        self._log_shape()
         summaries = TrainSummaries(task.model_dir if task.is_chief else None)
         runner = profiler = None
         try:
@@ -124,9 +123,27 @@ class Trainer:
                  "" if task.is_chief else " — a non-chief scratch copy, deleted; the chief's is the real one")
         # Over on its own terms (not a signal, not another worker's stop): tell evaluators.
         finished = stopped_by is None or (stop.final and stopped_by == stop.reason)
-        if finished and task.is_chief:
-            mark_finished(task.model_dir, final, path, stopped_by or f"step {cfg.steps} reached")
+        if task.is_chief:
+            self._record_end(final, path, stopped_by or f"step {cfg.steps} reached", finished)
         return TrainResult(start_step, final, path, stopped_by, finished)
+
+    def _log_shape(self) -> None:
+        task, replicas = self.task, self.task.strategy.num_replicas_in_sync
+        log.info(
+            "training to step %d: global batch %d = %d per replica × %d replica%s%s, %d steps/epoch, "
+            "images %d px, vocab %d", task.train_config.steps, task.batch_size, task.input_config.batch_size,
+            replicas, "" if replicas == 1 else "s",
+            f" (each of {self.workers} workers steps on its own)" if self.coordinator else "",
+            task.steps_per_epoch, task.model_config.image_size, task.model_config.vocab_size,
+        )
+
+    def _record_end(self, step: int, path: str, reason: str, finished: bool) -> None:
+        """The chief's: the finished marker (evaluators read it), and the run's end in its record."""
+        model_dir = self.task.model_dir
+        if finished:
+            mark_finished(model_dir, step, path, reason)
+        if self.settings is not None:
+            run_config.ended(model_dir, read_run_id(str(model_dir)) or "", step, reason, finished)
 
     def _runner(self) -> SynchronousRunner | ParameterServerRunner:
         if self.coordinator is None:
@@ -161,6 +178,17 @@ class Trainer:
         log.info("placement: %s", placement(task.strategy, task.model.weights + task.optimizer_variables(),
                                             self.workers if self.coordinator else None))
         return encoder_init
+
+    def _record_configuration(self, step: int) -> None:
+        """The run's whole configuration, or what changed since its last start (``run_config``)."""
+        if self.settings is None:
+            return
+        task = self.task
+        config = run_config.configuration(self.settings, task, self.strategy_name,
+                                          task.compute.loop_steps(task.uses_cache))
+        changed = run_config.record(task.model_dir, read_run_id(str(task.model_dir)) or "", config, step)
+        if changed:
+            log.info("resumed with changed settings, recorded in %s: %s", run_config.RUNS, "; ".join(changed))
 
     def _record_run(self, encoder_init) -> None:
         """The chief's once-per-run writes: clear the finished marker; in a new model dir, the

@@ -220,6 +220,9 @@ def restore(checkpoint: tf.train.Checkpoint, path: str, hint: str, partial: bool
 
 STATE_FILE = "checkpoint"  # names the checkpoints; renamed into place after their data files
 CHECKPOINT_NAME = "ckpt"  # CheckpointManager's prefix: ckpt-<global step>
+# A checkpoint's variable: the run's training wall-clock seconds when it was saved (the trainer's
+# ``Checkpoints``), read by the evaluator for the time to each accuracy.
+TRAIN_SECONDS = "train_seconds"
 
 
 def checkpoint_name(step: int) -> str:

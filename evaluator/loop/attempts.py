@@ -83,7 +83,8 @@ class Attempts:
             log.info("evaluating %s (step %d)", prefix, step)
             result = self.evaluator.evaluate(pinned, step=step, progress=progress, images=images)
             return Record(step, prefix, mtime, time.time(), result.seconds, result.examples,
-                          metrics=result.metrics, samples=result.samples, run=run, scoring=result.scoring)
+                          metrics=result.metrics, samples=result.samples, run=run, scoring=result.scoring,
+                          train_seconds=result.train_seconds)
         except ModelDirIncomplete as exc:  # e.g. showtell-model.json not synced yet
             return NotArrived(checkpoint, str(exc), mtime)
         except ShowtellError as exc:

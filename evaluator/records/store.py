@@ -15,8 +15,8 @@ keeps reads cheap while a write is in progress from another process (e.g. a back
 A history that is not a sound SQLite database (overwritten, truncated by a disk), or one in
 another format than ``FORMAT`` (written by another version), is moved aside with one loud log
 line, and a fresh one starts: the evaluator keeps serving instead of crash-looping, and the
-checkpoints the state file names are evaluated again.  That is the one way an old format is met:
-no migrations.
+checkpoints the state file names are evaluated again — with one exception: a format-2 history
+gains the ``train_seconds`` column (its rows: unknown), the one change since.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from pathlib import Path
 
 from showtell.api.contract import ALL_RUNS
 
-FORMAT = 2  # PRAGMA user_version of a history this version reads and writes
+FORMAT = 3  # PRAGMA user_version of a history this version reads and writes
+ADD_TRAIN_SECONDS = "ALTER TABLE evaluations ADD COLUMN train_seconds REAL"  # format 2 → 3
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS evaluations (
     run TEXT NOT NULL,
@@ -50,6 +51,7 @@ CREATE TABLE IF NOT EXISTS evaluations (
     reason TEXT NOT NULL,
     scoring TEXT NOT NULL,
     recorded INTEGER NOT NULL DEFAULT 1,
+    train_seconds REAL,
     PRIMARY KEY (run, step, checkpoint)
 );
 """
@@ -74,6 +76,7 @@ class Record:
     run: str = ""  # the training run (see the module docstring)
     scoring: str = ""  # the tokenizer and scorers behind the caption metrics
     recorded: int = 1  # times this checkpoint was recorded: more than 1 is a defect (see the module)
+    train_seconds: float | None = None  # the run's training seconds at this checkpoint (None: unknown)
 
     @classmethod
     def skipped(cls, step: int, checkpoint: str, reason: str, *, run: str, mtime: float = 0.0) -> Record:
@@ -116,7 +119,11 @@ class Store:
                 raise sqlite3.DatabaseError("; ".join(problems[:3]))
             tables = db.execute("SELECT COUNT(*) FROM sqlite_master WHERE type='table'").fetchone()[0]
             version = db.execute("PRAGMA user_version").fetchone()[0]
-            if tables and version != FORMAT:
+            if tables and version == 2:
+                db.execute(ADD_TRAIN_SECONDS)
+                log.info("%s: history format 2 gains train_seconds (unknown for its %d rows)", self.path,
+                         db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0])
+            elif tables and version != FORMAT:
                 raise OtherFormat(f"history format {version}; this version reads {FORMAT}")
             db.executescript(SCHEMA)
             db.execute(f"PRAGMA user_version = {FORMAT}")
@@ -147,10 +154,11 @@ class Store:
         key = (record.run, record.step, record.checkpoint)
         with self._lock:
             cursor = self._db.execute(
-                "INSERT OR IGNORE INTO evaluations VALUES (?,?,?,?,?,?,?,?,?,?,?,?,1)",
+                "INSERT OR IGNORE INTO evaluations VALUES (?,?,?,?,?,?,?,?,?,?,?,?,1,?)",
                 (*key, record.checkpoint_mtime, record.evaluated_at,
                  record.eval_seconds, record.num_examples, json.dumps(record.metrics),
-                 json.dumps(record.samples), record.status, record.reason, record.scoring),
+                 json.dumps(record.samples), record.status, record.reason, record.scoring,
+                 record.train_seconds),
             )
             if cursor.rowcount == 1:
                 return dataclasses.replace(record, rowid=cursor.lastrowid)
@@ -251,8 +259,8 @@ class Store:
 
 def _record(row: tuple) -> Record:
     (rowid, run, step, checkpoint, checkpoint_mtime, evaluated_at, eval_seconds, num_examples, metrics,
-     samples, status, reason, scoring, recorded) = row
+     samples, status, reason, scoring, recorded, train_seconds) = row
     return Record(step=step, checkpoint=checkpoint, checkpoint_mtime=checkpoint_mtime,
                   evaluated_at=evaluated_at, eval_seconds=eval_seconds, num_examples=num_examples,
                   metrics=json.loads(metrics), samples=json.loads(samples), status=status, reason=reason,
-                  rowid=rowid, run=run, scoring=scoring, recorded=recorded)
+                  rowid=rowid, run=run, scoring=scoring, recorded=recorded, train_seconds=train_seconds)

@@ -19,7 +19,13 @@ from showtell.captioning.data import inputs
 from showtell.captioning.data.manifest import VOCAB, load_dataset
 from showtell.captioning.data.records import shard_files
 from showtell.captioning.data.vocab import Vocabulary, same_ids
-from showtell.captioning.model.modeldir import checkpoint_step, model_vocabulary, read_model_config, restore
+from showtell.captioning.model.modeldir import (
+    TRAIN_SECONDS,
+    checkpoint_step,
+    model_vocabulary,
+    read_model_config,
+    restore,
+)
 from showtell.captioning.model.network import build_model
 from showtell.captioning.model.validation import Validator, exact_match
 from showtell.common.errors import ModelDirError
@@ -38,6 +44,16 @@ class EvalResult:
     seconds: float
     samples: list[dict] = field(default_factory=list)
     scoring: str = ""  # the tokenizer and scorers behind the caption metrics (CaptionScorer.scoring)
+    train_seconds: float | None = None  # the trainer's training seconds at this checkpoint (if it says)
+
+
+def train_seconds(path: str) -> float | None:
+    """The run's training seconds the trainer saved in checkpoint ``path``; None when it holds
+    none (written before showtell recorded it, or by ``import-im2txt``)."""
+    try:
+        return float(tf.train.load_variable(path, f"{TRAIN_SECONDS}/.ATTRIBUTES/VARIABLE_VALUE"))
+    except (tf.errors.OpError, ValueError):
+        return None
 
 
 class CheckpointEvaluator:
@@ -132,4 +148,5 @@ class CheckpointEvaluator:
                  for i, c in list(captions.items())[: self.samples]]
         return EvalResult(step=checkpoint_step(path) if step is None else step, checkpoint=path,
                           metrics=metrics, examples=loss.examples, seconds=time.monotonic() - started,
-                          samples=shown, scoring=self.scorer.scoring if self.scorer is not None else "")
+                          samples=shown, scoring=self.scorer.scoring if self.scorer is not None else "",
+                          train_seconds=train_seconds(path))

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 import grpc
+from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from showtell.api.contract import ALL_RUNS, STOPPING
@@ -39,6 +40,10 @@ def _timestamp(seconds: float) -> Timestamp:
 
 
 def to_proto(record: Record) -> pb.Evaluation:
+    train_time = None
+    if record.train_seconds is not None:
+        train_time = Duration()
+        train_time.FromNanoseconds(round(record.train_seconds * 1e9))
     return pb.Evaluation(
         global_step=record.step,
         checkpoint_path=record.checkpoint,
@@ -53,6 +58,7 @@ def to_proto(record: Record) -> pb.Evaluation:
         reason=record.reason,
         run_id=record.run,
         scoring=record.scoring,
+        train_time=train_time,
     )
 
 

@@ -69,8 +69,10 @@ def format_evaluation(e: pb.Evaluation) -> str:
         return f"step {e.global_step:>7}  {status}: {e.reason}"
     metrics = "  ".join(f"{k} {v:.4f}" for k, v in sorted(e.metrics.items()))
     scoring = f"; {e.scoring}" if e.scoring else ""
+    trained = f", after {_duration(e.train_time.ToTimedelta().total_seconds())} of training" \
+        if e.HasField("train_time") else ""
     return (f"step {e.global_step:>7}  {metrics}  "
-            f"({e.num_examples} examples, {e.eval_seconds:.1f} s, {when}{scoring})")
+            f"({e.num_examples} examples, {e.eval_seconds:.1f} s, {when}{trained}{scoring})")
 
 
 def _explain(error: grpc.RpcError, server: str, security: ClientSecurity) -> ShowtellError:

@@ -92,6 +92,22 @@ class DirectoryLock:
         self.release()
 
 
+def held(directory: str | os.PathLike, role: str) -> bool:
+    """Whether a live process holds ``directory`` as ``role`` (a shared lock cannot be had beside
+    its exclusive one); takes nothing."""
+    try:
+        fd = os.open(Path(directory) / LOCK_FILE.format(role=role), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def _read_holder(fd: int) -> str:
     try:
         record = json.loads(os.pread(fd, 4096, 0).decode() or "{}")

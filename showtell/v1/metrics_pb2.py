@@ -22,10 +22,11 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19showtell/v1/metrics.proto\x12\x0bshowtell.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"F\n\rSampleCaption\x12\x10\n\x08image_id\x18\x01 \x01(\x03\x12\x0f\n\x07\x63\x61ption\x18\x02 \x01(\t\x12\x12\n\nreferences\x18\x03 \x03(\t\"\x9b\x04\n\nEvaluation\x12\x13\n\x0bglobal_step\x18\x01 \x01(\x03\x12\x17\n\x0f\x63heckpoint_path\x18\x02 \x01(\t\x12\x34\n\x10\x63heckpoint_mtime\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0c\x65valuated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0c\x65val_seconds\x18\x05 \x01(\x01\x12\x14\n\x0cnum_examples\x18\x06 \x01(\x03\x12\x35\n\x07metrics\x18\x07 \x03(\x0b\x32$.showtell.v1.Evaluation.MetricsEntry\x12+\n\x07samples\x18\x08 \x03(\x0b\x32\x1a.showtell.v1.SampleCaption\x12.\n\x06status\x18\t \x01(\x0e\x32\x1e.showtell.v1.Evaluation.Status\x12\x0e\n\x06reason\x18\n \x01(\t\x12\x13\n\x0b\x65xport_path\x18\x0b \x01(\t\x12\x0e\n\x06run_id\x18\x0c \x01(\t\x12\x0f\n\x07scoring\x18\r \x01(\t\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"A\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x06\n\x02OK\x10\x01\x12\n\n\x06\x46\x41ILED\x10\x02\x12\x0b\n\x07SKIPPED\x10\x03\"\"\n\x10GetLatestRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"^\n\x16ListEvaluationsRequest\x12\x11\n\tfrom_step\x18\x01 \x01(\x03\x12\r\n\x05limit\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x0e\n\x06run_id\x18\x04 \x01(\t\"`\n\x17ListEvaluationsResponse\x12,\n\x0b\x65valuations\x18\x01 \x03(\x0b\x32\x17.showtell.v1.Evaluation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x90\x01\n\x0eGetBestRequest\x12\x0e\n\x06metric\x18\x01 \x01(\t\x12.\n\x04mode\x18\x02 \x01(\x0e\x32 .showtell.v1.GetBestRequest.Mode\x12\x0e\n\x06run_id\x18\x03 \x01(\t\".\n\x04Mode\x12\x14\n\x10MODE_UNSPECIFIED\x10\x00\x12\x07\n\x03MAX\x10\x01\x12\x07\n\x03MIN\x10\x02\"\x12\n\x10GetStatusRequest\"\xda\x02\n\x0f\x45valuatorStatus\x12\x16\n\x0e\x63heckpoint_dir\x18\x01 \x01(\t\x12\x0e\n\x06policy\x18\x02 \x01(\t\x12\x16\n\x0elast_seen_step\x18\x03 \x01(\x03\x12\x17\n\x0f\x65valuating_step\x18\x04 \x01(\x03\x12\x15\n\rpending_steps\x18\x05 \x03(\x03\x12\x13\n\x0b\x65valuations\x18\x06 \x01(\x03\x12\x10\n\x08\x66\x61ilures\x18\x07 \x01(\x03\x12\x16\n\x0euptime_seconds\x18\x08 \x01(\x01\x12\x10\n\x08observer\x18\t \x01(\t\x12\x12\n\nlast_error\x18\n \x01(\t\x12\x13\n\x0b\x62\x65st_export\x18\x0b \x01(\t\x12\x0e\n\x06run_id\x18\x0c \x01(\t\x12\x0c\n\x04runs\x18\r \x01(\x03\x12\x13\n\x0bimages_done\x18\x0e \x01(\x03\x12\x14\n\x0cimages_total\x18\x0f \x01(\x03\x12\x14\n\x0cseconds_left\x18\x10 \x01(\x01\"2\n\x0cWatchRequest\x12\x12\n\nafter_step\x18\x01 \x01(\x03\x12\x0e\n\x06run_id\x18\x02 \x01(\t2\xf6\x02\n\x07Metrics\x12\x43\n\tGetLatest\x12\x1d.showtell.v1.GetLatestRequest\x1a\x17.showtell.v1.Evaluation\x12\\\n\x0fListEvaluations\x12#.showtell.v1.ListEvaluationsRequest\x1a$.showtell.v1.ListEvaluationsResponse\x12?\n\x07GetBest\x12\x1b.showtell.v1.GetBestRequest\x1a\x17.showtell.v1.Evaluation\x12H\n\tGetStatus\x12\x1d.showtell.v1.GetStatusRequest\x1a\x1c.showtell.v1.EvaluatorStatus\x12=\n\x05Watch\x12\x19.showtell.v1.WatchRequest\x1a\x17.showtell.v1.Evaluation0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19showtell/v1/metrics.proto\x12\x0bshowtell.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"F\n\rSampleCaption\x12\x10\n\x08image_id\x18\x01 \x01(\x03\x12\x0f\n\x07\x63\x61ption\x18\x02 \x01(\t\x12\x12\n\nreferences\x18\x03 \x03(\t\"\xca\x04\n\nEvaluation\x12\x13\n\x0bglobal_step\x18\x01 \x01(\x03\x12\x17\n\x0f\x63heckpoint_path\x18\x02 \x01(\t\x12\x34\n\x10\x63heckpoint_mtime\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0c\x65valuated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0c\x65val_seconds\x18\x05 \x01(\x01\x12\x14\n\x0cnum_examples\x18\x06 \x01(\x03\x12\x35\n\x07metrics\x18\x07 \x03(\x0b\x32$.showtell.v1.Evaluation.MetricsEntry\x12+\n\x07samples\x18\x08 \x03(\x0b\x32\x1a.showtell.v1.SampleCaption\x12.\n\x06status\x18\t \x01(\x0e\x32\x1e.showtell.v1.Evaluation.Status\x12\x0e\n\x06reason\x18\n \x01(\t\x12\x13\n\x0b\x65xport_path\x18\x0b \x01(\t\x12\x0e\n\x06run_id\x18\x0c \x01(\t\x12\x0f\n\x07scoring\x18\r \x01(\t\x12-\n\ntrain_time\x18\x0e \x01(\x0b\x32\x19.google.protobuf.Duration\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"A\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x06\n\x02OK\x10\x01\x12\n\n\x06\x46\x41ILED\x10\x02\x12\x0b\n\x07SKIPPED\x10\x03\"\"\n\x10GetLatestRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"^\n\x16ListEvaluationsRequest\x12\x11\n\tfrom_step\x18\x01 \x01(\x03\x12\r\n\x05limit\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x0e\n\x06run_id\x18\x04 \x01(\t\"`\n\x17ListEvaluationsResponse\x12,\n\x0b\x65valuations\x18\x01 \x03(\x0b\x32\x17.showtell.v1.Evaluation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x90\x01\n\x0eGetBestRequest\x12\x0e\n\x06metric\x18\x01 \x01(\t\x12.\n\x04mode\x18\x02 \x01(\x0e\x32 .showtell.v1.GetBestRequest.Mode\x12\x0e\n\x06run_id\x18\x03 \x01(\t\".\n\x04Mode\x12\x14\n\x10MODE_UNSPECIFIED\x10\x00\x12\x07\n\x03MAX\x10\x01\x12\x07\n\x03MIN\x10\x02\"\x12\n\x10GetStatusRequest\"\xda\x02\n\x0f\x45valuatorStatus\x12\x16\n\x0e\x63heckpoint_dir\x18\x01 \x01(\t\x12\x0e\n\x06policy\x18\x02 \x01(\t\x12\x16\n\x0elast_seen_step\x18\x03 \x01(\x03\x12\x17\n\x0f\x65valuating_step\x18\x04 \x01(\x03\x12\x15\n\rpending_steps\x18\x05 \x03(\x03\x12\x13\n\x0b\x65valuations\x18\x06 \x01(\x03\x12\x10\n\x08\x66\x61ilures\x18\x07 \x01(\x03\x12\x16\n\x0euptime_seconds\x18\x08 \x01(\x01\x12\x10\n\x08observer\x18\t \x01(\t\x12\x12\n\nlast_error\x18\n \x01(\t\x12\x13\n\x0b\x62\x65st_export\x18\x0b \x01(\t\x12\x0e\n\x06run_id\x18\x0c \x01(\t\x12\x0c\n\x04runs\x18\r \x01(\x03\x12\x13\n\x0bimages_done\x18\x0e \x01(\x03\x12\x14\n\x0cimages_total\x18\x0f \x01(\x03\x12\x14\n\x0cseconds_left\x18\x10 \x01(\x01\"2\n\x0cWatchRequest\x12\x12\n\nafter_step\x18\x01 \x01(\x03\x12\x0e\n\x06run_id\x18\x02 \x01(\t2\xf6\x02\n\x07Metrics\x12\x43\n\tGetLatest\x12\x1d.showtell.v1.GetLatestRequest\x1a\x17.showtell.v1.Evaluation\x12\\\n\x0fListEvaluations\x12#.showtell.v1.ListEvaluationsRequest\x1a$.showtell.v1.ListEvaluationsResponse\x12?\n\x07GetBest\x12\x1b.showtell.v1.GetBestRequest\x1a\x17.showtell.v1.Evaluation\x12H\n\tGetStatus\x12\x1d.showtell.v1.GetStatusRequest\x1a\x1c.showtell.v1.EvaluatorStatus\x12=\n\x05Watch\x12\x19.showtell.v1.WatchRequest\x1a\x17.showtell.v1.Evaluation0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,30 +35,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_EVALUATION_METRICSENTRY']._loaded_options = None
   _globals['_EVALUATION_METRICSENTRY']._serialized_options = b'8\001'
-  _globals['_SAMPLECAPTION']._serialized_start=75
-  _globals['_SAMPLECAPTION']._serialized_end=145
-  _globals['_EVALUATION']._serialized_start=148
-  _globals['_EVALUATION']._serialized_end=687
-  _globals['_EVALUATION_METRICSENTRY']._serialized_start=574
-  _globals['_EVALUATION_METRICSENTRY']._serialized_end=620
-  _globals['_EVALUATION_STATUS']._serialized_start=622
-  _globals['_EVALUATION_STATUS']._serialized_end=687
-  _globals['_GETLATESTREQUEST']._serialized_start=689
-  _globals['_GETLATESTREQUEST']._serialized_end=723
-  _globals['_LISTEVALUATIONSREQUEST']._serialized_start=725
-  _globals['_LISTEVALUATIONSREQUEST']._serialized_end=819
-  _globals['_LISTEVALUATIONSRESPONSE']._serialized_start=821
-  _globals['_LISTEVALUATIONSRESPONSE']._serialized_end=917
-  _globals['_GETBESTREQUEST']._serialized_start=920
-  _globals['_GETBESTREQUEST']._serialized_end=1064
-  _globals['_GETBESTREQUEST_MODE']._serialized_start=1018
-  _globals['_GETBESTREQUEST_MODE']._serialized_end=1064
-  _globals['_GETSTATUSREQUEST']._serialized_start=1066
-  _globals['_GETSTATUSREQUEST']._serialized_end=1084
-  _globals['_EVALUATORSTATUS']._serialized_start=1087
-  _globals['_EVALUATORSTATUS']._serialized_end=1433
-  _globals['_WATCHREQUEST']._serialized_start=1435
-  _globals['_WATCHREQUEST']._serialized_end=1485
-  _globals['_METRICS']._serialized_start=1488
-  _globals['_METRICS']._serialized_end=1862
+  _globals['_SAMPLECAPTION']._serialized_start=107
+  _globals['_SAMPLECAPTION']._serialized_end=177
+  _globals['_EVALUATION']._serialized_start=180
+  _globals['_EVALUATION']._serialized_end=766
+  _globals['_EVALUATION_METRICSENTRY']._serialized_start=653
+  _globals['_EVALUATION_METRICSENTRY']._serialized_end=699
+  _globals['_EVALUATION_STATUS']._serialized_start=701
+  _globals['_EVALUATION_STATUS']._serialized_end=766
+  _globals['_GETLATESTREQUEST']._serialized_start=768
+  _globals['_GETLATESTREQUEST']._serialized_end=802
+  _globals['_LISTEVALUATIONSREQUEST']._serialized_start=804
+  _globals['_LISTEVALUATIONSREQUEST']._serialized_end=898
+  _globals['_LISTEVALUATIONSRESPONSE']._serialized_start=900
+  _globals['_LISTEVALUATIONSRESPONSE']._serialized_end=996
+  _globals['_GETBESTREQUEST']._serialized_start=999
+  _globals['_GETBESTREQUEST']._serialized_end=1143
+  _globals['_GETBESTREQUEST_MODE']._serialized_start=1097
+  _globals['_GETBESTREQUEST_MODE']._serialized_end=1143
+  _globals['_GETSTATUSREQUEST']._serialized_start=1145
+  _globals['_GETSTATUSREQUEST']._serialized_end=1163
+  _globals['_EVALUATORSTATUS']._serialized_start=1166
+  _globals['_EVALUATORSTATUS']._serialized_end=1512
+  _globals['_WATCHREQUEST']._serialized_start=1514
+  _globals['_WATCHREQUEST']._serialized_end=1564
+  _globals['_METRICS']._serialized_start=1567
+  _globals['_METRICS']._serialized_end=1941
 # @@protoc_insertion_point(module_scope)

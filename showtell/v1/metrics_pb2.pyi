@@ -1,5 +1,6 @@
 import datetime
 
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -21,7 +22,7 @@ class SampleCaption(_message.Message):
     def __init__(self, image_id: _Optional[int] = ..., caption: _Optional[str] = ..., references: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Evaluation(_message.Message):
-    __slots__ = ("global_step", "checkpoint_path", "checkpoint_mtime", "evaluated_at", "eval_seconds", "num_examples", "metrics", "samples", "status", "reason", "export_path", "run_id", "scoring")
+    __slots__ = ("global_step", "checkpoint_path", "checkpoint_mtime", "evaluated_at", "eval_seconds", "num_examples", "metrics", "samples", "status", "reason", "export_path", "run_id", "scoring", "train_time")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATUS_UNSPECIFIED: _ClassVar[Evaluation.Status]
@@ -52,6 +53,7 @@ class Evaluation(_message.Message):
     EXPORT_PATH_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     SCORING_FIELD_NUMBER: _ClassVar[int]
+    TRAIN_TIME_FIELD_NUMBER: _ClassVar[int]
     global_step: int
     checkpoint_path: str
     checkpoint_mtime: _timestamp_pb2.Timestamp
@@ -65,7 +67,8 @@ class Evaluation(_message.Message):
     export_path: str
     run_id: str
     scoring: str
-    def __init__(self, global_step: _Optional[int] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_mtime: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., evaluated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., eval_seconds: _Optional[float] = ..., num_examples: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., samples: _Optional[_Iterable[_Union[SampleCaption, _Mapping]]] = ..., status: _Optional[_Union[Evaluation.Status, str]] = ..., reason: _Optional[str] = ..., export_path: _Optional[str] = ..., run_id: _Optional[str] = ..., scoring: _Optional[str] = ...) -> None: ...
+    train_time: _duration_pb2.Duration
+    def __init__(self, global_step: _Optional[int] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_mtime: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., evaluated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., eval_seconds: _Optional[float] = ..., num_examples: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., samples: _Optional[_Iterable[_Union[SampleCaption, _Mapping]]] = ..., status: _Optional[_Union[Evaluation.Status, str]] = ..., reason: _Optional[str] = ..., export_path: _Optional[str] = ..., run_id: _Optional[str] = ..., scoring: _Optional[str] = ..., train_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class GetLatestRequest(_message.Message):
     __slots__ = ("run_id",)

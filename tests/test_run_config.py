@@ -1,0 +1,113 @@
+"""A run's whole configuration in its model dir (``<model-dir>/runs/<run id>.json``): every
+setting as resolved, what it resolved to, the versions, devices, data and encoder — written at
+the run's start; a resume with changed settings adds a revision saying what changed; the same
+settings add nothing; ``--print-config`` prints it and writes nothing; an unreadable record is
+moved aside, not lost.  In process (``showtell_main``): the trainer's outcome is decided inside
+the command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+
+from showtell.captioning.model.modeldir import read_run_id
+from tests.helpers import TINY_MODEL
+
+pytestmark = pytest.mark.e2e
+
+
+def _train(showtell_main, data: Path, model_dir: Path, *extra: str):
+    result = showtell_main("train", "--data", str(data), "--model-dir", str(model_dir), *TINY_MODEL,
+                           "--save-every-secs", "0", *extra)
+    assert result.returncode == 0, result.stderr[-3000:] + result.logs[-3000:]
+    return result
+
+
+def _revisions(model_dir: Path) -> list[dict]:
+    run = read_run_id(str(model_dir))
+    return json.loads((model_dir / "runs" / f"{run}.json").read_text())["revisions"]
+
+
+def test_the_run_records_its_configuration_and_each_change(tiny_data: Path, tmp_path: Path, showtell_main):
+    model_dir = tmp_path / "model"
+    printed = showtell_main("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
+                            "--save-every-secs", "0", "--steps", "2", "--print-config")
+    assert printed.returncode == 0 and not model_dir.exists()  # printed, nothing written
+    shown = json.loads(printed.stdout)
+    assert shown["settings"]["steps"] == 2 and shown["resolved"]["model"]["lstm_units"] == 32
+    assert shown["resolved"]["uses_cache"] and shown["resolved"]["compute"]["steps_per_loop"] == 10
+
+    _train(showtell_main, tiny_data, model_dir, "--steps", "2")
+    [first] = _revisions(model_dir)
+    assert first["step"] == 0 and first["settings"]["batch_size"] == 4 and first["settings"]["steps"] == 2
+    assert first["resolved"]["optimizer"] == {**first["resolved"]["optimizer"], "name": "adam",
+                                              "learning_rate": 0.001}  # the tiny settings'
+    assert first["resolved"]["global_batch"] == 4
+    assert first["resolved"]["phase"].startswith("encoder frozen")
+    environment = first["environment"]
+    assert environment["tensorflow"] == tf.__version__ and environment["python"]
+    assert len(environment["data"]["manifest_sha256"]) == 64 and len(environment["encoder_sha256"]) == 64
+    for part in ("settings", "resolved"):  # what was printed is what trained
+        printed_part = {k: v for k, v in shown[part].items() if k != "print_config"}
+        trained_part = {k: v for k, v in first[part].items() if k != "print_config"}
+        assert printed_part == trained_part, {k: (v, trained_part.get(k)) for k, v in printed_part.items()
+                                              if trained_part.get(k) != v}
+
+    _train(showtell_main, tiny_data, model_dir, "--steps", "2")  # the same settings: nothing new
+    assert len(_revisions(model_dir)) == 1
+    resumed = _train(showtell_main, tiny_data, model_dir, "--steps", "4", "--learning-rate", "0.5")
+    revisions = _revisions(model_dir)
+    assert len(revisions) == 2 and revisions[1]["step"] == 2
+    assert revisions[1]["changed"] == ["--learning-rate: 0.001 → 0.5", "--steps: 2 → 4"]
+    assert "resumed with changed settings, recorded in runs: --learning-rate: 0.001 → 0.5; --steps: 2 → 4" \
+        in resumed.logs
+
+
+def test_an_unreadable_record_is_moved_aside_and_started_again(tiny_data: Path, tmp_path: Path,
+                                                              showtell_main):
+    model_dir = tmp_path / "model"
+    _train(showtell_main, tiny_data, model_dir, "--steps", "1")
+    record = model_dir / "runs" / f"{read_run_id(str(model_dir))}.json"
+    record.write_text("{ half a reco")
+    resumed = _train(showtell_main, tiny_data, model_dir, "--steps", "2")
+    [aside] = list(record.parent.glob("*.unreadable-*"))
+    assert aside.read_text() == "{ half a reco"  # kept as it was
+    assert f"{record}: unreadable" in resumed.logs and len(_revisions(model_dir)) == 1
+
+
+def test_showtell_runs_lists_shows_and_diffs_runs(tiny_data: Path, tmp_path: Path, showtell_main):
+    from showtell.evaluator.records.store import Record, Store
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    _train(showtell_main, tiny_data, a, "--steps", "2")
+    _train(showtell_main, tiny_data, b, "--steps", "1", "--learning-rate", "0.5")
+    run_a, run_b = read_run_id(str(a)), read_run_id(str(b))
+    history = tmp_path / "work" / "evaluations.sqlite"  # what an evaluator of run a recorded
+    store = Store(history)
+    for step, exact, seconds in ((1, 0.3, 12.0), (2, 0.6, 75.0)):
+        store.add(Record(step, str(a / f"ckpt-{step}"), 0.0, 0.0, 1.0, 8, metrics={"exact_match": exact},
+                         run=run_a, train_seconds=seconds))
+    store.close()
+
+    listed = showtell_main("runs", str(a), str(b), "--history", str(history), "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {r["run_id"]: r for r in map(json.loads, listed.stdout.splitlines())}
+    assert rows[run_a]["status"] == "finished (step 2 reached)" and rows[run_a]["step"] == 2
+    assert (rows[run_a]["best"], rows[run_a]["best_step"]) == (0.6, 2)
+    assert (rows[run_a]["target_seconds"], rows[run_a]["target_step"]) == (75.0, 2)  # 0.5 first met at 2
+    assert rows[run_b]["best"] is None and rows[run_b]["status"] == "finished (step 1 reached)"
+    shown = showtell_main("runs", str(a), "--history", str(history))
+    assert "1:15 (step 2)" in shown.stdout and "0.6000 (step 2)" in shown.stdout
+
+    record = json.loads(showtell_main("runs", "show", run_b, str(a), str(b)).stdout)
+    assert record["revisions"][0]["settings"]["learning_rate"] == 0.5 and record["ends"][-1]["step"] == 1
+    differ = showtell_main("runs", "diff", run_a, run_b, str(a), str(b))
+    assert differ.stdout.splitlines() == ["--learning-rate: 0.001 → 0.5", f"--model-dir: {a} → {b}",
+                                          "--steps: 2 → 1"]
+    missing = showtell_main("runs", "show", "nope", str(a))
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == \
+        f"showtell runs: error: run nope: not recorded in {a} (showtell runs DIR lists them)"

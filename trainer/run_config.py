@@ -1,0 +1,155 @@
+"""A run's whole configuration, recorded in its model dir: every setting after flags, environment
+and defaults are resolved, what they resolved to (the phase, the strategy, the steps per call),
+and the versions, devices, data and encoder it ran with — one file per run,
+``<model-dir>/runs/<run id>.json``, written atomically at every start of the run.
+
+A resume whose settings differ (more steps, another save interval or learning rate: the ones
+that may change mid-run; model shape and optimizer are refused earlier, by
+``modeldir.check_model_dir``) appends a revision saying what changed, so the file answers "what
+exactly trained this checkpoint" and a run can be repeated from its model dir (Model Garden's
+``params.yaml``, big_vision's saved config).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
+import logging
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from showtell.captioning.data.manifest import MANIFEST
+from showtell.common.files import write_atomic
+
+log = logging.getLogger(__name__)
+
+RUNS = "runs"  # <model-dir>/runs/<run id>.json
+# Flags that say where or how this process runs, not what it trains: not compared between revisions.
+PLACEMENT = ("ps_hosts", "worker_hosts", "chief_host", "job_name", "task_index", "log_device_placement",
+             "verbose", "evaluator", "evaluator_ca", "evaluator_auth_token_file", "evaluator_tls_server_name",
+             "profile_steps", "print_config")
+
+
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """Every flag's value as parsed (defaults and environment already applied), JSON-ready."""
+    return {key: _plain(value) for key, value in sorted(vars(args).items()) if key != "command"}
+
+
+def resolved(task: Any, strategy: str, steps_per_loop: int) -> dict[str, Any]:
+    """What the settings resolved to in this task (``CaptionTask``)."""
+    optimizer = task.phase.encoder_optimizer
+    return {
+        "model": dataclasses.asdict(task.model_config),
+        "input": dataclasses.asdict(task.input_config),
+        "optimizer": dataclasses.asdict(task.optimizer_config),
+        "encoder_optimizer": dataclasses.asdict(optimizer) if optimizer else None,
+        "train": dataclasses.asdict(task.train_config),
+        "compute": {**dataclasses.asdict(task.compute), "steps_per_loop": steps_per_loop},
+        "phase": task.phase.describe(), "uses_cache": task.uses_cache,
+        "strategy": strategy, "replicas": task.strategy.num_replicas_in_sync, "global_batch": task.batch_size,
+        "steps_per_epoch": task.steps_per_epoch,
+    }
+
+
+def environment(task: Any, encoder: bool = True) -> dict[str, Any]:
+    """Versions, devices, the data's identity and (``encoder``: once its weights are in place)
+    the encoder's values at the start."""
+    import keras
+    import tensorflow as tf
+
+    from showtell.captioning.weights.encoder import weights_digest
+
+    manifest = task.data_dir / MANIFEST
+    return {
+        "showtell": _version("showtell"), "tensorflow": tf.__version__, "keras": keras.__version__,
+        "python": platform.python_version(), "platform": platform.platform(),
+        "devices": [d.name for d in tf.config.list_logical_devices()],
+        "data": {"dir": str(task.data_dir), "builder": task.manifest.builder,
+                 "manifest_sha256": hashlib.sha256(manifest.read_bytes()).hexdigest()},
+        **({"encoder_sha256": weights_digest(task.model.encoder_weights)} if encoder else {}),
+    }
+
+
+def configuration(flags: dict[str, Any], task: Any, strategy: str, steps_per_loop: int,
+                  encoder: bool = True) -> dict[str, Any]:
+    """The whole configuration of this start of a run (``flags``: ``settings(args)``)."""
+    return {"command": "train", "settings": flags, "resolved": resolved(task, strategy, steps_per_loop),
+            "environment": environment(task, encoder)}
+
+
+def record(model_dir: Path, run_id: str, config: dict[str, Any], step: int) -> list[str]:
+    """Write ``config`` as the run's first revision, or — resumed — a new revision when a setting
+    differs from the last one's.  Returns what changed (``flag: old → new``; [] when nothing did)."""
+    path = model_dir / RUNS / f"{run_id or 'unnamed'}.json"
+    history = _read(path)
+    revision = {"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "step": step, **config}
+    changed: list[str] = []
+    if history["revisions"]:
+        last = history["revisions"][-1]
+        changed = differences(last["settings"], config["settings"])
+        if not changed:
+            return []
+        revision["changed"] = changed
+    history["revisions"].append(revision)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, json.dumps(history, indent=2) + "\n")
+    return changed
+
+
+def ended(model_dir: Path, run_id: str, step: int, reason: str, finished: bool) -> None:
+    """A start of the run ended: at which step, why, and whether the run is done (``showtell runs``
+    shows the last)."""
+    path = model_dir / RUNS / f"{run_id or 'unnamed'}.json"
+    history = _read(path)
+    history.setdefault("ends", []).append({"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "step": step,
+                                           "reason": reason, "finished": finished})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, json.dumps(history, indent=2) + "\n")
+
+
+def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``flag: old → new`` for every setting that differs (where the process runs aside)."""
+    keys = sorted((set(old) | set(new)) - set(PLACEMENT))
+    return [f"--{k.replace('_', '-')}: {_shown(old.get(k))} → {_shown(new.get(k))}"
+            for k in keys if old.get(k) != new.get(k)]
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """The run's record so far; an unreadable one is moved aside (named in the log), never lost."""
+    try:
+        history = json.loads(path.read_text())
+        if isinstance(history.get("revisions"), list):
+            return history
+        raise ValueError("no revisions list")
+    except FileNotFoundError:
+        return {"run_id": path.stem, "revisions": []}
+    except (OSError, ValueError) as exc:
+        aside = path.with_suffix(f".unreadable-{int(time.time())}")
+        path.rename(aside)
+        log.warning("%s: unreadable (%s); moved aside to %s, this run's configuration starts again",
+                    path, exc, aside.name)
+        return {"run_id": path.stem, "revisions": []}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _shown(value: Any) -> str:
+    return "unset" if value is None else json.dumps(value) if not isinstance(value, str) else value
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
