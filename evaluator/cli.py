@@ -16,9 +16,11 @@ from pathlib import Path
 from showtell.api.transport import ServerSecurity, add_server_arguments, check_listen_address
 from showtell.common.flags import (
     Parser,
+    add_config_file_flag,
     add_config_flags,
     add_verbose_flag,
     config_from_flags,
+    parse_args,
     run_command,
     start_command,
 )
@@ -50,6 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--once", action="store_true", help="evaluate one checkpoint, print, exit")
     p.add_argument("--checkpoint", help="with --once: checkpoint prefix to evaluate (default: the newest)")
     p.add_argument("--json", action="store_true", help="with --once: print one JSON object")
+    add_config_file_flag(p)
     add_verbose_flag(p)
 
 
@@ -141,4 +144,4 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog=PROG, description="Evaluate checkpoints of a showtell model dir.")
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return run(parse_args(parser, argv))

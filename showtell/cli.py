@@ -17,7 +17,7 @@ import sys
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from showtell.common.errors import NO_TENSORFLOW
-from showtell.common.flags import Parser
+from showtell.common.flags import Parser, apply_config_file
 
 COMMANDS = {
     "data": ("showtell.commands.data", "build a dataset: the synthetic default or MSCOCO"),
@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             except ModuleNotFoundError as exc:
                 return _missing(command, exc)
             modules[command].add_arguments(sp)
+            apply_config_file(sp, argv[1:])  # --config FILE: the file's settings as defaults
     args = parser.parse_args(argv)
     try:
         return modules[args.command].run(args)

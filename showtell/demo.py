@@ -33,7 +33,9 @@ from showtell.captioning.config import SyntheticConfig
 from showtell.common import processes
 from showtell.common.flags import (
     Parser,
+    add_config_file_flag,
     flag_type,
+    parse_args,
     positive_float,
     positive_int,
     run_command,
@@ -96,6 +98,7 @@ DEFAULT_PHASES = "0.7,0.3,0"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_config_file_flag(p)
     p.add_argument("--dir", type=Path, default=Path("runs/demo"), help="data, model and eval dirs go here")
     p.add_argument("--seconds", type=positive_float, default=600.0,
                    help="training time, all phases together (default 600)")
@@ -530,4 +533,4 @@ def time_to_target(evaluations: list[pb.Evaluation], target: float = TARGET_EXAC
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="showtell demo", description=__doc__.splitlines()[0])
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return run(parse_args(parser, argv))

@@ -26,12 +26,14 @@ from showtell.captioning.config import (
 from showtell.common.errors import ShowtellError
 from showtell.common.flags import (
     Parser,
+    add_config_file_flag,
     add_config_flags,
     add_verbose_flag,
     boolean,
     config_from_flags,
     flag_type,
     or_auto,
+    parse_args,
     positive_int,
     run_command,
     start_command,
@@ -116,6 +118,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile-steps", type=_step_range, metavar="A:B",
                    help="write a TensorFlow profiler trace of global steps A to B into the model dir's "
                         "TensorBoard run (TensorBoard's Profile tab; pip install tensorboard-plugin-profile)")
+    add_config_file_flag(p)
     add_verbose_flag(p)
 
 
@@ -258,7 +261,7 @@ def _serve(cluster, stop) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog=PROG, description="Train Show and Tell; checkpoints on a schedule.")
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return run(parse_args(parser, argv))
 
 
 def argument_problem(args: argparse.Namespace) -> str | None:

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from showtell.captioning.config import WEIGHTS_IMAGENET, WEIGHTS_NONE
 from showtell.common.flags import (
+    add_config_file_flag,
     add_verbose_flag,
+    parse_args,
     positive_float,
     positive_int,
     run_command,
@@ -36,6 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--first-save-after", type=positive_float, metavar="SECONDS",
                    help="also write --out this long after the start and go on: an early encoder that "
                         "phase 1 can use while pretraining continues (the end writes it again)")
+    add_config_file_flag(p)
     add_verbose_flag(p)
 
 
@@ -62,4 +65,4 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = Parser(prog=PROG, description=__doc__.splitlines()[0])
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return run(parse_args(parser, argv))

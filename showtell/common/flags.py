@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import logging
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import yaml
 
 from showtell.common.errors import ShowtellError
 from showtell.common.native_logs import quiet_tensorflow
@@ -137,6 +141,85 @@ def config_from_flags(config_cls, args: argparse.Namespace, **fixed):
     values = {f.name: getattr(args, flag.lstrip("-").replace("-", "_"))
               for f, flag in config_flags(config_cls)}
     return config_cls(**values, **fixed)
+
+
+# -- a YAML file of settings ------------------------------------------------------------
+
+def add_config_file_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, metavar="FILE",
+                        help="a YAML file of settings, keyed by flag name without the dashes "
+                             "(batch-size: 32); flags on the command line override it, it overrides "
+                             "the defaults; the run records it with every other setting")
+
+
+def apply_config_file(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """When ``argv`` names ``--config FILE``, the file's settings become ``parser``'s defaults, each
+    checked by its flag's own type and choices: so flags given still win, and a bad file fails in
+    one line naming the file, the key and what is allowed (exit 2), before anything runs."""
+    path = _config_path(argv)
+    if path is None:
+        return
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        parser.error(f"--config {path}: cannot read it ({exc.strerror or exc})")
+    except yaml.YAMLError as exc:
+        parser.error(f"--config {path}: not YAML ({str(exc).splitlines()[0]})")
+    if data is None:
+        return
+    if not isinstance(data, dict):
+        parser.error(f"--config {path}: expected settings as a mapping, e.g. 'batch-size: 32'")
+    actions = {a.dest: a for a in parser._actions if a.option_strings and a.dest not in ("help", "config")}
+    defaults = {}
+    for key, value in data.items():
+        action = actions.get(str(key).replace("-", "_"))
+        if action is None:
+            names = [dest.replace("_", "-") for dest in actions]
+            near = difflib.get_close_matches(str(key).replace("_", "-"), names, n=1)
+            parser.error(f"--config {path}: unknown key {key!r}"
+                         f"{f' (did you mean {near[0]}?)' if near else ''}; keys are the flags of "
+                         f"{parser.prog} without the dashes")
+        defaults[action.dest] = _setting(parser, path, key, action, value)
+        action.required = False  # given by the file
+    parser.set_defaults(**defaults)
+
+
+def _config_path(argv: Sequence[str]) -> str | None:
+    for i, word in enumerate(argv):
+        if word == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+        if word.startswith("--config="):
+            return word.split("=", 1)[1]
+    return None
+
+
+def _setting(parser: argparse.ArgumentParser, path: str, key, action: argparse.Action, value):
+    """``value`` from the file, as the flag would have parsed it."""
+    if isinstance(action, argparse._StoreTrueAction):
+        if not isinstance(value, bool):
+            parser.error(f"--config {path}: {key}: expected true or false (got {value!r})")
+        return value
+    if isinstance(value, (dict, list)):
+        parser.error(f"--config {path}: {key}: expected one value (got {value!r})")
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    try:
+        parsed = action.type(text) if callable(action.type) else text
+    except argparse.ArgumentTypeError as exc:
+        parser.error(f"--config {path}: {key}: {exc}")
+    except (ValueError, TypeError):
+        name = getattr(action.type, "__name__", None) or repr(action.type)
+        parser.error(f"--config {path}: {key}: invalid {name} value: {value!r}")
+    if action.choices is not None and parsed not in action.choices:
+        allowed = ", ".join(map(str, action.choices))
+        parser.error(f"--config {path}: {key}: {parsed!r} is not one of {allowed}")
+    return parsed
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``parser.parse_args``, a ``--config FILE`` applied first."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    apply_config_file(parser, argv)
+    return parser.parse_args(argv)
 
 
 def add_verbose_flag(parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,62 @@
+"""``--config FILE``: a YAML file of settings on ``train``, ``pretrain``, ``evaluate`` and ``demo`` —
+flags override the file, the file overrides the defaults, each value is checked as its flag
+would be, and a bad file is one line naming the file, the key and what is allowed (exit 2).
+In process (``showtell_main``, ``--print-config``): nothing crosses a process boundary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+
+def _print(showtell_main, *argv: str) -> dict:
+    result = showtell_main("train", *argv, "--print-config")
+    assert result.returncode == 0, result.stderr[-2000:] + result.logs[-2000:]
+    return json.loads(result.stdout)["settings"]
+
+
+@pytest.mark.slow
+def test_flags_override_the_file_and_the_file_the_defaults(tiny_data: Path, tmp_path: Path, showtell_main):
+    config = tmp_path / "recipe.yaml"
+    config.write_text(f"data: {tiny_data}\nmodel-dir: {tmp_path / 'm'}\nbatch_size: 8\noptimizer: adam\n"
+                      "learning-rate: 0.01\ndeterministic-input: true\nsteps: 5\nembedding-size: 32\n"
+                      "lstm-units: 32\ntrain-inception: false\n")
+    settings = _print(showtell_main, "--config", str(config), "--batch-size", "16")
+    assert settings["batch_size"] == 16  # the flag wins
+    assert (settings["optimizer"], settings["learning_rate"], settings["steps"]) == ("adam", 0.01, 5)
+    assert settings["deterministic_input"] is True and settings["train_inception"] is False
+    assert settings["data"] == str(tiny_data)  # a required flag given by the file
+    assert settings["save_every_secs"] == 600.0 and settings["config"] == str(config)  # a default; the file
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ("batch_sise: 8\n", "unknown key 'batch_sise' (did you mean batch-size?); keys are the flags of "
+                        "showtell train without the dashes"),
+    ("batch-size: 0\n", "batch-size: must be ≥ 1 (got 0)"),
+    ("batch-size: many\n", "batch-size: invalid positive integer value: 'many'"),
+    ("optimizer: rmsprop\n", "optimizer: 'rmsprop' is not one of sgd, momentum, adam"),
+    ("deterministic-input: sometimes\n", "deterministic-input: expected true or false (got 'sometimes')"),
+    ("- batch-size\n", "expected settings as a mapping, e.g. 'batch-size: 32'"),
+    ("batch-size: [1, 2\n", "not YAML (while parsing a flow sequence)"),
+])
+def test_a_bad_file_is_one_line_naming_the_file_and_key(tmp_path: Path, showtell_main, text: str, error: str):
+    config = tmp_path / "bad.yaml"
+    config.write_text(text)
+    result = showtell_main("train", "--config", str(config), "--data", "d",
+                           "--model-dir", str(tmp_path / "m"))
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"showtell train: error: --config {config}: {error} (see --help)"
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("command", ["pretrain", "evaluate", "demo"])
+def test_every_long_running_command_reads_a_config_file(tmp_path: Path, showtell_main, command: str):
+    config = tmp_path / "c.yaml"
+    config.write_text("no-such-setting: 1\n")
+    result = showtell_main(command, "--config", str(config))
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        f"showtell {command}: error: --config {config}: unknown key 'no-such-setting'")
