@@ -26,7 +26,7 @@ from showtell.evaluator.loop.controller import EvalController
 from showtell.evaluator.loop.sizing import AUTO, RunSizes
 from showtell.evaluator.loop.status import Broadcast
 from showtell.evaluator.loop.watcher import CheckpointWatcher
-from showtell.evaluator.records.actions import ExportBest, WriteSummaries, log_record
+from showtell.evaluator.records.actions import ExportBest, HParamsSession, WriteSummaries, log_record
 from showtell.evaluator.records.best_export import BestExport
 from showtell.evaluator.records.recorder import Recorder
 from showtell.evaluator.records.store import Store
@@ -85,7 +85,7 @@ def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.Abst
     broadcast = Broadcast()
     # Watch streams hear of a record first; the summaries (drawing sample images) and an export
     # follow on the same thread.
-    actions = [broadcast.notify, log_record, WriteSummaries(summaries)]
+    actions = [broadcast.notify, log_record, WriteSummaries(summaries), HParamsSession(model_dir, summaries)]
     if exporter is not None:
         actions.append(ExportBest(exporter, evaluator))
     controller = EvalController(model_dir=model_dir, evaluator=evaluator, store=store,

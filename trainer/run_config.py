@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from showtell.captioning.data.manifest import MANIFEST
+from showtell.captioning.model.modeldir import RUNS
 from showtell.common.files import write_atomic
 
 log = logging.getLogger(__name__)
 
-RUNS = "runs"  # <model-dir>/runs/<run id>.json
 # Flags that say where or how this process runs, not what it trains: not compared between revisions.
 PLACEMENT = ("ps_hosts", "worker_hosts", "chief_host", "job_name", "task_index", "log_device_placement",
              "verbose", "evaluator", "evaluator_ca", "evaluator_auth_token_file", "evaluator_tls_server_name",

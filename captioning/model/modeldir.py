@@ -108,6 +108,20 @@ def clear_finished(model_dir: Path) -> bool:
         return False
 
 
+RUNS = "runs"  # <model-dir>/runs/<run id>.json: each run's whole configuration (trainer/run_config.py)
+
+
+def read_run_record(model_dir: str, run_id: str) -> dict | None:
+    """A run's record of its configuration (any ``tf.io.gfile`` URL), or None: none written (an
+    import, a run from before records), or unreadable (the trainer moves such a file aside)."""
+    path = f"{model_dir.rstrip('/')}/{RUNS}/{run_id or 'unnamed'}.json"
+    try:
+        record = json.loads(tf.io.gfile.GFile(path).read())
+        return record if isinstance(record.get("revisions"), list) and record["revisions"] else None
+    except (tf.errors.OpError, ValueError, AttributeError):
+        return None
+
+
 def read_finished(model_dir: str) -> dict | None:
     """The finished marker of a model dir (any ``tf.io.gfile`` URL), or None: still training,
     or a marker being replaced."""

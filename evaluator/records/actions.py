@@ -9,6 +9,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from showtell.captioning.model.modeldir import read_run_record
 from showtell.evaluator.records.best_export import BestExport
 from showtell.evaluator.records.store import Record
 from showtell.evaluator.records.summaries import EvalSummaries
@@ -31,6 +32,34 @@ class WriteSummaries:
     def __call__(self, record: Record) -> None:
         if record.status == "ok":
             self.summaries.write(record)
+
+
+class HParamsSession:
+    """Each run's configuration (``<model-dir>/runs/<run id>.json``, the trainer's) as an HParams
+    session in the evaluator's TensorBoard logdir, written at the run's first successful
+    evaluation: ``tensorboard --logdir`` over the work dirs compares runs' settings against their
+    metrics in the HParams tab.  A run without a record (an import, an older trainer) gets none."""
+
+    def __init__(self, model_dir: str, summaries: EvalSummaries) -> None:
+        self.model_dir, self.summaries = model_dir, summaries
+        self._written: set[str] = set()
+
+    def __call__(self, record: Record) -> None:
+        if record.status != "ok" or record.run in self._written:
+            return
+        self._written.add(record.run)
+        run = read_run_record(self.model_dir, record.run)
+        if run is not None:
+            self.summaries.hparams(record.run, session_hparams(run["revisions"][-1]))
+
+
+def session_hparams(revision: dict) -> dict[str, bool | int | float | str]:
+    """A revision's settings and what they resolved to, as HParams values (scalars only)."""
+    resolved = revision.get("resolved", {})
+    values = {**revision.get("settings", {}),
+              **{k: resolved.get(k) for k in ("phase", "strategy", "replicas", "global_batch")},
+              "steps_per_loop": resolved.get("compute", {}).get("steps_per_loop")}
+    return {k: v for k, v in sorted(values.items()) if isinstance(v, (bool, int, float, str))}
 
 
 class ExportBest:

@@ -58,5 +58,14 @@ class EvalSummaries:
                                          description=f"model: {s['caption']}")
         self.writer.flush()
 
+    def hparams(self, run_id: str, values: dict[str, bool | int | float | str]) -> None:
+        """The run's configuration as a TensorBoard HParams session in this logdir: the HParams
+        tab then shows it beside the metrics written here (the evaluator's are its metrics)."""
+        from tensorboard.plugins.hparams import api as hp
+
+        with self.writer.as_default():
+            hp.hparams(values, trial_id=run_id)
+        self.writer.flush()
+
     def close(self) -> None:
         self.writer.close()

@@ -81,9 +81,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def runs_in(model_dir: Path) -> list[Run]:
     """The runs recorded in ``model_dir``, oldest first."""
-    from showtell.captioning.model.modeldir import checkpoint_steps, read_run_id
+    from showtell.captioning.model.modeldir import RUNS, checkpoint_steps, read_run_id
     from showtell.common.locks import held
-    from showtell.trainer.run_config import RUNS
 
     if not model_dir.is_dir():
         raise ShowtellError(f"{model_dir}: no such model dir")
@@ -166,7 +165,7 @@ def diff(a: dict, b: dict) -> list[str]:
 
 
 def _find(run_id: str, dirs: list[str]) -> tuple[Path, dict]:
-    from showtell.trainer.run_config import RUNS
+    from showtell.captioning.model.modeldir import RUNS
 
     for d in dirs:
         path = Path(d) / RUNS / f"{run_id}.json"
