@@ -191,3 +191,24 @@ def test_watch_after_step_prints_what_follows_and_ends_on_sigterm(served: Served
             assert watch.wait(timeout=30) == 0, watch.stderr.read()
         finally:
             processes.kill_tree(watch.pid)
+
+
+def test_list_runs_gives_each_runs_facts_newest_first(served: Served):
+    served.record(Record(10, "/m/ckpt-10", 1.0, 2.0, 0.5, 8, metrics={"cider": 1.4, "loss": 0.6}, run="cur",
+                         train_seconds=95.5))
+    with grpc.insecure_channel(served.target) as channel:
+        stub = pb_grpc.MetricsStub(channel)
+        reply = stub.ListRuns(pb.ListRunsRequest(metric="cider", target=1.2), timeout=10)
+        by_loss = stub.ListRuns(pb.ListRunsRequest(metric="loss", target=0.5), timeout=10)
+        with pytest.raises(grpc.RpcError) as unknown:
+            stub.ListRuns(pb.ListRunsRequest(metric="ciderr"), timeout=10)
+    cur, old = reply.runs
+    assert (cur.run_id, cur.evaluations, cur.latest_step) == ("cur", 5, 10)  # 2, 4, 6, a failed 8, 10
+    assert (cur.best_value, cur.best_step) == (1.4, 10)
+    assert (cur.target_step, cur.time_to_target.ToTimedelta().total_seconds()) == (10, 95.5)  # 1.1 at 4
+    assert (old.run_id, old.best_value, old.best_step, old.target_step) == ("old", 1.5, 2, 2)
+    assert not old.HasField("time_to_target")  # reached, but its checkpoint held no training time
+    loss_cur, loss_old = by_loss.runs
+    assert (loss_cur.best_value, loss_cur.best_step, loss_cur.target_step) == (0.6, 10, 0)  # lower is better
+    assert (loss_old.best_value, loss_old.target_step) == (0.4, 1)  # 0.5 at step 1 is "reached"
+    assert unknown.value.code() == grpc.StatusCode.INVALID_ARGUMENT

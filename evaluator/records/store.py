@@ -238,6 +238,26 @@ class Store:
             ).fetchone()
         return _record(row) if row else None
 
+    def first_reaching(self, metric: str, target: float, maximize: bool, run: str) -> Record | None:
+        """The run's first successful evaluation (by step) whose ``metric`` reached ``target``
+        (at or above it; at or below when lower is better)."""
+        compare = ">=" if maximize else "<="
+        with self._lock:
+            row = self._db.execute(
+                "SELECT rowid, * FROM evaluations WHERE status='ok' AND run = ? "
+                f"AND json_extract(metrics, ?) {compare} ? ORDER BY step LIMIT 1",
+                (run, f'$."{metric}"', target),
+            ).fetchone()
+        return _record(row) if row else None
+
+    def run_summaries(self) -> list[tuple[str, int, int]]:
+        """(run, evaluations, newest step) of every run recorded, the newest run first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT run, COUNT(*), MAX(step) FROM evaluations GROUP BY run ORDER BY MAX(rowid) DESC"
+            ).fetchall()
+        return [(run, int(count), int(step)) for run, count, step in rows]
+
     def runs(self) -> int:
         with self._lock:
             return int(self._db.execute("SELECT COUNT(DISTINCT run) FROM evaluations").fetchone()[0])

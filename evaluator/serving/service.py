@@ -182,6 +182,27 @@ class MetricsService(pb_grpc.MetricsServicer):
             answer.export_path = str(self.exporter.path())
         return answer
 
+    async def ListRuns(self, request, context):
+        metric = request.metric or metric_names.EXACT_MATCH
+        known = metric_names.ALL | self.store.metric_names()
+        if metric not in known:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"unknown metric {metric!r}; known: {', '.join(sorted(known))}")
+        maximize = metric not in metric_names.LOWER_IS_BETTER
+        answer = pb.ListRunsResponse()
+        for run, evaluations, newest in self.store.run_summaries():
+            summary = answer.runs.add(run_id=run, evaluations=evaluations, latest_step=newest)
+            best = self.store.best(metric, maximize, run=run)
+            if best is not None:
+                summary.best_value, summary.best_step = best.metrics[metric], best.step
+            reached = self.store.first_reaching(metric, request.target, maximize, run) \
+                if request.HasField("target") else None
+            if reached is not None:
+                summary.target_step = reached.step
+                if reached.train_seconds is not None:
+                    summary.time_to_target.FromNanoseconds(round(reached.train_seconds * 1e9))
+        return answer
+
     async def GetStatus(self, request, context):
         status = self.status()
         total, bad = self.store.counts()

@@ -129,11 +129,9 @@ def _score(runs: list[Run], history: Path, metric_spec: str, target_spec: str) -
             best = store.best(metric, maximize=(mode or "max") == "max", run=r.run_id)
             if best is not None:
                 r.best, r.best_step = best.metrics[metric], best.step
-            for record in store.after(-1, run=r.run_id):
-                got = record.metrics.get(target_metric)
-                if record.status == "ok" and got is not None and (got <= target if lower else got >= target):
-                    r.target_seconds, r.target_step = record.train_seconds, record.step
-                    break
+            reached = store.first_reaching(target_metric, target, maximize=not lower, run=r.run_id)
+            if reached is not None:
+                r.target_seconds, r.target_step = reached.train_seconds, reached.step
     finally:
         store.close()
 

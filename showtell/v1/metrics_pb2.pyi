@@ -161,3 +161,35 @@ class WatchRequest(_message.Message):
     after_step: int
     run_id: str
     def __init__(self, after_step: _Optional[int] = ..., run_id: _Optional[str] = ...) -> None: ...
+
+class ListRunsRequest(_message.Message):
+    __slots__ = ("metric", "target")
+    METRIC_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    metric: str
+    target: float
+    def __init__(self, metric: _Optional[str] = ..., target: _Optional[float] = ...) -> None: ...
+
+class RunSummary(_message.Message):
+    __slots__ = ("run_id", "evaluations", "latest_step", "best_value", "best_step", "time_to_target", "target_step")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    EVALUATIONS_FIELD_NUMBER: _ClassVar[int]
+    LATEST_STEP_FIELD_NUMBER: _ClassVar[int]
+    BEST_VALUE_FIELD_NUMBER: _ClassVar[int]
+    BEST_STEP_FIELD_NUMBER: _ClassVar[int]
+    TIME_TO_TARGET_FIELD_NUMBER: _ClassVar[int]
+    TARGET_STEP_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    evaluations: int
+    latest_step: int
+    best_value: float
+    best_step: int
+    time_to_target: _duration_pb2.Duration
+    target_step: int
+    def __init__(self, run_id: _Optional[str] = ..., evaluations: _Optional[int] = ..., latest_step: _Optional[int] = ..., best_value: _Optional[float] = ..., best_step: _Optional[int] = ..., time_to_target: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., target_step: _Optional[int] = ...) -> None: ...
+
+class ListRunsResponse(_message.Message):
+    __slots__ = ("runs",)
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[RunSummary]
+    def __init__(self, runs: _Optional[_Iterable[_Union[RunSummary, _Mapping]]] = ...) -> None: ...

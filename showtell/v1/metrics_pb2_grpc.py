@@ -54,6 +54,11 @@ class MetricsStub:
                 request_serializer=showtell_dot_v1_dot_metrics__pb2.GetStatusRequest.SerializeToString,
                 response_deserializer=showtell_dot_v1_dot_metrics__pb2.EvaluatorStatus.FromString,
                 _registered_method=True)
+        self.ListRuns = channel.unary_unary(
+                '/showtell.v1.Metrics/ListRuns',
+                request_serializer=showtell_dot_v1_dot_metrics__pb2.ListRunsRequest.SerializeToString,
+                response_deserializer=showtell_dot_v1_dot_metrics__pb2.ListRunsResponse.FromString,
+                _registered_method=True)
         self.Watch = channel.unary_stream(
                 '/showtell.v1.Metrics/Watch',
                 request_serializer=showtell_dot_v1_dot_metrics__pb2.WatchRequest.SerializeToString,
@@ -92,6 +97,14 @@ class MetricsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListRuns(self, request, context):
+        """The training runs this evaluator has recorded, newest first: per run its evaluations, its
+        best value of a metric and the training time until the metric first reached a target.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Watch(self, request, context):
         """Replays recorded evaluations after `after_step`, then pushes each new one as it is
         recorded, until the client cancels.
@@ -122,6 +135,11 @@ def add_MetricsServicer_to_server(servicer, server):
                     servicer.GetStatus,
                     request_deserializer=showtell_dot_v1_dot_metrics__pb2.GetStatusRequest.FromString,
                     response_serializer=showtell_dot_v1_dot_metrics__pb2.EvaluatorStatus.SerializeToString,
+            ),
+            'ListRuns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRuns,
+                    request_deserializer=showtell_dot_v1_dot_metrics__pb2.ListRunsRequest.FromString,
+                    response_serializer=showtell_dot_v1_dot_metrics__pb2.ListRunsResponse.SerializeToString,
             ),
             'Watch': grpc.unary_stream_rpc_method_handler(
                     servicer.Watch,
@@ -237,6 +255,33 @@ class Metrics:
             '/showtell.v1.Metrics/GetStatus',
             showtell_dot_v1_dot_metrics__pb2.GetStatusRequest.SerializeToString,
             showtell_dot_v1_dot_metrics__pb2.EvaluatorStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRuns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/showtell.v1.Metrics/ListRuns',
+            showtell_dot_v1_dot_metrics__pb2.ListRunsRequest.SerializeToString,
+            showtell_dot_v1_dot_metrics__pb2.ListRunsResponse.FromString,
             options,
             channel_credentials,
             insecure,
