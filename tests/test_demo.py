@@ -57,6 +57,10 @@ def test_demo_runs_the_recipe_phase_by_phase(tmp_path: Path, procs):
     assert evaluated and evaluated[-1] == finished["step"], text[-3000:]  # phase 2's last checkpoint
     runs = re.findall(r"\[summary\] exact match by step \(run (\S+)\)", text)
     assert runs[-1] == current["run_id"], text[-3000:]
+    # time to accuracy, from the training seconds each checkpoint holds
+    assert re.search(r"\[summary\] exact match 0\.5 (reached after \d+:\d\d of training \(step \d+\)|"
+                     r"not reached \(best 0\.\d\d at step \d+\))", text), text[-3000:]
+    assert json.loads((base / "model" / "runs" / f"{current['run_id']}.json").read_text())["revisions"]
     assert "held-out accuracy" in (base / "pretrain.log").read_text()
     # the console relays the children's progress: pretraining's reports, the trainer's steps
     assert re.search(r"\[pretrain\] pretrain step \d+ \(", text), text[-3000:]
