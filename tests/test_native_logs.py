@@ -23,6 +23,14 @@ def _train_stderr(*extra: str) -> str:
     return result.stderr
 
 
+def test_showtell_runs_is_quiet_too():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_CPP", "ABSL"))}
+    result = subprocess.run(processes.command("runs", "/nonexistent"), capture_output=True, text=True,
+                            timeout=120, cwd=ROOT, env=env)
+    assert (result.returncode, result.stderr) == \
+        (1, "showtell runs: error: /nonexistent: no such model dir\n")
+
+
 def test_a_failing_command_prints_one_line_and_with_v_the_notices_too():
     assert _train_stderr() == ERROR + "\n"
     verbose = _train_stderr("-v")

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from showtell.common.errors import ShowtellError
-from showtell.common.flags import add_verbose_flag, run_command
+from showtell.common.flags import add_verbose_flag, run_command, start_command
 
 PROG = "showtell runs"
 
@@ -52,6 +52,7 @@ class Run:
 
 
 def run(args: argparse.Namespace) -> int:
+    start_command(args)  # TensorFlow reads the model dirs: its native notices hidden unless -v
     return run_command(PROG, lambda: _run(args))
 
 
