@@ -8,7 +8,6 @@ the trainer and evaluator packages never import each other.
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import os
 import sys
 
@@ -18,6 +17,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from showtell.common.errors import NO_TENSORFLOW
 from showtell.common.flags import Parser, apply_config_file
+from showtell.common.versions import installed_version
 
 COMMANDS = {
     "data": ("showtell.commands.data", "build a dataset: the synthetic default or MSCOCO"),
@@ -37,7 +37,7 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = Parser(prog="showtell", description="Show-and-Tell captioning: train / evaluate split.")
-    parser.add_argument("--version", action="version", version=f"showtell {_version()}")
+    parser.add_argument("--version", action="version", version=f"showtell {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
     modules = {}
     name = argv[0] if argv and argv[0] in COMMANDS else None
@@ -56,13 +56,6 @@ def main(argv: list[str] | None = None) -> int:
         return modules[args.command].run(args)
     except ModuleNotFoundError as exc:  # commands import TensorFlow when they run
         return _missing(args.command, exc)
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("showtell")
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree that is not installed
-        return "(not installed)"
 
 
 def _missing(command: str, exc: ModuleNotFoundError) -> int:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import importlib.metadata
 import json
 import logging
 import platform
@@ -26,6 +25,7 @@ from typing import Any
 from showtell.captioning.data.manifest import MANIFEST
 from showtell.captioning.model.modeldir import RUNS
 from showtell.common.files import write_atomic
+from showtell.common.versions import installed_version
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def environment(task: Any, encoder: bool = True) -> dict[str, Any]:
 
     manifest = task.data_dir / MANIFEST
     return {
-        "showtell": _version("showtell"), "tensorflow": tf.__version__, "keras": keras.__version__,
+        "showtell": installed_version(), "tensorflow": tf.__version__, "keras": keras.__version__,
         "python": platform.python_version(), "platform": platform.platform(),
         "devices": [d.name for d in tf.config.list_logical_devices()],
         "data": {"dir": str(task.data_dir), "builder": task.manifest.builder,
@@ -147,9 +147,3 @@ def _plain(value: Any) -> Any:
 def _shown(value: Any) -> str:
     return "unset" if value is None else json.dumps(value) if not isinstance(value, str) else value
 
-
-def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "(not installed)"
