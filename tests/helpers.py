@@ -150,10 +150,13 @@ K8S_VERSION = "1.37"  # the Kubernetes API schemas the manifests are checked aga
 
 
 def parse_cli(module: str, argv: list[str]) -> argparse.Namespace:
-    """Parse with the real CLI's parser; argparse exits on an unknown or malformed flag."""
+    """Parse with the real CLI's parser, a ``--config FILE`` applied as the CLI does; argparse
+    exits on an unknown or malformed flag."""
     import importlib
+
+    from showtell.common.flags import parse_args
 
     cli = importlib.import_module(module)
     parser = argparse.ArgumentParser(exit_on_error=False)
     cli.add_arguments(parser)
-    return parser.parse_args(argv)
+    return parse_args(parser, argv)

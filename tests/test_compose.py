@@ -32,15 +32,22 @@ import yaml
 
 from tests.helpers import ROOT, free_ports, parse_cli, wait_for
 
+RECIPE = "/etc/showtell/recipe.yaml"
+
 
 def _trainer(service: dict):
     """A compose trainer service's flags as `showtell train` reads them: its command, with the
-    defaults its environment gives (``SHOWTELL_STRATEGY``)."""
+    recipe file it mounts (``SHOWTELL_RECIPE``) and the defaults its environment gives
+    (``SHOWTELL_STRATEGY``)."""
     from unittest import mock
 
+    command = list(service["command"])
+    if RECIPE in command:
+        [source] = [v.split(":")[0] for v in service["volumes"] if v.split(":")[1:2] == [RECIPE]]
+        command[command.index(RECIPE)] = source
     environment = {k: str(v) for k, v in (service.get("environment") or {}).items()}
     with mock.patch.dict(os.environ, environment):
-        return parse_cli("showtell.trainer.cli", service["command"])
+        return parse_cli("showtell.trainer.cli", command)
 
 COMPOSE_FILES = {
     "base": ["docker-compose.yml"],
@@ -146,7 +153,10 @@ def test_presets_render_the_im2txt_recipe_as_commands_our_clis_accept(compose_to
     env_file = f"deploy/presets/{preset}.env"
     assert set(_env_file(ROOT / env_file)) <= set(_env_file(ROOT / ".env.example")), "unknown setting"
     services = _config(COMPOSE_FILES["gpu"], {}, env_file=env_file)["services"]
+    recipe = ROOT / "deploy" / "recipes" / f"{preset}.yaml"
+    assert f"{recipe}:{RECIPE}:ro" in services["trainer"]["volumes"]  # the preset's recipe file
     trainer = _trainer(services["trainer"])
+    assert trainer.config == recipe
     assert argument_problem(trainer) is None
     # im2txt: SGD at 2.0 halved every 8 epochs, batch 32, ImageNet Inception v3 on COCO records.
     assert (trainer.optimizer, trainer.learning_rate, trainer.epochs_per_decay, trainer.batch_size) == \
@@ -168,14 +178,30 @@ def test_defaults_leave_phase_2_early_stop_and_export_to_their_flags(compose_too
     from showtell.trainer.cli import argument_problem
 
     services = _config(COMPOSE_FILES["base"], {})["services"]
-    trainer = parse_cli("showtell.trainer.cli", services["trainer"]["command"])
+    trainer = _trainer(services["trainer"])
     assert argument_problem(trainer) is None
     assert (trainer.train_inception, trainer.inception_learning_rate, trainer.stop_when) == (None, None, "")
+    assert (trainer.mixed_precision, trainer.jit_compile, trainer.steps_per_loop) == ("off", False, None)
     assert not parse_cli("showtell.evaluator.cli", services["evaluator"]["command"]).export_best
-    stopping = _config(COMPOSE_FILES["base"], {"SHOWTELL_STOP_WHEN": "cider>=0.9", "SHOWTELL_PATIENCE": "2"})
-    early = parse_cli("showtell.trainer.cli", stopping["services"]["trainer"]["command"])
+
+
+def test_a_recipe_of_ones_own_changes_the_trainer_and_nothing_else(compose_tools, tmp_path: Path):
+    """A team's recipe file (SHOWTELL_RECIPE): its settings reach the trainer; the places the
+    compose file wires (data, model dir, evaluator) stay the stack's."""
+    from showtell.trainer.cli import argument_problem
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text((ROOT / "deploy/recipes/demo.yaml").read_text().replace('stop-when: ""',
+                                                                              'stop-when: "cider>=0.9"')
+                      + "model-dir: /elsewhere\n")
+    services = _config(COMPOSE_FILES["base"], {"SHOWTELL_RECIPE": str(recipe)})["services"]
+    early = _trainer(services["trainer"])
     assert argument_problem(early) is None
-    assert (early.stop_when, early.patience, early.evaluator) == ("cider>=0.9", 2, "evaluator:50051")
+    assert (early.stop_when, early.patience, early.evaluator) == ("cider>=0.9", 1, "evaluator:50051")
+    assert str(early.model_dir) == "/checkpoints/model"  # the command's flag wins over the file
+    base = _config(COMPOSE_FILES["base"], {})["services"]
+    assert {k: v for k, v in services.items() if k != "trainer"} == \
+        {k: v for k, v in base.items() if k != "trainer"}
 
 
 def test_overrides_change_only_what_differs(compose_tools):
@@ -306,13 +332,18 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: 
     engine, project = prebuilt.engine, prebuilt.project
     figures: dict[str, float | int] = dict(prebuilt.figures)
     grpc_port, board_port, remote_port = free_ports(3)
+    # The demo's recipe, with batch 8 and a checkpoint every 10 s (few training steps between them).
+    recipe = project / "deploy" / "recipes" / "docker-test.yaml"
+    recipe.write_text((project / "deploy" / "recipes" / "demo.yaml").read_text()
+                      .replace("batch-size: 32", "batch-size: 8").replace("save-every-secs: 120",
+                                                                          "save-every-secs: 10"))
+    assert "batch-size: 8" in recipe.read_text() and "save-every-secs: 10\n" in recipe.read_text()
     stack = Stack(engine, project, PROJECT, {
         **BUILD_ENV,  # the base image built here; the default (CPU) images
-        # the input, small: 64 + 8 pictures at 75 px (Inception's minimum), 8 evaluated, batch 8
+        # the input, small: 64 + 8 pictures at 75 px (Inception's minimum), 8 evaluated
         "SHOWTELL_TRAIN_IMAGES": "64", "SHOWTELL_VAL_IMAGES": "8", "SHOWTELL_IMAGE_SIZE": "75",
-        "SHOWTELL_EVAL_EXAMPLES": "8", "SHOWTELL_BATCH_SIZE": "8",
+        "SHOWTELL_EVAL_EXAMPLES": "8", "SHOWTELL_RECIPE": str(recipe),
         "SHOWTELL_METEOR": "false",  # its JVM: ≈ 7 CPU-s per evaluator (PTB tokenizing still uses the JRE)
-        "SHOWTELL_SAVE_EVERY_SECS": "10",  # few training steps between checkpoints
         "SHOWTELL_PRETRAIN_SECONDS": "5",  # the encoder's pretraining, short
         "SHOWTELL_GRPC_PORT": str(grpc_port), "SHOWTELL_TENSORBOARD_PORT": str(board_port),
     }, ["docker-compose.yml", str(_half_a_core_trainer(tmp_path))])
@@ -363,6 +394,12 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: 
 
         # the evaluator cannot write the checkpoint volume
         evaluator = stack.container("evaluator")
+        # the recipe file reached the trainer, and its run recorded it with every setting
+        record = evaluator.exec_run(["sh", "-c", "cat /checkpoints/model/runs/*.json"])
+        assert record.exit_code == 0, record.output
+        [revision] = json.loads(record.output)["revisions"]
+        assert (revision["settings"]["batch_size"], revision["settings"]["save_every_secs"],
+                revision["settings"]["config"]) == (8, 10.0, RECIPE), revision["settings"]
         write = evaluator.exec_run(["touch", "/checkpoints/model/evaluator-was-here"])
         assert write.exit_code != 0 and b"Read-only file system" in write.output, write.output
         mounts = {m["Destination"]: m for m in evaluator.attrs["Mounts"]}

@@ -22,11 +22,12 @@ def test_flags_override_the_file_and_the_file_the_defaults(tiny_data: Path, tmp_
     config = tmp_path / "recipe.yaml"
     config.write_text(f"data: {tiny_data}\nmodel-dir: {tmp_path / 'm'}\nbatch_size: 8\noptimizer: adam\n"
                       "learning-rate: 0.01\ndeterministic-input: true\nsteps: 5\nembedding-size: 32\n"
-                      "lstm-units: 32\ntrain-inception: false\n")
+                      "lstm-units: 32\ntrain-inception: false\nmixed-precision: off\n")
     settings = _print(showtell_main, "--config", str(config), "--batch-size", "16")
     assert settings["batch_size"] == 16  # the flag wins
     assert (settings["optimizer"], settings["learning_rate"], settings["steps"]) == ("adam", 0.01, 5)
     assert settings["deterministic_input"] is True and settings["train_inception"] is False
+    assert settings["mixed_precision"] == "off"  # YAML 1.1 reads a bare off as false: taken as meant
     assert settings["data"] == str(tiny_data)  # a required flag given by the file
     assert settings["save_every_secs"] == 600.0 and settings["config"] == str(config)  # a default; the file
     assert not (tmp_path / "m").exists()

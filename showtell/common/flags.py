@@ -201,6 +201,8 @@ def _setting(parser: argparse.ArgumentParser, path: str, key, action: argparse.A
         return value
     if isinstance(value, (dict, list)):
         parser.error(f"--config {path}: {key}: expected one value (got {value!r})")
+    if isinstance(value, bool) and action.choices is not None and "off" in action.choices:
+        value = "on" if value else "off"  # YAML 1.1 reads an unquoted off (or no) as false
     text = str(value).lower() if isinstance(value, bool) else str(value)
     try:
         parsed = action.type(text) if callable(action.type) else text
