@@ -14,6 +14,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from showtell.api.transport import ServerSecurity, add_server_arguments, check_listen_address
+from showtell.common import exposition
+from showtell.common.exposition import MonitoringConfig
 from showtell.common.flags import (
     Parser,
     add_config_file_flag,
@@ -45,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, required=True, help="dataset directory (its val split is used)")
     p.add_argument("--work-dir", type=Path,
                    help="evaluator state: history, pins, summaries (default: <model-dir>-eval)")
-    for config_cls in (ServeConfig, WatchConfig, EvaluationConfig, ExportConfig):
+    for config_cls in (ServeConfig, WatchConfig, EvaluationConfig, ExportConfig, MonitoringConfig):
         add_config_flags(p, config_cls)
     add_config_flags(p.add_argument_group("ending by itself (default: serve until SIGTERM)"), Finish)
     add_server_arguments(p)
@@ -64,7 +66,7 @@ def config_from_args(args: argparse.Namespace) -> EvaluatorConfig:
         work=WorkDir(args.work_dir) if args.work_dir else WorkDir.beside(model_dir),
         evaluation=config_from_flags(EvaluationConfig, args), watch=config_from_flags(WatchConfig, args),
         serve=config_from_flags(ServeConfig, args), export=config_from_flags(ExportConfig, args),
-        finish=config_from_flags(Finish, args))
+        finish=config_from_flags(Finish, args), monitoring=config_from_flags(MonitoringConfig, args))
 
 
 def argument_problem(args: argparse.Namespace) -> str | None:
@@ -134,9 +136,14 @@ def run(args: argparse.Namespace) -> int:
             check_listen_address(config.serve.host, config.serve.port)
             if config.serve.health_port is not None:
                 check_listen_address(config.serve.host, config.serve.health_port, "--health-port")
-            from showtell.evaluator.daemon import serve
+            endpoint = exposition.serve("evaluator", config.monitoring)
+            try:
+                from showtell.evaluator.daemon import serve
 
-            return serve(config, security)
+                return serve(config, security, endpoint)
+            finally:
+                if endpoint is not None:
+                    endpoint.close()
 
     return run_command(PROG, body)
 

@@ -5,10 +5,11 @@ it sees ``argparse``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from showtell.common.exposition import MonitoringConfig
 from showtell.common.flags import (
     boolean,
     non_negative_int,
@@ -135,3 +136,4 @@ class EvaluatorConfig:
     serve: ServeConfig = ServeConfig()
     export: ExportConfig = ExportConfig()
     finish: Finish = Finish()
+    monitoring: MonitoringConfig = field(default_factory=MonitoringConfig)

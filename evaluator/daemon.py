@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from showtell.api.transport import LoadedSecurity
 from showtell.captioning.model.modeldir import FINISHED, METADATA
 from showtell.common.errors import ShowtellError
+from showtell.common.exposition import MetricsEndpoint
 from showtell.common.processes import signal_exit_code
 from showtell.evaluator.config import EvaluatorConfig
 from showtell.evaluator.loop.controller import EvalController
@@ -33,15 +34,19 @@ from showtell.evaluator.records.store import Store
 from showtell.evaluator.records.summaries import EvalSummaries
 from showtell.evaluator.scoring.evaluation import CheckpointEvaluator
 from showtell.evaluator.scoring.scorers import CaptionScorer
+from showtell.evaluator.serving.prometheus import EvaluatorMetrics
 from showtell.evaluator.serving.server import MetricsServer
 from showtell.evaluator.serving.service import MetricsService
 
 log = logging.getLogger(__name__)
 
 
-def serve(config: EvaluatorConfig, security: LoadedSecurity) -> int:
-    exit_code, abandoned = asyncio.run(_serve(config, security))
+def serve(config: EvaluatorConfig, security: LoadedSecurity, endpoint: MetricsEndpoint | None = None) -> int:
+    """Run the service; its figures go to ``endpoint`` (``--prometheus-port``) when there is one."""
+    exit_code, abandoned = asyncio.run(_serve(config, security, endpoint))
     if abandoned:
+        if endpoint is not None:
+            endpoint.close()  # the scrapes in flight end whole before the process does
         # An evaluation still inside TensorFlow's C++ runtime: the interpreter's shutdown would
         # tear the runtime down under it and abort the process (exit -6, found by the chaos soak
         # SIGTERMing mid-evaluation).  Everything is closed and recorded: leave without it.
@@ -64,7 +69,8 @@ class _Parts:
     server: MetricsServer
 
 
-def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.AbstractEventLoop) -> _Parts:
+def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.AbstractEventLoop,
+           endpoint: MetricsEndpoint | None) -> _Parts:
     model_dir, workdir, evaluation, serving = config.model_dir, config.work, config.evaluation, config.serve
     # METEOR's JVM takes seconds to start: the evaluation thread starts it (controller.run), not
     # before the server answers.
@@ -88,6 +94,10 @@ def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.Abst
     actions = [broadcast.notify, log_record, WriteSummaries(summaries), HParamsSession(model_dir, summaries)]
     if exporter is not None:
         actions.append(ExportBest(exporter, evaluator))
+    if endpoint is not None:
+        figures = EvaluatorMetrics(registry=endpoint.registry, status=lambda: controller.status, store=store,
+                                   streams=lambda: service.streams)
+        actions.append(figures.record)
     controller = EvalController(model_dir=model_dir, evaluator=evaluator, store=store,
                                 recorder=Recorder(store=store, work_root=workdir.root), pins=workdir.pins,
                                 policy=config.watch.policy, actions=actions, finish=config.finish,
@@ -132,10 +142,11 @@ class _EvaluationThread:
             self.loop.call_soon_threadsafe(self.stop.set)
 
 
-async def _serve(config: EvaluatorConfig, security: LoadedSecurity) -> tuple[int, bool]:
+async def _serve(config: EvaluatorConfig, security: LoadedSecurity,
+                 endpoint: MetricsEndpoint | None) -> tuple[int, bool]:
     """The service until it stops: (exit code, whether an evaluation was abandoned running)."""
     loop = asyncio.get_running_loop()
-    parts = _parts(config, security, loop)
+    parts = _parts(config, security, loop, endpoint)
     stop, stopped_by = asyncio.Event(), []
 
     def on_signal(sig: signal.Signals) -> None:

@@ -66,6 +66,15 @@ class Procs:
         self.started.append(proc)
         return proc
 
+    def start_program(self, *argv: str, log: Path) -> subprocess.Popen:
+        """Another program the test talks to (a Prometheus server), stopped the same way."""
+        handle = open(log, "w")  # noqa: SIM115 - closed when the process is reaped
+        proc = subprocess.Popen(list(argv), stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT, text=True,
+                                start_new_session=True)
+        proc.log_handle = handle  # type: ignore[attr-defined]
+        self.started.append(proc)
+        return proc
+
     def stop_all(self) -> None:
         for proc in self.started:
             if proc.poll() is None:

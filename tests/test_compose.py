@@ -204,6 +204,26 @@ def test_a_recipe_of_ones_own_changes_the_trainer_and_nothing_else(compose_tools
         {k: v for k, v in base.items() if k != "trainer"}
 
 
+def test_the_monitoring_profile_scrapes_what_the_services_serve(compose_tools):
+    """``--profile monitoring``: Prometheus scrapes each service's --prometheus-port on the compose
+    network (not published), with the rules promtool checks (tests/test_prometheus.py)."""
+    services = _config(COMPOSE_FILES["base"], {})["services"]
+    trainer = _trainer(services["trainer"])
+    evaluator = parse_cli("showtell.evaluator.cli", services["evaluator"]["command"])
+    scrape = yaml.safe_load((ROOT / "deploy" / "monitoring" / "prometheus.yml").read_text())
+    targets = {job["job_name"]: job["static_configs"][0]["targets"] for job in scrape["scrape_configs"]}
+    assert targets == {"showtell-evaluator": [f"evaluator:{evaluator.prometheus_port}"],
+                       "showtell-trainer": [f"trainer:{trainer.prometheus_port}"]}
+    assert trainer.prometheus_host == evaluator.prometheus_host == "0.0.0.0"  # inside their containers
+    for name in ("trainer", "evaluator"):
+        assert all(str(trainer.prometheus_port) not in port for port in services[name].get("ports", []))
+    prometheus = services["prometheus"]
+    assert prometheus["profiles"] == ["monitoring"] and not prometheus["image"].endswith(":latest")
+    assert f"{ROOT / 'deploy' / 'monitoring'}:/etc/prometheus:ro" in prometheus["volumes"]
+    assert prometheus["ports"] == ["127.0.0.1:9090:9090/tcp"]
+    assert scrape["rule_files"] == ["alerts.yml"] and (ROOT / "deploy" / "monitoring" / "alerts.yml").exists()
+
+
 def test_overrides_change_only_what_differs(compose_tools):
     """GPU and cluster keep the base file's command: they change the strategy (an environment
     default of --strategy), the GPU image and devices, and add the cluster's tasks."""
@@ -400,6 +420,13 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: 
         [revision] = json.loads(record.output)["revisions"]
         assert (revision["settings"]["batch_size"], revision["settings"]["save_every_secs"],
                 revision["settings"]["config"]) == (8, 10.0, RECIPE), revision["settings"]
+        # both services serve Prometheus' page on the compose network (port 9400), not on the host
+        for service, figure in (("evaluator", 'showtell_evaluator_evaluations_total{status="ok"}'),
+                                ("trainer", "showtell_trainer_step")):
+            page = stack.container(service).exec_run(
+                ["python3", "-c", "import urllib.request; print(urllib.request.urlopen("
+                                  "'http://127.0.0.1:9400/metrics', timeout=10).read().decode())"])
+            assert page.exit_code == 0 and figure.encode() in page.output, page.output[-2000:]
         write = evaluator.exec_run(["touch", "/checkpoints/model/evaluator-was-here"])
         assert write.exit_code != 0 and b"Read-only file system" in write.output, write.output
         mounts = {m["Destination"]: m for m in evaluator.attrs["Mounts"]}

@@ -6,6 +6,7 @@ Each takes ``(global_step, logs)`` and decides for itself whether it is due.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,6 +69,7 @@ class StepReport:
     every: int
     steps: int
     encoder_optimizer: object | None = None
+    publish: Callable[[dict[str, float]], None] | None = None  # each log line's figures (Prometheus')
     _window: _Window = field(default_factory=_Window)
 
     def __call__(self, step: int, logs: StepLogs) -> None:
@@ -86,6 +88,8 @@ class StepReport:
         if self.encoder_optimizer is not None:
             values["inception_learning_rate"] = current_learning_rate(self.encoder_optimizer)
         self.summaries.scalars(step, values)
+        if self.publish is not None:
+            self.publish(values)
         log.info("step %d/%d  loss %.4f  lr %.3g  %.1f examples/s%s", step, self.steps, window.mean_loss, lr,
                  window.examples_per_sec, "" if wait is None else f"  input wait {100 * wait:.1f}%")
 

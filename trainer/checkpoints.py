@@ -93,6 +93,7 @@ class Checkpoints:
         self.train_seconds = tf.Variable(0.0, dtype=tf.float32, trainable=False, name=TRAIN_SECONDS)
         self.optional = {**(optional or {}), TRAIN_SECONDS: self.train_seconds}
         self._trained_before, self._started = 0.0, time.monotonic()
+        self.on_save: Callable[[int, float], None] | None = None  # (step, seconds the save took)
         self.checkpoint = tf.train.Checkpoint(**self.required, **self.optional)
         self.manager = tf.train.CheckpointManager(self.checkpoint, str(write_dir or model_dir),
                                                   max_to_keep=1 if write_dir else keep,
@@ -121,7 +122,8 @@ class Checkpoints:
         step = int(self.step.numpy())
         if self.manager.latest_checkpoint and checkpoint_step(self.manager.latest_checkpoint) == step:
             return self.manager.latest_checkpoint  # this step is already on disk
-        self.train_seconds.assign(self._trained_before + time.monotonic() - self._started)
+        started = time.monotonic()
+        self.train_seconds.assign(self._trained_before + started - self._started)
         try:
             path = self.manager.save(checkpoint_number=step)
         except (tf.errors.OpError, OSError) as exc:
@@ -129,6 +131,8 @@ class Checkpoints:
                 raise
             raise self._out_of_space(step) from None
         log.info("saved checkpoint %s", path)
+        if self.on_save is not None:
+            self.on_save(step, time.monotonic() - started)
         return path
 
     def _out_of_space(self, step: int) -> ShowtellError:

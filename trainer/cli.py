@@ -23,7 +23,9 @@ from showtell.captioning.config import (
     InputConfig,
     ModelConfig,
 )
+from showtell.common import exposition
 from showtell.common.errors import ShowtellError
+from showtell.common.exposition import MonitoringConfig
 from showtell.common.flags import (
     Parser,
     add_config_file_flag,
@@ -86,7 +88,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-inception", type=or_auto(boolean),
                    help="train the encoder (phase 2); default (auto) false for a pretrained encoder "
                         "(phase 1, frozen), true from scratch")
-    for config in CONFIGS:
+    for config in (*CONFIGS, MonitoringConfig):
         add_config_flags(p.add_argument_group(f"{config.__doc__.splitlines()[0].rstrip('.')}"), config)
     e = p.add_argument_group("early stop (follows an evaluator)")
     e.add_argument("--stop-when", metavar="'METRIC>=X'",
@@ -178,6 +180,7 @@ def _train(args: argparse.Namespace, stop) -> int:
 def _train_task(args: argparse.Namespace, stop, cluster, name: str) -> int:
     from showtell.trainer import run_config
     from showtell.trainer.cluster import wait_for_ps
+    from showtell.trainer.prometheus import TrainerMetrics
     from showtell.trainer.training import Trainer
 
     if name == "parameter_server" and not wait_for_ps(cluster, stop):
@@ -185,18 +188,26 @@ def _train_task(args: argparse.Namespace, stop, cluster, name: str) -> int:
         log.info("stopped (%s) while waiting for the parameter servers: nothing was trained, "
                  "nothing to save; exit %d (not finished)", stop.reason, code)
         return code
-    chosen, task = _task(args, cluster, name)
-    stop.time_limit(task.train_config.max_seconds)  # counted from here, as before
-    trainer = Trainer(task=task, coordinator=chosen.coordinator, profile_steps=args.profile_steps,
-                      workers=cluster.count("worker") if cluster else 1,
-                      strategy_note=f"strategy {chosen.name} ({chosen.why})", strategy_name=chosen.name,
-                      settings=run_config.settings(args))
-    listener = _early_stop(args, stop) if cluster is None or cluster.is_chief else None  # the chief's
+    chief = cluster is None or cluster.is_chief
+    # The chief's figures (a port in use: one line, before the model is built).
+    endpoint = exposition.serve("trainer", config_from_flags(MonitoringConfig, args)) if chief else None
     try:
-        result = trainer.run(stop)
+        chosen, task = _task(args, cluster, name)
+        stop.time_limit(task.train_config.max_seconds)  # counted from here, as before
+        trainer = Trainer(task=task, coordinator=chosen.coordinator, profile_steps=args.profile_steps,
+                          workers=cluster.count("worker") if cluster else 1,
+                          strategy_note=f"strategy {chosen.name} ({chosen.why})", strategy_name=chosen.name,
+                          settings=run_config.settings(args),
+                          metrics=TrainerMetrics(endpoint.registry) if endpoint else None)
+        listener = _early_stop(args, stop) if chief else None
+        try:
+            result = trainer.run(stop)
+        finally:
+            if listener is not None:
+                listener.close()
     finally:
-        if listener is not None:
-            listener.close()
+        if endpoint is not None:
+            endpoint.close()
     if result.finished:
         log.info("done: step %d → %d", result.start_step, result.final_step)
         return 0

@@ -27,6 +27,7 @@ from showtell.trainer.actions import ProfileSteps, StepReport, WeightHistograms
 from showtell.trainer.checkpoints import SaveSchedule
 from showtell.trainer.cluster import cluster_failure
 from showtell.trainer.controller import Controller
+from showtell.trainer.prometheus import TrainerMetrics
 from showtell.trainer.runners import ParameterServerRunner, SynchronousRunner
 from showtell.trainer.signals import StopRequest
 from showtell.trainer.strategy import placement
@@ -56,7 +57,8 @@ class Trainer:
 
     def __init__(self, *, task: CaptionTask, coordinator=None, workers: int = 1,
                  strategy_note: str | None = None, profile_steps: tuple[int, int] | None = None,
-                 strategy_name: str = "", settings: dict | None = None) -> None:
+                 strategy_name: str = "", settings: dict | None = None,
+                 metrics: TrainerMetrics | None = None) -> None:
         """
         Args:
           task: model, data and checkpoints of the run.
@@ -67,8 +69,9 @@ class Trainer:
           strategy_name: the strategy chosen (recorded with the run's configuration).
           settings: every flag as parsed (``run_config.settings``): the chief records the run's
             whole configuration in ``<model-dir>/runs/``; None records nothing (benches, tests).
+          metrics: the Prometheus figures to keep (``--prometheus-port``), or None.
         """
-        self.task, self.coordinator, self.workers = task, coordinator, workers
+        self.task, self.coordinator, self.workers, self.metrics = task, coordinator, workers, metrics
         self.profile_steps, self.strategy_name, self.settings = profile_steps, strategy_name, settings
         self.strategy_note = strategy_note or f"strategy {type(task.strategy).__name__}"
 
@@ -83,6 +86,9 @@ class Trainer:
         self._log_shape()
         summaries = TrainSummaries(task.model_dir if task.is_chief else None)
         runner = profiler = None
+        if self.metrics is not None:
+            self.metrics(start_step)
+            task.checkpoints.on_save = self.metrics.saved
         try:
             cache_build = task.prepare_data()
             runner = self._runner()
@@ -95,9 +101,11 @@ class Trainer:
                 save_schedule=SaveSchedule(cfg.save_every_secs, cfg.save_every_steps), stop=stop,
                 actions=[
                     StepReport(summaries=summaries, optimizer=task.optimizer, every=cfg.log_every_steps,
-                                   steps=cfg.steps, encoder_optimizer=task.encoder_optimizer),
+                               steps=cfg.steps, encoder_optimizer=task.encoder_optimizer,
+                               publish=self.metrics.report if self.metrics else None),
                     WeightHistograms(summaries=summaries, model=task.model, every=cfg.histogram_every_steps),
                     *([profiler] if profiler else []),
+                    *([self.metrics] if self.metrics else []),
                 ],
                 boundaries=[cfg.log_every_steps, cfg.save_every_steps, cfg.histogram_every_steps],
                 marks=profiler.marks if profiler else (),

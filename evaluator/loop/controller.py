@@ -21,6 +21,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from showtell.captioning.model.modeldir import checkpoint_step, saved_at
 from showtell.evaluator.config import Finish
 from showtell.evaluator.loop import schedule
 from showtell.evaluator.loop.attempts import Attempts, Evaluator, NotArrived
@@ -166,8 +167,11 @@ class EvalController:
         todo = schedule.to_evaluate(seen.named, recorded=recorded(self.store, run, seen.named),
                                     policy=self.policy, newest_recorded=newest.step if newest else None)
         newest_named = seen.newest_step
-        self._update(state_error="", run_id=run, pending_steps=tuple(c.step for c in todo),
-                     last_seen_step=self.status.last_seen_step if newest_named is None else newest_named)
+        changes = {}
+        if newest_named is not None and newest_named != self.status.last_seen_step:
+            newest = max(seen.named, key=checkpoint_step)
+            changes = {"last_seen_step": newest_named, "newest_saved_at": saved_at(newest)}
+        self._update(state_error="", run_id=run, pending_steps=tuple(c.step for c in todo), **changes)
         return todo
 
     def _follow(self, run: str | None) -> str:

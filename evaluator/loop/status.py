@@ -50,6 +50,7 @@ class Status:
 
     started: float = field(default_factory=time.monotonic)
     last_seen_step: int = -1
+    newest_saved_at: float = 0.0  # when the checkpoint of ``last_seen_step`` was written (0: not known)
     evaluating_step: int = -1
     progress: Progress | None = None  # of the evaluation of ``evaluating_step``, once it has begun
     pending_steps: tuple[int, ...] = ()

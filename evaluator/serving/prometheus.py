@@ -1,0 +1,91 @@
+"""The evaluator's figures for Prometheus (``--prometheus-port``): what an operator alerts on —
+how far behind the trainer it is, how long since a checkpoint came, whether evaluations fail.
+
+Two kinds of figure.  What happens once per evaluation (its duration, its images per second,
+the count by status) is observed by ``record``, one more of the controller's actions.  What is
+true at any moment (pending checkpoints, steps behind, the newest checkpoint's time, each
+run's last evaluated step, open Watch streams) is read at scrape time from the controller's
+status snapshot and the store, so it is never stale and nothing else has to write it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from showtell.evaluator.loop.status import Status
+from showtell.evaluator.records.store import Record, Store
+
+STATUSES = ("ok", "failed", "skipped")
+# An evaluation takes seconds (a few images) to an hour (COCO's 40k on a CPU).
+DURATION_BUCKETS = (1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
+
+
+class EvaluatorMetrics:
+    """The registry ``--prometheus-port`` serves; ``record`` is an action of the controller."""
+
+    def __init__(self, *, registry: CollectorRegistry, status: Callable[[], Status], store: Store,
+                 streams: Callable[[], int]) -> None:
+        self.status, self.registry = status, registry
+        self.evaluations = Counter("showtell_evaluator_evaluations", "Checkpoints recorded, by outcome "
+                                   "(ok, failed: could not be evaluated, skipped: gone first).",
+                                   ["status"], registry=self.registry)
+        for status_name in STATUSES:  # every series from the start: rate() sees the first one
+            self.evaluations.labels(status_name)
+        self.duration = Histogram("showtell_evaluator_evaluation_duration_seconds",
+                                  "Wall-clock time of each successful evaluation (restore, captions, "
+                                  "scores).",
+                                  buckets=DURATION_BUCKETS, registry=self.registry)
+        self.images_rate = Gauge("showtell_evaluator_images_per_second",
+                                 "Images evaluated per second in the last successful evaluation.",
+                                 registry=self.registry)
+        self.registry.register(_Now(status, store, streams))
+
+    def record(self, record: Record) -> None:
+        """Count a recorded checkpoint; time it if it was evaluated.  Runs while the controller's
+        status still holds the evaluation's progress (how many images it covered)."""
+        self.evaluations.labels(record.status).inc()
+        if record.status != "ok":
+            return
+        self.duration.observe(record.eval_seconds)
+        progress = self.status().progress
+        if progress is not None and record.eval_seconds > 0:
+            self.images_rate.set(progress.done / record.eval_seconds)
+
+
+class _Now(Collector):
+    """The figures true at scrape time."""
+
+    def __init__(self, status: Callable[[], Status], store: Store, streams: Callable[[], int]) -> None:
+        self.status, self.store, self.streams = status, store, streams
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        status = self.status()
+        last = GaugeMetricFamily("showtell_evaluator_last_evaluated_step",
+                                 "The newest global step evaluated, per training run.", labels=["run_id"])
+        evaluated = {}
+        for run, _evaluations, newest in self.store.run_summaries():
+            evaluated[run] = newest
+            last.add_metric([run], newest)
+        yield last
+        yield GaugeMetricFamily("showtell_evaluator_checkpoints_pending",
+                                "Checkpoints named by the trainer and due for evaluation.",
+                                value=len(status.pending_steps))
+        newest, current = status.last_seen_step, evaluated.get(status.run_id)
+        behind = 0 if newest < 0 else newest - (current if current is not None else 0)
+        yield GaugeMetricFamily("showtell_evaluator_steps_behind",
+                                "Global steps between the newest checkpoint and the newest one evaluated "
+                                "(of the current run).", value=max(0, behind))
+        yield GaugeMetricFamily("showtell_evaluator_newest_checkpoint_step",
+                                "The newest checkpoint's global step (-1 before the first).", value=newest)
+        if status.newest_saved_at > 0:  # Prometheus' way: a timestamp; the age is time() - it
+            yield GaugeMetricFamily("showtell_evaluator_newest_checkpoint_timestamp_seconds",
+                                    "When the newest checkpoint was written (Unix time).",
+                                    value=status.newest_saved_at)
+        yield GaugeMetricFamily("showtell_evaluator_evaluating", "1 while a checkpoint is being evaluated.",
+                                value=1 if status.evaluating_step >= 0 else 0)
+        yield GaugeMetricFamily("showtell_evaluator_watch_streams", "Watch streams open.",
+                                value=self.streams())

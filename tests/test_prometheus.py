@@ -1,0 +1,128 @@
+"""Prometheus: a real Prometheus server (Debian's ``prometheus``, installed by the tests' one apt
+path) scrapes a real trainer and evaluator started with ``--prometheus-port`` and answers PromQL
+for "steps behind" and "evaluations total"; the pages hold no paths or host names; the compose
+stack's scrape config and alert rules pass ``promtool``, and the alerts fire on the series they
+are for (``promtool test rules``); a port in use is one line naming it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests import system_packages
+from tests.helpers import ROOT, TINY_MODEL, error_lines, free_ports, start_evaluator, wait_for
+
+PROMETHEUS = {"prometheus": "prometheus", "promtool": "prometheus"}
+
+
+@pytest.fixture(scope="module")
+def prometheus_tools() -> None:
+    system_packages.require(system_packages.unavailable(PROMETHEUS))
+    system_packages.ensure(PROMETHEUS)
+
+
+def _page(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        return answer.read().decode()
+
+
+def _query(port: int, promql: str) -> list[dict]:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            body = json.loads(answer.read())
+    except OSError:
+        return []
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+@pytest.mark.e2e
+def test_a_real_prometheus_scrapes_the_trainer_and_the_evaluator(prometheus_tools, tiny_data: Path,
+                                                                  tmp_path: Path, procs):
+    trainer_port, evaluator_port, server_port = free_ports(3)
+    model_dir = tmp_path / "model"
+    trainer_log = tmp_path / "train.log"
+    trainer = procs.start("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
+                          "--steps", "100000", "--save-every-secs", "0", "--save-every-steps", "100",
+                          "--log-every-steps", "50", "--prometheus-port", str(trainer_port), log=trainer_log)
+    evaluator, _ = start_evaluator(procs, model_dir, tiny_data, tmp_path / "eval", tmp_path / "eval.log",
+                                   "--max-eval-examples", "4", "--prometheus-port", str(evaluator_port))
+    config = tmp_path / "prometheus.yml"
+    config.write_text(json.dumps({  # YAML's superset: JSON
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [
+            {"job_name": "showtell-trainer", "static_configs": [{"targets": [f"127.0.0.1:{trainer_port}"]}]},
+            {"job_name": "showtell-evaluator",
+             "static_configs": [{"targets": [f"127.0.0.1:{evaluator_port}"]}]},
+        ]}))
+    server = procs.start_program("prometheus", f"--config.file={config}",
+                                 f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                 f"--web.listen-address=127.0.0.1:{server_port}",
+                                 log=tmp_path / "prometheus.log")
+
+    def answered(promql: str) -> list[dict]:
+        assert server.poll() is None, (tmp_path / "prometheus.log").read_text()[-3000:]
+        return _query(server_port, promql)
+
+    ok = wait_for(lambda: answered('showtell_evaluator_evaluations_total{status="ok"} >= 2'), 240,
+                  "Prometheus to see two evaluations")
+    assert ok[0]["metric"]["job"] == "showtell-evaluator"
+    [behind] = wait_for(lambda: answered("showtell_evaluator_steps_behind"), 30, "steps behind")
+    assert float(behind["value"][1]) >= 0
+    [step] = wait_for(lambda: answered("showtell_trainer_step > 0"), 60, "the trainer's step")
+    assert float(step["value"][1]) > 0
+    assert {r["metric"]["job"] for r in answered("up == 1")} == {"showtell-trainer", "showtell-evaluator"}
+    assert answered("showtell_trainer_examples_per_second > 0")
+    assert answered("showtell_trainer_last_save_duration_seconds > 0")
+    assert answered("time() - showtell_evaluator_newest_checkpoint_timestamp_seconds < 600")
+    assert answered("showtell_evaluator_evaluation_duration_seconds_count > 0")
+    assert answered('showtell_build_info{component="evaluator", version!=""}')
+
+    # What an operator's scraper is shown: numbers, run ids, versions — no paths or host names.
+    for port in (trainer_port, evaluator_port):
+        page = _page(port)
+        assert str(tmp_path) not in page and os.uname().nodename not in page, page
+    evaluator_page = _page(evaluator_port)
+    for name in ("showtell_evaluator_last_evaluated_step{run_id=", "showtell_evaluator_checkpoints_pending ",
+                 "showtell_evaluator_images_per_second ", "showtell_evaluator_watch_streams 0.0"):
+        assert name in evaluator_page, name
+
+    for proc in (trainer, evaluator, server):
+        os.kill(proc.pid, signal.SIGTERM)
+    assert trainer.wait(timeout=120) == 143
+    assert evaluator.wait(timeout=120) == 0
+    server.wait(timeout=60)
+
+
+def test_a_port_in_use_is_one_line(tiny_data: Path, tmp_path: Path, showtell_main):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = showtell_main("train", "--data", str(tiny_data), "--model-dir", str(tmp_path / "m"),
+                               *TINY_MODEL, "--steps", "1", "--prometheus-port", str(port))
+    assert result.returncode == 1
+    assert error_lines(result.stderr) == [
+        f"showtell train: error: --prometheus-host 127.0.0.1 --prometheus-port {port}: cannot listen there "
+        "(Address already in use); pick another --prometheus-port (0: any free one)"]
+
+
+def test_the_compose_scrape_config_and_alerts_pass_promtool(prometheus_tools):
+    monitoring = ROOT / "deploy" / "monitoring"
+    for check in (["check", "config", str(monitoring / "prometheus.yml")],
+                  ["check", "rules", str(monitoring / "alerts.yml")]):
+        result = subprocess.run(["promtool", *check], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stdout + result.stderr
+    tested = subprocess.run(["promtool", "test", "rules", "alerts_test.yml"],
+                            cwd=ROOT / "tests" / "prometheus", capture_output=True, text=True, timeout=60)
+    assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
