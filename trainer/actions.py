@@ -91,7 +91,8 @@ class StepReport:
         if self.publish is not None:
             self.publish(values)
         log.info("step %d/%d  loss %.4f  lr %.3g  %.1f examples/s%s", step, self.steps, window.mean_loss, lr,
-                 window.examples_per_sec, "" if wait is None else f"  input wait {100 * wait:.1f}%")
+                 window.examples_per_sec, "" if wait is None else f"  input wait {100 * wait:.1f}%",
+                 extra={"step": step})
 
 
 @dataclass

@@ -130,7 +130,7 @@ class Checkpoints:
             if "No space left on device" not in str(exc) and getattr(exc, "errno", None) != errno.ENOSPC:
                 raise
             raise self._out_of_space(step) from None
-        log.info("saved checkpoint %s", path)
+        log.info("saved checkpoint %s", path, extra={"step": step})
         if self.on_save is not None:
             self.on_save(step, time.monotonic() - started)
         return path

@@ -21,6 +21,7 @@ import tensorflow as tf
 from showtell.captioning.data.manifest import VOCAB
 from showtell.captioning.model.modeldir import clear_finished, mark_finished, read_run_id, write_metadata
 from showtell.captioning.weights.encoder import NONE, load_encoder_weights
+from showtell.common import logs
 from showtell.common.errors import DataError
 from showtell.trainer import run_config
 from showtell.trainer.actions import ProfileSteps, StepReport, WeightHistograms
@@ -83,6 +84,7 @@ class Trainer:
         if task.is_chief:
             self._record_run(encoder_init)
             self._record_configuration(start_step)
+        logs.CONTEXT["run"] = read_run_id(str(task.model_dir)) or ""  # in every JSON log record
         self._log_shape()
         summaries = TrainSummaries(task.model_dir if task.is_chief else None)
         runner = profiler = None

@@ -35,6 +35,7 @@ from showtell.captioning.config import CocoConfig
 from showtell.captioning.data.manifest import VOCAB, Manifest, SplitInfo, existing_build
 from showtell.captioning.data.records import make_example, shard_name
 from showtell.captioning.data.vocab import Vocabulary, read_vocabulary, tokenize
+from showtell.common import logs
 from showtell.common.errors import DataError, first_line
 from showtell.common.files import write_atomic
 
@@ -153,7 +154,7 @@ def build(out_dir: Path, config: CocoConfig) -> Manifest:
     infos, bad, kept = {}, [], 0
     with ThreadPoolExecutor(config.workers) as pool, \
             tqdm(total=total, desc="coco", unit="img", file=sys.stderr,
-                 mininterval=2 if sys.stderr.isatty() else 30) as bar:
+                 mininterval=2 if sys.stderr.isatty() else 30, disable=not logs.progress_bars()) as bar:
         for split in SPLITS:
             count = max(1, min(shard_counts[split], len(splits[split]) or 1))
             captions = images_written = 0

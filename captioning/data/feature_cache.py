@@ -44,6 +44,7 @@ from showtell.captioning.data.records import (
     caption_for_visit,
     parse_example,
 )
+from showtell.common import logs
 from showtell.common.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -176,7 +177,7 @@ class FeatureCache:
         writers = [tf.io.TFRecordWriter(str(tmp / Path(f).name)) for f in files]
         passes, position, feature_size, first = 0, 0, 0, (0, time.monotonic())
         bar = tqdm(total=total, desc="feature cache", unit="img", file=sys.stderr,
-                   mininterval=2 if sys.stderr.isatty() else 30)
+                   mininterval=2 if sys.stderr.isatty() else 30, disable=not logs.progress_bars())
         try:
             for image_ids, views in batches:
                 features = forward(views).numpy()

@@ -22,6 +22,7 @@ from tqdm import tqdm
 from showtell.captioning.config import MIN_IMAGE_SIZE, SyntheticConfig
 from showtell.captioning.data.manifest import VOCAB, Manifest, SplitInfo, existing_build
 from showtell.captioning.data.vocab import Vocabulary
+from showtell.common import logs
 from showtell.common.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -252,7 +253,8 @@ def build(out_dir: Path, config: SyntheticConfig) -> Manifest:
     splits = {}
     for split, split_scenes in scenes.items():
         with ShardedWriter(out_dir, split, shards[split]) as writer:
-            for index, scene in enumerate(tqdm(split_scenes, desc=f"synthetic {split}", unit="img")):
+            for index, scene in enumerate(tqdm(split_scenes, desc=f"synthetic {split}", unit="img",
+                                                     disable=not logs.progress_bars())):
                 data = encode_png(draw(scene, config.image_size))
                 writer.write_image(data, image_id(split, index), [vocab.encode(c) for c in captions(scene)])
         splits[split] = SplitInfo(images=writer.images, captions=writer.captions, shards=shards[split])

@@ -20,7 +20,8 @@ log = logging.getLogger(__name__)
 def log_record(record: Record) -> None:
     """One line per record: its status and metrics, or why it failed or was skipped."""
     log.info("step %d: %s %s", record.step, record.status,
-             " ".join(f"{k} {v:.4f}" for k, v in sorted(record.metrics.items())) or record.reason)
+             " ".join(f"{k} {v:.4f}" for k, v in sorted(record.metrics.items())) or record.reason,
+             extra={"run": record.run, "step": record.step})
 
 
 class WriteSummaries:

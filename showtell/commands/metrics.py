@@ -26,7 +26,8 @@ from showtell.api.client import WatchFollower
 from showtell.api.contract import ALL_RUNS
 from showtell.api.transport import ClientSecurity, add_client_arguments
 from showtell.common.errors import ShowtellError
-from showtell.common.flags import Parser, positive_float, positive_int, run_command, setup_logging
+from showtell.common.flags import Parser, positive_float, positive_int, run_command
+from showtell.common.logs import setup_logging
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 

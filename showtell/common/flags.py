@@ -10,15 +10,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
-import logging
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import yaml
 
 from showtell.common.errors import ShowtellError
+from showtell.common.logs import FORMATS, error_line, setup_logging
 from showtell.common.native_logs import quiet_tensorflow
 
 
@@ -227,6 +226,9 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> a
 def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="debug logs, and TensorFlow's native start-up notices (hidden by default)")
+    parser.add_argument("--log-format", choices=FORMATS, default="text",
+                        help="text (default) or json: one JSON object a line (time, level, logger, "
+                             "message, run and step where known), for log pipelines")
 
 
 def start_command(args: argparse.Namespace) -> None:
@@ -234,32 +236,7 @@ def start_command(args: argparse.Namespace) -> None:
     ``--verbose`` (before anything imports it), then logging."""
     verbose = bool(getattr(args, "verbose", False))
     quiet_tensorflow(verbose)
-    setup_logging(verbose)
-
-
-def setup_logging(verbose: bool = False) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname).1s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-        stream=sys.stderr,
-    )
-    logging.getLogger("absl").setLevel(logging.ERROR)
-    if not verbose:  # TensorFlow's own INFO lines (closure waits, reduce plans) drown ours
-        logging.getLogger("tensorflow").setLevel(logging.WARNING)
-    if threading.excepthook is threading.__excepthook__:  # not one someone else installed
-        threading.excepthook = _log_thread_exception
-
-
-def _log_thread_exception(args: threading.ExceptHookArgs) -> None:
-    """A background thread's uncaught exception as one log record (one write).  Python's own hook
-    writes a traceback piece by piece, and a command's one-line error could land inside it — seen
-    when TensorFlow's cluster coordinator thread failed as a parameter-server chief gave up."""
-    if args.exc_type is SystemExit:
-        return
-    name = args.thread.name if args.thread is not None else "?"
-    logging.getLogger("showtell").error("uncaught exception in thread %s", name,
-                                        exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
+    setup_logging(verbose, getattr(args, "log_format", "text"))
 
 
 def run_command(prog: str, fn: Callable[[], int]) -> int:
@@ -267,5 +244,5 @@ def run_command(prog: str, fn: Callable[[], int]) -> int:
     try:
         return fn()
     except ShowtellError as exc:
-        sys.stderr.write(f"{prog}: error: {exc}\n")
+        sys.stderr.write(error_line(prog, str(exc)) + "\n")
         return exc.exit_code
