@@ -127,3 +127,10 @@ def test_pods_run_as_the_images_user_with_limits_gpus_release_tags_and_plaintext
     args = parse_cli("showtell.evaluator.cli", evaluator["args"])
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert evaluator[probe]["grpc"]["port"] == args.health_port != args.port, probe
+
+
+def test_every_pod_meets_pod_security_restricted(tfjob):
+    from tests.test_jobset import restricted_violations
+
+    for name, replica in tfjob["spec"]["tfReplicaSpecs"].items():
+        assert restricted_violations(replica["template"]["spec"]) == [], name

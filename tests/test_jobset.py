@@ -1,28 +1,54 @@
-"""``deploy/k8s/jobset.yaml``: a JobSet (data, then chief, ps, worker and evaluator replicated
-jobs) whose Jobs pass the Kubernetes API schema, whose tasks find each other through JobSet's
-stable pod hostnames with the cluster given by flags our trainer accepts, whose evaluator reads
-the checkpoints read-only and ends with the training, and which succeeds on chief + evaluator —
-and which runs as applied: the data job fills the path the others read, pods run as the images'
-user on writable volumes, with memory limits, GPUs on the workers, release-tagged images, and
-probes on the plaintext health port the evaluator is given."""
+"""``deploy/k8s/``: a Kustomize base (namespace, volumes, JobSet, Service, the trainer's recipe as
+a ConfigMap) and overlays (cpu, gpu), rendered here by ``kubectl kustomize`` — each render's
+objects pass the Kubernetes API schema (the JobSet's Jobs too), its pods meet Pod Security
+"restricted" (the namespace enforces it), its tasks find each other through JobSet's stable pod
+hostnames with the cluster given by flags our trainer accepts, the chief trains with the
+recipe file it mounts, the evaluator reads the checkpoints read-only and ends with the training,
+and the set succeeds on chief + evaluator — and it runs as applied: the data job fills the path
+the others read, pods run as the images' user on writable volumes, with memory limits, GPUs on
+the workers (gpu overlay), release-tagged images, probes on the plaintext health port, and
+Prometheus' scrape annotations on the pods that serve metrics."""
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
 import yaml
 
 from showtell.trainer.cluster import from_flags
+from tests import system_packages
 from tests.helpers import K8S_VERSION, ROOT, parse_cli
 
-MANIFEST = ROOT / "deploy" / "k8s" / "jobset.yaml"
+K8S = ROOT / "deploy" / "k8s"
+OVERLAYS = ("cpu", "gpu")
+
+
+def render(directory: Path) -> list[dict]:
+    """``kubectl kustomize`` of ``directory``: the objects ``kubectl apply -k`` would send."""
+    if not shutil.which("kubectl"):
+        system_packages.require(system_packages.unavailable({"kubectl": "kubernetes-client"}))
+        system_packages.ensure({"kubectl": "kubernetes-client"})
+    result = subprocess.run(["kubectl", "kustomize", str(directory)], capture_output=True, text=True,
+                            timeout=120)
+    # Debian's kubernetes-client is kubectl 1.20, whose Kustomize 2.0 reads neither `patches:` nor
+    # `resources: [../../base]`: a current kubectl (Kustomize ≥ 4) is needed.
+    assert result.returncode == 0, f"kubectl kustomize {directory}: {result.stderr}"
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+@pytest.fixture(scope="module", params=OVERLAYS)
+def overlay(request) -> str:
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def documents() -> list[dict]:
-    return list(yaml.safe_load_all(MANIFEST.read_text()))
+def documents(overlay: str) -> list[dict]:
+    return render(K8S / "overlays" / overlay)
 
 
 @pytest.fixture(scope="module")
@@ -66,12 +92,27 @@ def test_jobset_roles_success_on_chief_and_evaluator(jobset, replicated):
     assert evaluator.export_best == "cider:max"
 
 
-def _expanded(args: list[str], env: dict[str, str]) -> list[str]:
-    """Kubernetes' $(VAR) expansion of container args from the container's env."""
-    return [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in args]
+RECIPE = "/etc/showtell/recipe.yaml"
 
 
-def test_each_task_is_given_the_cluster_by_flags_from_jobset_hostnames(jobset, replicated):
+@pytest.fixture(scope="module")
+def recipe(documents, tmp_path_factory) -> Path:
+    """The recipe the chief mounts (its ConfigMap's file), where a test's parser can read it."""
+    [config_map] = [d for d in documents
+                    if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "showtell-recipe"]
+    path = tmp_path_factory.mktemp("recipe") / "recipe.yaml"
+    path.write_text(config_map["data"]["recipe.yaml"])
+    return path
+
+
+def _expanded(args: list[str], env: dict[str, str], recipe: Path | None = None) -> list[str]:
+    """Kubernetes' $(VAR) expansion of container args from the container's env (and the mounted
+    recipe's path, where this test has its copy)."""
+    expanded = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in args]
+    return [str(recipe) if recipe and a == RECIPE else a for a in expanded]
+
+
+def test_each_task_is_given_the_cluster_by_flags_from_jobset_hostnames(jobset, replicated, recipe):
     subdomain = jobset["spec"]["network"]["subdomain"]
     assert jobset["spec"]["network"]["enableDNSHostnames"] is True
     name = jobset["metadata"]["name"]
@@ -88,7 +129,7 @@ def test_each_task_is_given_the_cluster_by_flags_from_jobset_hostnames(jobset, r
         for index in range(replicated[job]["replicas"]):
             # What JobSet puts in the label and annotation of this Job's pod.
             args = parse_cli("showtell.trainer.cli",
-                          _expanded(container["args"], {"JOB_NAME": job, "TASK": str(index)}))
+                             _expanded(container["args"], {"JOB_NAME": job, "TASK": str(index)}, recipe))
             assert args.strategy == "parameter_server"
             cluster = from_flags(args.ps_hosts, args.worker_hosts, args.chief_host, args.job_name,
                                  args.task_index)
@@ -121,7 +162,7 @@ def _pod(rj: dict) -> dict:
     return rj["template"]["spec"]["template"]["spec"]
 
 
-def test_the_data_job_runs_first_and_fills_the_path_every_task_reads(jobset, replicated):
+def test_the_data_job_runs_first_and_fills_the_path_every_task_reads(jobset, replicated, recipe):
     names = [rj["name"] for rj in jobset["spec"]["replicatedJobs"]]
     assert names[0] == "data" and "dependsOn" not in replicated["data"]  # JobSet: the first cannot depend
     for name in names[1:]:
@@ -136,14 +177,14 @@ def test_the_data_job_runs_first_and_fills_the_path_every_task_reads(jobset, rep
     for job, module in (("chief", "showtell.trainer.cli"), ("worker", "showtell.trainer.cli"),
                         ("evaluator", "showtell.evaluator.cli")):
         container = _container(replicated[job])
-        args = parse_cli(module, _expanded(container["args"], {"JOB_NAME": job, "TASK": "0"}))
+        args = parse_cli(module, _expanded(container["args"], {"JOB_NAME": job, "TASK": "0"}, recipe))
         assert args.data == built.out, job
         mount = {m["mountPath"]: m for m in container["volumeMounts"]}["/data"]
         volume = {v["name"]: v for v in _pod(replicated[job])["volumes"]}[mount["name"]]
         assert volume["persistentVolumeClaim"]["claimName"] == claim["persistentVolumeClaim"]["claimName"]
 
 
-def test_pods_run_as_the_images_user_with_limits_gpus_and_release_tags(replicated):
+def test_pods_run_as_the_images_user_with_limits_gpus_and_release_tags(replicated, overlay):
     version = _version()
     for name, rj in replicated.items():
         pod = _pod(rj)
@@ -156,9 +197,9 @@ def test_pods_run_as_the_images_user_with_limits_gpus_and_release_tags(replicate
         resources = container["resources"]
         assert resources["limits"]["memory"] == resources["requests"]["memory"], name
         gpus = resources["limits"].get("nvidia.com/gpu")
-        assert (gpus == "1") == (name == "worker"), name  # the workers run the steps
-        if gpus:
-            assert tag.endswith("-cuda")  # the CUDA build
+        assert (gpus == "1") == (name == "worker" and overlay == "gpu"), name  # the workers run the steps
+        if name != "evaluator":  # the trainer's build: CUDA on the gpu overlay
+            assert tag.endswith("-cuda") == (overlay == "gpu"), (name, tag)
         policy = rj["template"]["spec"].get("podFailurePolicy")
         if policy:  # its rules name this container
             assert all(r["onExitCodes"]["containerName"] == container["name"]
@@ -173,3 +214,72 @@ def test_the_probes_ask_the_plaintext_health_port_the_evaluator_is_given(replica
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["grpc"]["port"] == args.health_port, probe
     assert args.health_port in {p["containerPort"] for p in container["ports"]}
+
+
+def test_the_chief_trains_with_the_recipe_it_mounts(replicated, recipe):
+    chief = _container(replicated["chief"])
+    mounts = {m["mountPath"]: m for m in chief["volumeMounts"]}
+    volumes = {v["name"]: v for v in _pod(replicated["chief"])["volumes"]}
+    assert mounts["/etc/showtell"]["readOnly"] is True
+    assert volumes[mounts["/etc/showtell"]["name"]]["configMap"]["name"] == "showtell-recipe"
+    args = parse_cli("showtell.trainer.cli",
+                     _expanded(chief["args"], {"JOB_NAME": "chief", "TASK": "0"}, recipe))
+    assert args.config == recipe and args.save_every_secs == 600 and args.keep == 5  # from the file
+    assert str(args.model_dir) == "/checkpoints/model"  # the flags: where things are
+
+
+# Pod Security Standards, "restricted" (kubernetes.io/docs/concepts/security/pod-security-standards):
+# what the admission controller checks, for every pod and container of a rendered overlay.
+def restricted_violations(pod: dict) -> list[str]:
+    problems = []
+    pod_security = pod.get("securityContext", {})
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod.get(key):
+            problems.append(f"{key}")
+    problems += [f"volume {v['name']}: not an allowed type" for v in pod.get("volumes", [])
+                 if not set(v) - {"name"} <= {"configMap", "persistentVolumeClaim", "emptyDir", "secret",
+                                              "projected", "downwardAPI", "csi", "ephemeral"}]
+    for container in pod.get("containers", []) + pod.get("initContainers", []):
+        name, security = container["name"], container.get("securityContext", {})
+        merged = {**pod_security, **security}
+        if not merged.get("runAsNonRoot"):
+            problems.append(f"{name}: runAsNonRoot")
+        if merged.get("runAsUser") == 0:
+            problems.append(f"{name}: runAsUser 0")
+        if security.get("privileged"):
+            problems.append(f"{name}: privileged")
+        if security.get("allowPrivilegeEscalation") is not False:
+            problems.append(f"{name}: allowPrivilegeEscalation must be false")
+        capabilities = security.get("capabilities", {})
+        added = set(capabilities.get("add", [])) - {"NET_BIND_SERVICE"}
+        if "ALL" not in capabilities.get("drop", []) or added:
+            problems.append(f"{name}: capabilities must drop ALL")
+        if merged.get("seccompProfile", {}).get("type") not in ("RuntimeDefault", "Localhost"):
+            problems.append(f"{name}: seccompProfile RuntimeDefault or Localhost")
+        if any(port.get("hostPort") for port in container.get("ports", [])):
+            problems.append(f"{name}: hostPort")
+    return problems
+
+
+def test_every_pod_meets_pod_security_restricted_in_a_namespace_enforcing_it(documents, replicated):
+    [namespace] = [d for d in documents if d["kind"] == "Namespace"]
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert {d["metadata"].get("namespace") for d in documents if d["kind"] != "Namespace"} == \
+        {namespace["metadata"]["name"]}
+    for name, rj in replicated.items():
+        assert restricted_violations(_pod(rj)) == [], name
+    # the check can fail: the pods as they were before seccomp was set
+    unconfined = {**_pod(replicated["chief"]), "securityContext": {
+        k: v for k, v in _pod(replicated["chief"])["securityContext"].items() if k != "seccompProfile"}}
+    assert restricted_violations(unconfined) == ["trainer: seccompProfile RuntimeDefault or Localhost"]
+
+
+def test_the_pods_serving_metrics_are_annotated_for_prometheus(replicated, recipe):
+    for job, module in (("chief", "showtell.trainer.cli"), ("evaluator", "showtell.evaluator.cli")):
+        container = _container(replicated[job])
+        args = parse_cli(module, _expanded(container["args"], {"JOB_NAME": job, "TASK": "0"}, recipe))
+        annotations = replicated[job]["template"]["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["prometheus.io/scrape"] == "true"
+        assert int(annotations["prometheus.io/port"]) == args.prometheus_port
+        assert args.prometheus_host == "0.0.0.0"
+        assert {"name": "metrics", "containerPort": args.prometheus_port} in container["ports"]
