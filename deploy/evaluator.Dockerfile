@@ -1,7 +1,7 @@
 # The showtell evaluator service (CPU).  Needs only the checkpoint directory (read-only is
 # enough) and the dataset's validation split; serves metrics over gRPC on port 50051.
 #   docker build -f deploy/evaluator.Dockerfile -t showtell-evaluator .
-ARG BASE_IMAGE=python:3.11-slim
+ARG BASE_IMAGE=python:3.11-slim@sha256:9c900dea9e8fb7e16277c179b555cc72d29a352dbc33cff48ad5a0412fd5bfc7
 ARG EXTRA=cpu
 FROM ${BASE_IMAGE}
 # Declared before FROM (its default) and here without a value: the layers up to the
@@ -39,6 +39,20 @@ COPY showtell showtell
 COPY protos protos
 RUN deploy/install.sh package "${EXTRA}"
 
+# OCI labels: which release and commit the image is, and where its source lives (compose passes
+# SHOWTELL_VERSION, SHOWTELL_REVISION and SHOWTELL_SOURCE; docs/deployment.md: `docker build`'s).
+# After the sources: a new commit changes only these last layers.
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG SOURCE=""
+ARG BASE_IMAGE
+LABEL org.opencontainers.image.title="showtell-evaluator" \
+      org.opencontainers.image.description="showtell's evaluator: evaluates each new checkpoint, serves metrics over gRPC" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.base.name="${BASE_IMAGE}"
 USER showtell
 WORKDIR /home/showtell
 VOLUME ["/work"]

@@ -4,7 +4,7 @@
 # Build args: BASE_IMAGE (any Debian-like image with python3 ≥ 3.11 + venv), EXTRA (the package
 # extra: cpu, or and-cuda: several GB of CUDA wheels), and an optional extra CA certificate for
 # builds behind a TLS-intercepting proxy: put PEM files in deploy/certs/.
-ARG BASE_IMAGE=python:3.11-slim
+ARG BASE_IMAGE=python:3.11-slim@sha256:9c900dea9e8fb7e16277c179b555cc72d29a352dbc33cff48ad5a0412fd5bfc7
 ARG EXTRA=cpu
 FROM ${BASE_IMAGE}
 # Declared before FROM (its default) and here without a value: the layers up to the
@@ -36,6 +36,20 @@ COPY showtell showtell
 COPY protos protos
 RUN deploy/install.sh package "${EXTRA}"
 
+# OCI labels: which release and commit the image is, and where its source lives (compose passes
+# SHOWTELL_VERSION, SHOWTELL_REVISION and SHOWTELL_SOURCE; docs/deployment.md: `docker build`'s).
+# After the sources: a new commit changes only these last layers.
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG SOURCE=""
+ARG BASE_IMAGE
+LABEL org.opencontainers.image.title="showtell-trainer" \
+      org.opencontainers.image.description="showtell's trainer: Show and Tell image captioning, checkpoints on a schedule" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.base.name="${BASE_IMAGE}"
 USER showtell
 WORKDIR /home/showtell
 VOLUME ["/checkpoints", "/data"]

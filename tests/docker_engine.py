@@ -152,9 +152,26 @@ class Stack:
     """``docker-compose -p NAME --env-file F -f …`` aimed at the private engine."""
 
     def __init__(self, engine, cwd: Path, name: str, env: dict[str, str], files: list[str]) -> None:
-        self.engine, self.cwd, self.name, self.files = engine, cwd, name, files
+        self.engine, self.cwd, self.name = engine, cwd, name
+        self.files = [*files, str(self._host_network_builds(files))]
         self.env_file = cwd / f"{name}.env"
         self.env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+
+    def _host_network_builds(self, files: list[str]) -> Path:
+        """An override building on the host's network.  This engine runs without a bridge
+        (``--bridge=none``: the host's networking is left alone), so its builds reach the package
+        registries only that way; an engine with a bridge (every user's) needs nothing of the
+        kind, and the compose files ask for none (BuildKit refuses it unless entitled)."""
+        import yaml
+
+        built = set()
+        for f in files:
+            services = yaml.safe_load((self.cwd / f).read_text()).get("services") or {}
+            built |= {name for name, service in services.items() if "build" in service}
+        override = self.cwd / f"{self.name}.host-network-builds.yml"
+        network = {"build": {"network": "host"}}
+        override.write_text(yaml.safe_dump({"services": {name: network for name in sorted(built)}}))
+        return override
 
     def run(self, *args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
         cmd = ["docker-compose", "-p", self.name, "--env-file", str(self.env_file)]

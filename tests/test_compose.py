@@ -224,6 +224,61 @@ def test_the_monitoring_profile_scrapes_what_the_services_serve(compose_tools):
     assert scrape["rule_files"] == ["alerts.yml"] and (ROOT / "deploy" / "monitoring" / "alerts.yml").exists()
 
 
+DIGEST = re.compile(r"python:3\.11-slim@sha256:[0-9a-f]{64}")
+
+
+def test_images_are_built_here_from_a_pinned_base_with_labels_and_never_latest(compose_tools):
+    """Base pinned by digest (the same everywhere), built not pulled, no host network in builds
+    (BuildKit refuses it unless entitled), OCI labels, and no ``latest`` anywhere."""
+    dockerfiles = [ROOT / "deploy" / f"{name}.Dockerfile" for name in ("trainer", "evaluator")]
+    named = {ROOT / ".env.example", ROOT / "deploy" / "evaluator.env.example", *dockerfiles,
+             *(ROOT / f for files in COMPOSE_FILES.values() for f in files)}
+    pins = {pin for path in named for pin in DIGEST.findall(path.read_text())}
+    assert len(pins) == 1, pins
+    for path in [*named, *(ROOT / "deploy" / "k8s").rglob("*.yaml")]:
+        settings = "\n".join(line.split("#")[0] for line in path.read_text().splitlines())  # not prose
+        assert not re.search(r":latest\b|=latest\b|-latest\}", settings), path
+    for dockerfile in dockerfiles:
+        text = dockerfile.read_text()
+        assert f"ARG BASE_IMAGE={next(iter(pins))}" in text
+        for label in ("source", "version", "revision", "licenses", "base.name"):
+            assert f"org.opencontainers.image.{label}=" in text, (dockerfile.name, label)
+    # One file at a time: docker-compose 1.29 drops pull_policy when it merges files (v2 keeps it).
+    for variant in ("base", "evaluator"):
+        [file] = COMPOSE_FILES[variant]
+        services = _config([file], STANDALONE_ENV if variant == "evaluator" else {})["services"]
+        for name, service in services.items():
+            if "build" in service:
+                assert service.get("pull_policy") == "build", (variant, name)
+                assert "network" not in service["build"], (variant, name)
+                assert set(service["build"]["args"]) >= {"VERSION", "REVISION", "SOURCE", "BASE_IMAGE"}
+
+
+def test_the_pin_script_rewrites_every_place_the_base_is_named(tmp_path: Path):
+    """``deploy/pin-base-image.sh`` against a stand-in ``docker`` (no registry here) answering
+    as ``docker image inspect`` does: the new digest everywhere, the old one nowhere."""
+    import shutil
+
+    new = "f" * 64
+    for name in ("deploy/pin-base-image.sh", "deploy/trainer.Dockerfile", "deploy/evaluator.Dockerfile",
+                 "docker-compose.yml", "deploy/compose.evaluator.yml", ".env.example",
+                 "deploy/evaluator.env.example"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, tmp_path / name)
+    stand_in = tmp_path / "bin" / "docker"
+    stand_in.parent.mkdir()
+    stand_in.write_text(f"#!/bin/sh\n[ \"$1\" = image ] && echo python@sha256:{new}\nexit 0\n")
+    stand_in.chmod(0o755)
+    result = subprocess.run([str(tmp_path / "deploy" / "pin-base-image.sh")], capture_output=True, text=True,
+                            env={**os.environ, "PATH": f"{stand_in.parent}:{os.environ['PATH']}"}, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert f"base image pinned: python:3.11-slim@sha256:{new}" in result.stdout
+    for path in (p for p in tmp_path.rglob("*") if p.is_file() and p.parent.name != "bin"
+                 and p.name != "pin-base-image.sh"):
+        pins = set(DIGEST.findall(path.read_text()))
+        assert pins == {f"python:3.11-slim@sha256:{new}"}, (path, pins)
+
+
 def test_overrides_change_only_what_differs(compose_tools):
     """GPU and cluster keep the base file's command: they change the strategy (an environment
     default of --strategy), the GPU image and devices, and add the cluster's tasks."""
@@ -234,8 +289,9 @@ def test_overrides_change_only_what_differs(compose_tools):
     for services, strategy in ((gpu, "mirrored"), (cluster, "parameter_server")):
         assert services["trainer"]["command"] == base["trainer"]["command"]
         assert _trainer(services["trainer"]).strategy == strategy
-    for name in ("data", "evaluator", "tensorboard"):  # everything else as it was
-        assert gpu[name] == base[name], name
+    for name in ("data", "evaluator", "tensorboard"):  # everything else as it was (but pull_policy,
+        # which docker-compose 1.29 drops in any merge of files)
+        assert {**gpu[name], "pull_policy": "build"} == base[name], name
     assert base["trainer"]["build"]["args"]["EXTRA"] == "cpu"  # what `up` builds by default
     assert gpu["trainer"]["build"]["args"]["EXTRA"] == "and-cuda"
     assert gpu["trainer"]["image"] == base["trainer"]["image"] + "-cuda"  # the CPU image stays
@@ -389,6 +445,10 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: 
             image = client.images.get(f"showtell-{service}:test").attrs
             figures[f"{service}_image_mb"] = round(image["Size"] / 1e6)
             assert image["Config"]["User"] == "showtell"  # non-root
+            labels = image["Config"]["Labels"]  # OCI labels from the compose build args
+            oci = "org.opencontainers.image"
+            built_from = (labels[f"{oci}.version"], labels[f"{oci}.base.name"])
+            assert built_from == (BUILD_ENV["SHOWTELL_VERSION"], BUILD_ENV["SHOWTELL_BASE_IMAGE"]), labels
 
         started = time.monotonic()
         stack.run("up", "-d")
