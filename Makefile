@@ -18,8 +18,18 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-lint: install
+BUF := node_modules/.bin/buf
+
+$(BUF): package.json package-lock.json
+	npm ci --no-audit --no-fund --silent
+	touch $(BUF)
+
+# ruff, and the gRPC contract: buf's STANDARD lint rules, and no breaking change against the
+# released contract (protos/showtell-v1.binpb; buf.yaml says how to move it on).
+lint: install $(BUF)
 	$(BIN)/ruff check .
+	$(BUF) lint
+	$(BUF) breaking --against protos/showtell-v1.binpb
 
 test: lint
 	$(BIN)/pytest
@@ -53,4 +63,4 @@ bench: install
 	$(BIN)/python bench/eval_throughput.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache node_modules

@@ -67,11 +67,11 @@ def wait_idle(log: Path, model_dir: Path, timeout: float = 600) -> float:
         port = found and found.group(1)
         time.sleep(0.2)
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stub = pb_grpc.MetricsStub(channel)
+        stub = pb_grpc.MetricsServiceStub(channel)
         while time.monotonic() - started < timeout:
             state = model_dir / "checkpoint"
             named = [int(n) for n in NEWEST.findall(state.read_text())] if state.exists() else [-1]
-            status = stub.GetStatus(pb.GetStatusRequest(), timeout=10)
+            status = stub.GetStatus(pb.GetStatusRequest(), timeout=10).status
             idle = status.evaluating_step == -1 and not status.pending_steps
             if idle and status.last_seen_step >= max(named):
                 return time.monotonic() - started

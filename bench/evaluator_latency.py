@@ -38,6 +38,10 @@ from showtell.v1 import metrics_pb2 as pb  # noqa: E402
 from showtell.v1 import metrics_pb2_grpc as pb_grpc  # noqa: E402
 
 
+def _seconds(duration) -> float:
+    return duration.ToNanoseconds() / 1e9
+
+
 def showtell(*args: str, log: Path) -> subprocess.Popen:
     return processes.start(list(args), log, cwd=ROOT)
 
@@ -118,8 +122,8 @@ def main() -> int:
                 got = arrivals.setdefault(name, {})
                 channel = grpc.insecure_channel(f"127.0.0.1:{port}")
                 try:
-                    for evaluation in pb_grpc.MetricsStub(channel).Watch(pb.WatchRequest(after_step=-1)):
-                        got[evaluation.global_step] = (time.time(), evaluation)
+                    for message in pb_grpc.MetricsServiceStub(channel).Watch(pb.WatchRequest(after_step=-1)):
+                        got[message.evaluation.global_step] = (time.time(), message.evaluation)
                 except grpc.RpcError as exc:  # the evaluators stop at the end: their streams end UNAVAILABLE
                     if exc.code() != grpc.StatusCode.UNAVAILABLE:
                         raise
@@ -149,9 +153,9 @@ def main() -> int:
                 written = step_writes.get(step)
                 if written is None:
                     continue
-                start = evaluation.evaluated_at.ToNanoseconds() / 1e9 - evaluation.eval_seconds
+                start = evaluation.evaluated_at.ToNanoseconds() / 1e9 - _seconds(evaluation.eval_duration)
                 detection.append(1000 * (start - written))
-                freshness.append(1000 * (arrived - written - evaluation.eval_seconds))
+                freshness.append(1000 * (arrived - written - _seconds(evaluation.eval_duration)))
             result[name] = {
                 "checkpoints": len(detection),
                 "checkpoints_without_a_seen_write": len(got) - len(detection),

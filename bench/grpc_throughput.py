@@ -42,7 +42,7 @@ def drive(port: int, clients: int, seconds: float, kind: str) -> list[float]:
     def client(i: int) -> None:
         channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         if kind == "latest":
-            call, request = pb_grpc.MetricsStub(channel).GetLatest, pb.GetLatestRequest()
+            call, request = pb_grpc.MetricsServiceStub(channel).GetLatest, pb.GetLatestRequest()
         else:
             call, request = health_pb2_grpc.HealthStub(channel).Check, health_pb2.HealthCheckRequest()
         call(request, timeout=10)  # connect before timing

@@ -55,11 +55,11 @@ async def measure(port: int, pid: int, args: argparse.Namespace, data: Path, mod
     ready = asyncio.Semaphore(0)
 
     async def follow(i: int) -> None:
-        call = pb_grpc.MetricsStub(channels[i % args.connections]).Watch(pb.WatchRequest(after_step=2))
+        call = pb_grpc.MetricsServiceStub(channels[i % args.connections]).Watch(pb.WatchRequest(after_step=2))
         await call.initial_metadata()
         ready.release()
-        async for evaluation in call:
-            arrivals[i] = (time.time(), evaluation)
+        async for message in call:
+            arrivals[i] = (time.time(), message.evaluation)
             return
 
     figures = {"idle": processes.figures(pid)}
@@ -72,7 +72,7 @@ async def measure(port: int, pid: int, args: argparse.Namespace, data: Path, mod
     figures["streams_open"] = processes.figures(pid)
 
     async with grpc.aio.insecure_channel(target) as side:
-        health, metrics = health_pb2_grpc.HealthStub(side), pb_grpc.MetricsStub(side)
+        health, metrics = health_pb2_grpc.HealthStub(side), pb_grpc.MetricsServiceStub(side)
         await health.Check(health_pb2.HealthCheckRequest(), timeout=5)
         for name, call, request in (("health", health.Check, health_pb2.HealthCheckRequest()),
                                     ("get_latest", metrics.GetLatest, pb.GetLatestRequest())):

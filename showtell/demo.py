@@ -507,7 +507,7 @@ TARGET_EXACT_MATCH = 0.5  # the demo's summary says when its run reached this
 def _summary(seen: list[pb.Evaluation], work: WorkDir, console: _Console) -> None:
     curves: dict[str, list[str]] = {}  # per run (the preview's, then the finished encoder's), in order
     for e in seen:
-        if e.status == pb.Evaluation.OK and "exact_match" in e.metrics:
+        if e.status == pb.Evaluation.STATUS_OK and "exact_match" in e.metrics:
             curves.setdefault(e.run_id, []).append(f"{e.global_step}: {e.metrics['exact_match']:.2f}")
     for run, curve in curves.items():
         console.say("summary", f"exact match by step (run {run or '-'}): " + ", ".join(curve))
@@ -519,7 +519,7 @@ def _summary(seen: list[pb.Evaluation], work: WorkDir, console: _Console) -> Non
 def time_to_target(evaluations: list[pb.Evaluation], target: float = TARGET_EXACT_MATCH) -> str:
     """When the run's exact match first reached ``target``, in training time (the trainer's, saved
     in each checkpoint), or the best it reached."""
-    ok = [e for e in evaluations if e.status == pb.Evaluation.OK and "exact_match" in e.metrics]
+    ok = [e for e in evaluations if e.status == pb.Evaluation.STATUS_OK and "exact_match" in e.metrics]
     for e in sorted(ok, key=lambda e: e.global_step):
         if e.metrics["exact_match"] >= target and e.HasField("train_time"):
             seconds = round(e.train_time.ToTimedelta().total_seconds())

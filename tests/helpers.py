@@ -139,7 +139,7 @@ def metrics_stub(port: int):
     from showtell.v1 import metrics_pb2_grpc
 
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    return channel, metrics_pb2_grpc.MetricsStub(channel)
+    return channel, metrics_pb2_grpc.MetricsServiceStub(channel)
 
 
 def learning_rate(checkpoint: Path, optimizer: str = "optimizer") -> float:

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.helpers import ROOT
-from tests.test_jobset import OVERLAYS, render
+from tests.k8s import OVERLAYS, render
 
 CHECKOV = "checkov==3.3.30"
 

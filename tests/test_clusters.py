@@ -122,7 +122,7 @@ def test_parameter_server_cluster(tiny_data: Path, tmp_path: Path, procs: Procs)
     channel, stub = metrics_stub(port)
     with channel:
         latest = wait_for(lambda: _latest(stub, saved + 2), 300, f"the evaluation of ckpt-{saved + 2}")
-    assert latest.status == metrics_pb2.Evaluation.OK and latest.metrics["loss"] > 0
+    assert latest.status == metrics_pb2.Evaluation.STATUS_OK and latest.metrics["loss"] > 0
 
     for proc, log in (servers["w0"], servers["w1"], servers["ps"]):
         stop_cleanly(proc, log)
@@ -152,7 +152,7 @@ def test_a_chief_waiting_for_its_ps_sleeps_and_stops_when_asked(tiny_data: Path,
 
 def _latest(stub, step: int):
     try:
-        reply = stub.GetLatest(metrics_pb2.GetLatestRequest(), timeout=5)
+        reply = stub.GetLatest(metrics_pb2.GetLatestRequest(), timeout=5).evaluation
     except grpc.RpcError:
         return None
     return reply if reply.global_step == step else None

@@ -384,7 +384,7 @@ def _metrics_json(port: int, *extra: str) -> dict | None:
     if result.returncode != 0:
         return None
     evaluation = json.loads(result.stdout)
-    return evaluation if evaluation["status"] == "OK" else None
+    return evaluation if evaluation["status"] == "STATUS_OK" else None
 
 
 def _saved_steps(logs: str) -> list[int]:
@@ -470,7 +470,8 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: 
         assert {"loss", "perplexity", "bleu4", "cider"} <= set(evaluation["metrics"])
         # the image's JRE: COCO's PTB tokenizer ran, as a non-root user over a root-owned install;
         # SHOWTELL_METEOR=false reached the evaluator
-        assert evaluation["scoring"] == "tokenizer=ptb scorers=bleu,rouge_l,cider", evaluation["scoring"]
+        assert evaluation["scoring"] == {"tokenizer": "ptb", "scorers": ["bleu", "rouge_l", "cider"]}, \
+            evaluation["scoring"]
 
         # the evaluator cannot write the checkpoint volume
         evaluator = stack.container("evaluator")

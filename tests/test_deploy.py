@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.helpers import K8S_VERSION, ROOT, parse_cli
+from tests.k8s import restricted_violations
 
 MANIFEST = ROOT / "deploy" / "k8s" / "tfjob.yaml"
 
@@ -130,7 +131,5 @@ def test_pods_run_as_the_images_user_with_limits_gpus_release_tags_and_plaintext
 
 
 def test_every_pod_meets_pod_security_restricted(tfjob):
-    from tests.test_jobset import restricted_violations
-
     for name, replica in tfjob["spec"]["tfReplicaSpecs"].items():
         assert restricted_violations(replica["template"]["spec"]) == [], name

@@ -47,7 +47,8 @@ def test_trainer_stops_itself_on_the_evaluators_report(tiny_data: Path, tmp_path
 
     channel, stub = metrics_stub(port)
     with channel:  # the final checkpoint is evaluated as well
-        wait_for(lambda: stub.GetLatest(pb.GetLatestRequest(), timeout=10).global_step == final, 180,
+        wait_for(lambda: stub.GetLatest(pb.GetLatestRequest(), timeout=10).evaluation.global_step == final,
+                 180,
                  f"the evaluation of ckpt-{final}")
     assert evaluator.poll() is None
 

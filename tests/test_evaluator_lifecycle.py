@@ -39,14 +39,15 @@ IDLE_CORE_FRACTION = 0.02
 
 
 def _list(stub, run: str = "") -> list[tuple[str, int, str]]:
-    page = stub.ListEvaluations(pb.ListEvaluationsRequest(limit=1000, run_id=run), timeout=10)
-    return [(e.run_id, e.global_step, pb.Evaluation.Status.Name(e.status)) for e in page.evaluations]
+    page = stub.ListEvaluations(pb.ListEvaluationsRequest(page_size=1000, run_id=run), timeout=10)
+    return [(e.run_id, e.global_step, pb.Evaluation.Status.Name(e.status).removeprefix("STATUS_"))
+            for e in page.evaluations]
 
 
 def _steps(port: int) -> list[int]:
     channel, stub = metrics_stub(port)
     with channel:
-        page = stub.ListEvaluations(pb.ListEvaluationsRequest(limit=1000), timeout=10)
+        page = stub.ListEvaluations(pb.ListEvaluationsRequest(page_size=1000), timeout=10)
     return [e.global_step for e in page.evaluations]
 
 
@@ -102,7 +103,7 @@ def test_every_observer_sleeps_while_idle_notices_and_tells_runs_apart(
     stubs = {}
     for name, (_, port) in evaluators.items():
         stubs[name] = metrics_stub(port)[1]
-        assert stubs[name].GetStatus(pb.GetStatusRequest(), timeout=10).observer == name
+        assert stubs[name].GetStatus(pb.GetStatusRequest(), timeout=10).status.observer == name
 
     # wiped and trained again: same path, same step numbers, same file names
     shutil.rmtree(model_dir)
@@ -125,9 +126,9 @@ def test_every_observer_sleeps_while_idle_notices_and_tells_runs_apart(
         assert sorted(everything) == sorted([*run_a_list, (run_b, 2, "OK"), (run_b, 4, "OK"),
                                              (run_c, 2, "OK")]), (name, everything)
         assert _list(stub, run_a) == run_a_list
-        latest = stub.GetLatest(pb.GetLatestRequest(), timeout=10)
+        latest = stub.GetLatest(pb.GetLatestRequest(), timeout=10).evaluation
         assert (latest.run_id, latest.global_step) == (run_c, 2)
-        status = stub.GetStatus(pb.GetStatusRequest(), timeout=10)
+        status = stub.GetStatus(pb.GetStatusRequest(), timeout=10).status
         assert (status.run_id, status.runs) == (run_c, 3)
         log = (tmp_path / f"{name}.log").read_text()
         assert f"run {run_b} (was {run_a}); its checkpoints are evaluated afresh" in log, name

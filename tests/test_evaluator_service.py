@@ -31,7 +31,7 @@ pytestmark = pytest.mark.e2e
 def _all(stub) -> list[pb.Evaluation]:
     out, token = [], ""
     while True:
-        page = stub.ListEvaluations(pb.ListEvaluationsRequest(limit=2, page_token=token), timeout=10)
+        page = stub.ListEvaluations(pb.ListEvaluationsRequest(page_size=2, page_token=token), timeout=10)
         out += page.evaluations
         token = page.next_page_token
         if not token:
@@ -57,7 +57,7 @@ def test_policy_all_evaluates_every_checkpoint_once_in_order_and_streams_live(
 
     def read() -> None:
         try:
-            streamed.extend(stream)
+            streamed.extend(message.evaluation for message in stream)
         except grpc.RpcError as error:  # our own cancel() at the end, or a failure
             stream_errors.append(error)
 
@@ -75,20 +75,22 @@ def test_policy_all_evaluates_every_checkpoint_once_in_order_and_streams_live(
 
     records = _all(stub)
     assert [e.global_step for e in records] == [2, 4, 6]  # each once, in step order
-    assert all(e.status == pb.Evaluation.OK for e in records)
+    assert all(e.status == pb.Evaluation.STATUS_OK for e in records)
     assert [e.global_step for e in streamed] == [2, 4, 6]
     assert {"loss", "perplexity", "bleu4", "cider", "rouge_l"} <= set(records[0].metrics)
     assert records[0].checkpoint_path.endswith("ckpt-2")
     assert records[0].num_examples == 8 * 3  # captions scored: 8 images × 3 captions
     # Java is here: COCO's PTB tokenizer, and every record says so (no METEOR: --meteor false)
-    assert {e.scoring for e in records} == {"tokenizer=ptb scorers=bleu,rouge_l,cider"}
-    latest = stub.GetLatest(pb.GetLatestRequest(), timeout=10)
+    assert {(e.scoring.tokenizer, tuple(e.scoring.scorers)) for e in records} == \
+        {("ptb", ("bleu", "rouge_l", "cider"))}
+    latest = stub.GetLatest(pb.GetLatestRequest(), timeout=10).evaluation
     assert latest.global_step == 6
-    best = stub.GetBest(pb.GetBestRequest(metric="loss"), timeout=10)
+    best = stub.GetBest(pb.GetBestRequest(metric="loss"), timeout=10).evaluation
     assert best.metrics["loss"] == min(e.metrics["loss"] for e in records)
-    best_cider = stub.GetBest(pb.GetBestRequest(metric="cider", mode=pb.GetBestRequest.MAX), timeout=10)
+    best_cider = stub.GetBest(pb.GetBestRequest(metric="cider", mode=pb.GetBestRequest.MODE_MAX),
+                              timeout=10).evaluation
     assert best_cider.metrics["cider"] == max(e.metrics["cider"] for e in records)
-    status = stub.GetStatus(pb.GetStatusRequest(), timeout=10)
+    status = stub.GetStatus(pb.GetStatusRequest(), timeout=10).status
     assert (status.last_seen_step, status.evaluations, status.failures) == (6, 3, 0)
     assert status.observer == "inotify" and status.policy == "all"
     # health, reflection, and the CLI client (--json keeps proto field names)
@@ -99,7 +101,7 @@ def test_policy_all_evaluates_every_checkpoint_once_in_order_and_streams_live(
     assert health.status == health_pb2.HealthCheckResponse.SERVING
     answer = next(reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
         iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10))
-    assert "showtell.v1.Metrics" in {s.name for s in answer.list_services_response.service}
+    assert "showtell.v1.MetricsService" in {s.name for s in answer.list_services_response.service}
     listed = run_showtell("metrics", "list", "--json", "--server", f"127.0.0.1:{port}", timeout=60)
     assert listed.returncode == 0, listed.stderr
     rows = [json.loads(line) for line in listed.stdout.splitlines()]
@@ -191,19 +193,21 @@ def test_garbage_collection_race_never_breaks_an_evaluation(tiny_data: Path, tmp
         training.set()
         seer.join()
     channel, stub = metrics_stub(port)
-    wait_for(lambda: stub.GetStatus(pb.GetStatusRequest(), timeout=10).pending_steps == [] and
+    wait_for(lambda: stub.GetStatus(pb.GetStatusRequest(), timeout=10).status.pending_steps == [] and
              any(e.global_step == 25 for e in _all(stub)), 240, "the evaluator to catch up")
     records = _all(stub)
     assert proc.poll() is None  # still up
-    assert not [e for e in records if e.status == pb.Evaluation.FAILED], records
-    ok = [e for e in records if e.status == pb.Evaluation.OK]
+    assert not [e for e in records if e.status == pb.Evaluation.STATUS_FAILED], records
+    ok = [e for e in records if e.status == pb.Evaluation.STATUS_OK]
     assert ok and all(e.num_examples == 8 * 3 and "loss" in e.metrics for e in ok)  # images × captions
     # The race happened: a checkpoint deleted by the trainer while its evaluation ran, evaluated OK.
+    def began(e: pb.Evaluation) -> float:
+        return (e.evaluated_at.ToNanoseconds() - e.eval_duration.ToNanoseconds()) / 1e9
+
     raced = [e.global_step for e in ok if e.global_step in deleted and
-             e.evaluated_at.ToNanoseconds() / 1e9 - e.eval_seconds <= deleted[e.global_step]
-             <= e.evaluated_at.ToNanoseconds() / 1e9]
-    assert raced, (deleted, [(e.global_step, e.evaluated_at, e.eval_seconds) for e in ok])
-    skipped = [e for e in records if e.status == pb.Evaluation.SKIPPED]
+             began(e) <= deleted[e.global_step] <= e.evaluated_at.ToNanoseconds() / 1e9]
+    assert raced, (deleted, [(e.global_step, e.evaluated_at, e.eval_duration) for e in ok])
+    skipped = [e for e in records if e.status == pb.Evaluation.STATUS_SKIPPED]
     assert all("deleted" in e.reason or "no longer there" in e.reason or "incomplete" in e.reason
                for e in skipped)
     assert not list((tmp_path / "work" / "pinned").iterdir())  # every pin released
@@ -215,7 +219,7 @@ def test_bad_inputs_are_recorded_and_the_service_stays_up(tiny_data: Path, tmp_p
     proc, port = start_evaluator(procs, model_dir, tiny_data, tmp_path / "work", tmp_path / "eval.log",
                                  "--policy", "all", "--max-eval-examples", "8")
     channel, stub = metrics_stub(port)
-    assert stub.GetStatus(pb.GetStatusRequest(), timeout=10).evaluations == 0
+    assert stub.GetStatus(pb.GetStatusRequest(), timeout=10).status.evaluations == 0
 
     train_more(tiny_data, model_dir, 2, "--save-every-steps", "2", "--keep", "10")
     wait_for(lambda: len(_all(stub)) == 1, 240, "the first evaluation")
@@ -225,7 +229,7 @@ def test_bad_inputs_are_recorded_and_the_service_stays_up(tiny_data: Path, tmp_p
     good_state = state.read_text()
     state.write_text("this is \x00 not a checkpoint state {{{")
     wait_for(lambda: "unreadable checkpoint state file" in
-             stub.GetStatus(pb.GetStatusRequest(), timeout=10).last_error, 30, "the state error")
+             stub.GetStatus(pb.GetStatusRequest(), timeout=10).status.last_error, 30, "the state error")
 
     # a truncated .data file
     for src in model_dir.glob("ckpt-2.*"):
@@ -241,16 +245,16 @@ def test_bad_inputs_are_recorded_and_the_service_stays_up(tiny_data: Path, tmp_p
                      + 'all_model_checkpoint_paths: "ckpt-3"\nall_model_checkpoint_paths: "ckpt-5"\n')
     wait_for(lambda: len(_all(stub)) == 3, 240, "two more (failed) evaluations")
     by_step = {e.global_step: e for e in _all(stub)}
-    assert by_step[2].status == pb.Evaluation.OK
-    assert by_step[3].status == pb.Evaluation.FAILED and "ckpt-3: cannot restore" in by_step[3].reason
-    assert by_step[5].status == pb.Evaluation.FAILED and "ckpt-5: cannot restore" in by_step[5].reason
+    assert by_step[2].status == pb.Evaluation.STATUS_OK
+    assert by_step[3].status == pb.Evaluation.STATUS_FAILED and "ckpt-3: cannot restore" in by_step[3].reason
+    assert by_step[5].status == pb.Evaluation.STATUS_FAILED and "ckpt-5: cannot restore" in by_step[5].reason
     assert str(tmp_path / "work") not in by_step[3].reason  # names the trainer's file, not our pin
-    assert stub.GetStatus(pb.GetStatusRequest(), timeout=10).failures == 2
+    assert stub.GetStatus(pb.GetStatusRequest(), timeout=10).status.failures == 2
 
     # malformed requests
     bad = [
-        (stub.ListEvaluations, pb.ListEvaluationsRequest(limit=-1)),
-        (stub.ListEvaluations, pb.ListEvaluationsRequest(limit=100000)),
+        (stub.ListEvaluations, pb.ListEvaluationsRequest(page_size=-1)),
+        (stub.ListEvaluations, pb.ListEvaluationsRequest(page_size=100000)),
         (stub.ListEvaluations, pb.ListEvaluationsRequest(from_step=-3)),
         (stub.ListEvaluations, pb.ListEvaluationsRequest(page_token="not-a-token")),
         (stub.GetBest, pb.GetBestRequest(metric="accuracy_of_vibes")),
@@ -263,7 +267,8 @@ def test_bad_inputs_are_recorded_and_the_service_stays_up(tiny_data: Path, tmp_p
     with pytest.raises(grpc.RpcError) as error:
         next(iter(stub.Watch(pb.WatchRequest(after_step=-7), timeout=10)))
     assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert proc.poll() is None and stub.GetLatest(pb.GetLatestRequest(), timeout=10).global_step == 5
+    assert proc.poll() is None
+    assert stub.GetLatest(pb.GetLatestRequest(), timeout=10).evaluation.global_step == 5
     channel.close()
 
 

@@ -58,11 +58,12 @@ def test_best_export_and_caption(tiny_data: Path, tiny_model: Path, tmp_path: Pa
                               "--export-keep", "2")
     channel, stub = metrics_stub(port)
     with channel:
-        wait_for(lambda: stub.GetStatus(pb.GetStatusRequest(), timeout=10).evaluations >= 3, 300,
+        wait_for(lambda: stub.GetStatus(pb.GetStatusRequest(), timeout=10).status.evaluations >= 3, 300,
                  "three evaluations")
         records = stub.ListEvaluations(pb.ListEvaluationsRequest(), timeout=10).evaluations
-        status = stub.GetStatus(pb.GetStatusRequest(), timeout=10)
-        best = stub.GetBest(pb.GetBestRequest(metric="loss", mode=pb.GetBestRequest.MAX), timeout=10)
+        status = stub.GetStatus(pb.GetStatusRequest(), timeout=10).status
+        best = stub.GetBest(pb.GetBestRequest(metric="loss", mode=pb.GetBestRequest.MODE_MAX),
+                            timeout=10).evaluation
 
     # Exports happen exactly at strict improvements of the metric (here: a larger loss).
     expected, top = [], None
@@ -84,7 +85,10 @@ def test_best_export_and_caption(tiny_data: Path, tiny_model: Path, tmp_path: Pa
     assert info["step"] == expected[-1] == best.global_step and info["metric"] == "loss"
     assert info["checkpoint"].endswith(f"ckpt-{expected[-1]}")
     assert best.export_path == str(newest)
-    assert status.best_export == f"loss:max step {expected[-1]} ({info['value']:.6g}) -> {newest}"
+    exported = status.best_export
+    assert (exported.metric, exported.maximize, exported.step, exported.path) == \
+        ("loss", True, expected[-1], str(newest))
+    assert exported.value == pytest.approx(info["value"])
     assert not list((work / "export").glob(".*"))  # no temporary or old copies left
 
     # The export, loaded here (not in the evaluator that wrote it), captions exactly like its checkpoint.

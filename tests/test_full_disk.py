@@ -69,7 +69,7 @@ def test_a_full_disk_fails_the_save_in_one_line_and_loses_nothing(tiny_data: Pat
                                       "--policy", "all", "--max-eval-examples", "2")
     channel, stub = metrics_stub(port)
     with channel:
-        wait_for(lambda: stub.GetStatus(pb.GetStatusRequest(), timeout=10).evaluations >= 2, 300,
+        wait_for(lambda: stub.GetStatus(pb.GetStatusRequest(), timeout=10).status.evaluations >= 2, 300,
                  "ckpt-2 and ckpt-4 evaluated")
         before = _files(model_dir)
 
@@ -88,9 +88,9 @@ def test_a_full_disk_fails_the_save_in_one_line_and_loses_nothing(tiny_data: Pat
                               "--steps", "5", "--save-every-secs", "0", "--keep", "10")
         assert again.returncode == 0, again.logs[-3000:]
         assert "at step 4" in again.logs and (model_dir / "ckpt-5.index").is_file()
-        wait_for(lambda: stub.GetStatus(pb.GetStatusRequest(), timeout=10).evaluations >= 3, 300,
+        wait_for(lambda: stub.GetStatus(pb.GetStatusRequest(), timeout=10).status.evaluations >= 3, 300,
                  "ckpt-5 evaluated")
-        status = stub.GetStatus(pb.GetStatusRequest(), timeout=10)
+        status = stub.GetStatus(pb.GetStatusRequest(), timeout=10).status
         listed = stub.ListEvaluations(pb.ListEvaluationsRequest(), timeout=10).evaluations
     assert status.failures == 0  # the evaluator never read a partial checkpoint
     assert [e.global_step for e in listed] == [2, 4, 5]
@@ -107,7 +107,8 @@ def test_a_full_work_dir_is_reported_and_recovered_from(tiny_data: Path, tiny_mo
                                           "--policy", "all", "--max-eval-examples", "2")
         channel, stub = metrics_stub(port)
         with channel:
-            status = wait_for(lambda: (s := stub.GetStatus(pb.GetStatusRequest(), timeout=10)).last_error
+            status = wait_for(lambda: (s := stub.GetStatus(pb.GetStatusRequest(),
+                                                         timeout=10).status).last_error
                               and s, 300, "the full work dir reported")
             assert status.last_error.startswith(f"step 2 not evaluated: --work-dir {work / 'eval'} (")
             assert "No space left on device" in status.last_error and status.evaluations == 0
@@ -115,9 +116,9 @@ def test_a_full_work_dir_is_reported_and_recovered_from(tiny_data: Path, tiny_mo
             assert health.status == health_pb2.HealthCheckResponse.SERVING and evaluator.poll() is None
 
             subprocess.run(["mount", "-o", "remount,size=400m", str(work)], check=True)  # space is back
-            wait_for(lambda: stub.GetStatus(pb.GetStatusRequest(), timeout=10).evaluations >= 2, 300,
+            wait_for(lambda: stub.GetStatus(pb.GetStatusRequest(), timeout=10).status.evaluations >= 2, 300,
                      "ckpt-2 and ckpt-4 evaluated once space is back")
-            status = stub.GetStatus(pb.GetStatusRequest(), timeout=10)
+            status = stub.GetStatus(pb.GetStatusRequest(), timeout=10).status
             assert status.last_error == "" and status.failures == 0
         os.kill(evaluator.pid, signal.SIGTERM)
         evaluator.wait(timeout=60)

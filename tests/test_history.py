@@ -113,7 +113,7 @@ def test_an_evaluator_on_a_garbage_history_serves_and_evaluates_again(tiny_data:
                               "--max-eval-examples", "2")
     channel, stub = metrics_stub(port)
     with channel:
-        wait_for(lambda: stub.GetStatus(pb.GetStatusRequest(), timeout=10).evaluations >= 2, 300,
+        wait_for(lambda: stub.GetStatus(pb.GetStatusRequest(), timeout=10).status.evaluations >= 2, 300,
                  "ckpt-2 and ckpt-4 evaluated again")
         listed = stub.ListEvaluations(pb.ListEvaluationsRequest(), timeout=10).evaluations
     steps = [e.global_step for e in listed]

@@ -43,7 +43,7 @@ for _ in range(int(sys.argv[3])):
     # into the client's own buffers: nothing stalls).
     channel = grpc.insecure_channel(sys.argv[1], options=[("grpc.use_local_subchannel_pool", 1),
                                                           ("grpc.http2.bdp_probe", 0)])
-    streams.append(pb_grpc.MetricsStub(channel).Watch(
+    streams.append(pb_grpc.MetricsServiceStub(channel).Watch(
         pb.WatchRequest(after_step=-1), metadata=[("authorization", "Bearer " + sys.argv[2])]))
     streams[-1].initial_metadata()  # connected, its replay begun
 print("started", flush=True)
@@ -95,8 +95,8 @@ def test_the_service_survives_hostile_clients(tiny_data: Path, tiny_model: Path,
                                  str(tmp_path / "token"), "--max-eval-examples", "2", "--policy", "all")
     auth = [("authorization", f"Bearer {TOKEN}")]
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    stub = pb_grpc.MetricsStub(channel)
-    wait_for(lambda: stub.GetStatus(pb.GetStatusRequest(), metadata=auth, timeout=10).evaluations
+    stub = pb_grpc.MetricsServiceStub(channel)
+    wait_for(lambda: stub.GetStatus(pb.GetStatusRequest(), metadata=auth, timeout=10).status.evaluations
              >= HISTORY + 2, 300, "the tiny model's two checkpoints evaluated")
     before = figures(proc.pid)
     rows = [("start", before)]
@@ -149,7 +149,7 @@ def test_the_service_survives_hostile_clients(tiny_data: Path, tiny_model: Path,
         while not stalled_now():
             assert time.monotonic() < deadline, f"replays of ≈ {replay} bytes not stalled: {stalled}"
         _health_within_a_second(port)
-        latest = stub.GetLatest(pb.GetLatestRequest(), metadata=auth, timeout=2)
+        latest = stub.GetLatest(pb.GetLatestRequest(), metadata=auth, timeout=2).evaluation
         assert latest.global_step == HISTORY
         during = figures(proc.pid)
         rows.append((f"{STREAMS} Watch clients stalled (received {min(stalled)}–{max(stalled)} of "

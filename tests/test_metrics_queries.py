@@ -1,5 +1,5 @@
 """What the README promises of ``showtell metrics`` and the gRPC API, against a real server in this
-process over a planted history: ``best`` (and NOT_FOUND), ``list --from-step/--limit``,
+process over a planted history: ``best`` (and NOT_FOUND), ``list --from-step/--page-size``,
 ``--run ID|all`` for GetLatest/GetBest/ListEvaluations, and Watch's replay across runs then live
 records.  ``watch --after-step`` runs as its own process (its signal handling is the point)."""
 
@@ -117,9 +117,9 @@ def test_list_pages_from_a_step_for_a_run_or_all(served: Served, showtell_main):
         return _steps(result.stdout)
 
     assert listed() == [("cur", 2), ("cur", 4), ("cur", 6), ("cur", 8)]
-    assert listed("--from-step", "4", "--limit", "1") == [("cur", 4), ("cur", 6), ("cur", 8)]  # 3 pages
+    assert listed("--from-step", "4", "--page-size", "1") == [("cur", 4), ("cur", 6), ("cur", 8)]  # 3 pages
     assert listed("--run", "old") == [("old", 1), ("old", 2)]
-    assert listed("--run", "all", "--from-step", "2", "--limit", "2") == [  # arrival order
+    assert listed("--run", "all", "--from-step", "2", "--page-size", "2") == [  # arrival order
         ("old", 2), ("cur", 2), ("cur", 4), ("cur", 6), ("cur", 8)]
     text = showtell_main("metrics", "list", "--server", served.target, "--from-step", "8").stdout
     assert text.strip() == "step       8  failed: bad read"
@@ -127,10 +127,11 @@ def test_list_pages_from_a_step_for_a_run_or_all(served: Served, showtell_main):
 
 def test_latest_per_run(served: Served):
     with grpc.insecure_channel(served.target) as channel:
-        stub = pb_grpc.MetricsStub(channel)
-        assert stub.GetLatest(pb.GetLatestRequest(), timeout=10).global_step == 8
-        assert stub.GetLatest(pb.GetLatestRequest(run_id="old"), timeout=10).global_step == 2
-        assert stub.GetLatest(pb.GetLatestRequest(run_id=ALL_RUNS), timeout=10).run_id == "cur"  # newest
+        stub = pb_grpc.MetricsServiceStub(channel)
+        assert stub.GetLatest(pb.GetLatestRequest(), timeout=10).evaluation.global_step == 8
+        assert stub.GetLatest(pb.GetLatestRequest(run_id="old"), timeout=10).evaluation.global_step == 2
+        newest = stub.GetLatest(pb.GetLatestRequest(run_id=ALL_RUNS), timeout=10).evaluation
+        assert newest.run_id == "cur"
         with pytest.raises(grpc.RpcError) as missing:
             stub.GetLatest(pb.GetLatestRequest(run_id="never-trained"), timeout=10)
         assert missing.value.code() == grpc.StatusCode.NOT_FOUND
@@ -142,26 +143,27 @@ def test_latest_per_run(served: Served):
 def test_status_says_how_far_the_current_evaluation_is(served: Served, showtell_main):
     def status() -> tuple[pb.EvaluatorStatus, str]:
         with grpc.insecure_channel(served.target) as channel:
-            reply = pb_grpc.MetricsStub(channel).GetStatus(pb.GetStatusRequest(), timeout=10)
+            reply = pb_grpc.MetricsServiceStub(channel).GetStatus(pb.GetStatusRequest(), timeout=10).status
         shown = showtell_main("metrics", "status", "--server", served.target)
         assert shown.returncode == 0, shown.stderr
         return reply, shown.stdout
 
     def progress(reply: pb.EvaluatorStatus) -> tuple:
-        return reply.evaluating_step, reply.images_done, reply.images_total, reply.seconds_left
+        left = reply.time_left.ToTimedelta().total_seconds() if reply.HasField("time_left") else None
+        return reply.evaluating_step, reply.images_done, reply.images_total, left
 
     reply, shown = status()
-    assert progress(reply) == (-1, 0, 0, -1)
+    assert progress(reply) == (-1, 0, 0, None)  # unset: not known
     assert "  idle; newest checkpoint seen: step 8" in shown
     board = served.board
     board.status = replace(board.status, evaluating_step=10, progress=Progress.first(64, 2000, now=100.0))
     reply, shown = status()
-    assert progress(reply) == (10, 64, 2000, -1)
+    assert progress(reply) == (10, 64, 2000, None)
     assert "  evaluating step 10 (64 of 2000 images); newest" in shown
     # 256 images in 10 s after the first batch: 1680 left take 65.6 s.
     board.status = replace(board.status, progress=board.status.progress.advanced(320, now=110.0))
     reply, shown = status()
-    assert (reply.images_done, reply.seconds_left) == (320, pytest.approx(65.625))
+    assert progress(reply)[1:] == (320, 2000, pytest.approx(65.625))
     assert "  evaluating step 10 (320 of 2000 images, about 1 min 06 s left); newest" in shown
     board.status = replace(board.status, evaluating_step=-1, progress=None)
     assert status()[0].images_total == 0
@@ -169,11 +171,11 @@ def test_status_says_how_far_the_current_evaluation_is(served: Served, showtell_
 
 def test_watch_replays_an_old_run_then_the_current_one_then_live(served: Served):
     with grpc.insecure_channel(served.target) as channel:
-        stream = pb_grpc.MetricsStub(channel).Watch(pb.WatchRequest(after_step=1, run_id="old"))
-        got = [(e.run_id, e.global_step) for e in (next(stream) for _ in range(5))]
+        stream = pb_grpc.MetricsServiceStub(channel).Watch(pb.WatchRequest(after_step=1, run_id="old"))
+        got = [(e.run_id, e.global_step) for e in (next(stream).evaluation for _ in range(5))]
         assert got == [("old", 2), ("cur", 2), ("cur", 4), ("cur", 6), ("cur", 8)]
         served.record(_record("cur", 10, 1.3, 0.6))
-        live = next(stream)
+        live = next(stream).evaluation
         assert (live.run_id, live.global_step, live.metrics["cider"]) == ("cur", 10, pytest.approx(1.3))
         stream.cancel()
 
@@ -197,7 +199,7 @@ def test_list_runs_gives_each_runs_facts_newest_first(served: Served):
     served.record(Record(10, "/m/ckpt-10", 1.0, 2.0, 0.5, 8, metrics={"cider": 1.4, "loss": 0.6}, run="cur",
                          train_seconds=95.5))
     with grpc.insecure_channel(served.target) as channel:
-        stub = pb_grpc.MetricsStub(channel)
+        stub = pb_grpc.MetricsServiceStub(channel)
         reply = stub.ListRuns(pb.ListRunsRequest(metric="cider", target=1.2), timeout=10)
         by_loss = stub.ListRuns(pb.ListRunsRequest(metric="loss", target=0.5), timeout=10)
         with pytest.raises(grpc.RpcError) as unknown:

@@ -67,7 +67,7 @@ def test_tls_and_token(tiny_data: Path, trained: Path, pki: Path, tmp_path: Path
         probe = health_pb2_grpc.HealthStub(plain).Check(health_pb2.HealthCheckRequest(), timeout=5)
         assert probe.status == health_pb2.HealthCheckResponse.SERVING
         with pytest.raises(grpc.RpcError) as absent:
-            pb_grpc.MetricsStub(plain).GetStatus(pb.GetStatusRequest(), timeout=5)
+            pb_grpc.MetricsServiceStub(plain).GetStatus(pb.GetStatusRequest(), timeout=5)
         assert absent.value.code() == grpc.StatusCode.UNIMPLEMENTED
     with grpc.insecure_channel(f"127.0.0.1:{port}") as plain, pytest.raises(grpc.RpcError) as refused:
         health_pb2_grpc.HealthStub(plain).Check(health_pb2.HealthCheckRequest(), timeout=5)
@@ -79,12 +79,12 @@ def test_tls_and_token(tiny_data: Path, trained: Path, pki: Path, tmp_path: Path
         return result if result.returncode == 0 else None
 
     result = wait_for(latest, 180, "an evaluation over TLS with the token", interval=1)
-    assert '"global_step": "4"' in result.stdout and '"status": "OK"' in result.stdout, result.stdout
+    assert '"global_step": "4"' in result.stdout and '"status": "STATUS_OK"' in result.stdout, result.stdout
 
     # no token → UNAUTHENTICATED, for unary calls and for the Watch stream
     with _tls_channel(port, pki) as channel:
-        stub = pb_grpc.MetricsStub(channel)
-        for call in (lambda: stub.GetLatest(pb.GetLatestRequest(), timeout=5),
+        stub = pb_grpc.MetricsServiceStub(channel)
+        for call in (lambda: stub.GetLatest(pb.GetLatestRequest(), timeout=5).evaluation,
                      lambda: list(stub.Watch(pb.WatchRequest(after_step=-1), timeout=5))):
             with pytest.raises(grpc.RpcError) as refused:
                 call()
@@ -97,7 +97,7 @@ def test_tls_and_token(tiny_data: Path, trained: Path, pki: Path, tmp_path: Path
         assert wrong.value.code() == grpc.StatusCode.UNAUTHENTICATED
         # a control on the same channel: the right token gets through
         status = stub.GetStatus(pb.GetStatusRequest(), timeout=5,
-                                metadata=[("authorization", "Bearer s3cret-token")])
+                                metadata=[("authorization", "Bearer s3cret-token")]).status
         assert status.evaluations == 1
         health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
         assert health.status == health_pb2.HealthCheckResponse.SERVING

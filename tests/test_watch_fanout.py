@@ -33,12 +33,12 @@ async def _exercise(port: int, model_dir: Path, data: Path, pid: int) -> dict:
     opened = asyncio.Semaphore(0)
 
     async def follow(i: int) -> None:
-        call = pb_grpc.MetricsStub(channels[i % CHANNELS]).Watch(pb.WatchRequest(after_step=-1))
+        call = pb_grpc.MetricsServiceStub(channels[i % CHANNELS]).Watch(pb.WatchRequest(after_step=-1))
         await call.initial_metadata()
         opened.release()
         try:
-            async for evaluation in call:
-                received[i].append(evaluation.global_step)
+            async for message in call:
+                received[i].append(message.evaluation.global_step)
         except asyncio.CancelledError:
             call.cancel()
             raise
@@ -50,7 +50,7 @@ async def _exercise(port: int, model_dir: Path, data: Path, pid: int) -> dict:
     threads_open, fds_open = _threads_and_fds(pid)
 
     # one stream too many
-    extra = pb_grpc.MetricsStub(channels[0]).Watch(pb.WatchRequest(after_step=-1))
+    extra = pb_grpc.MetricsServiceStub(channels[0]).Watch(pb.WatchRequest(after_step=-1))
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         async for _ in extra:
             pass
@@ -61,13 +61,13 @@ async def _exercise(port: int, model_dir: Path, data: Path, pid: int) -> dict:
     # unary calls and health beside them: each within a second
     async with grpc.aio.insecure_channel(target) as side:
         health = health_pb2_grpc.HealthStub(side)
-        metrics = pb_grpc.MetricsStub(side)
+        metrics = pb_grpc.MetricsServiceStub(side)
         latencies = []
         for _ in range(20):
             t0 = time.perf_counter()
             reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
             assert reply.status == health_pb2.HealthCheckResponse.SERVING
-            latest = await metrics.GetLatest(pb.GetLatestRequest(), timeout=1.0)
+            latest = (await metrics.GetLatest(pb.GetLatestRequest(), timeout=1.0)).evaluation
             latencies.append(time.perf_counter() - t0)
         assert latest.global_step == 4
 
@@ -94,7 +94,8 @@ def test_200_watch_streams_cost_no_threads_and_all_get_news(tiny_data: Path, tin
 
     def steps() -> list[int]:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            page = pb_grpc.MetricsStub(channel).ListEvaluations(pb.ListEvaluationsRequest(), timeout=10)
+            stub = pb_grpc.MetricsServiceStub(channel)
+            page = stub.ListEvaluations(pb.ListEvaluationsRequest(), timeout=10)
         channel_steps[:] = [e.global_step for e in page.evaluations]
         return channel_steps == [2, 4]
 

@@ -95,7 +95,7 @@ class EarlyStop:
 
     def _consider(self, evaluation) -> bool:
         """Count a successful evaluation toward (or reset) the streak; True once stopped."""
-        ok = evaluation.status == metrics_pb2.Evaluation.OK
+        ok = evaluation.status == metrics_pb2.Evaluation.STATUS_OK
         value = evaluation.metrics.get(self.condition.metric) if ok else None
         if value is None:
             return False  # failed/skipped, or no such metric: neither counts nor resets

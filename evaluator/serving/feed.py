@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from showtell.evaluator.records.store import Record, Store
@@ -23,14 +24,15 @@ TAIL = 1024
 class Arrival:
     rowid: int  # the store's arrival order
     step: int
-    evaluation: pb.Evaluation
+    message: pb.WatchResponse  # made once, written to every stream
 
 
 class StreamFeed:
     """Thread-safe ``publish`` (from the runner's thread); ``wait``/``since`` on the loop."""
 
-    def __init__(self, store: Store, loop: asyncio.AbstractEventLoop, to_proto) -> None:
-        self.store, self._loop, self._to_proto = store, loop, to_proto
+    def __init__(self, store: Store, loop: asyncio.AbstractEventLoop,
+                 to_message: Callable[[Record], pb.WatchResponse]) -> None:
+        self.store, self._loop, self._to_proto = store, loop, to_message
         self._tail: deque[Arrival] = deque(maxlen=TAIL)
         self._changed: asyncio.Future = loop.create_future()
         self.closed = False

@@ -20,7 +20,7 @@ from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
-SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Metrics"].full_name
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["MetricsService"].full_name
 MAX_REQUEST_BYTES = 1 << 20  # every request is a few fields; a larger one is refused by gRPC
 SERVER_OPTIONS = [
     ("grpc.keepalive_time_ms", 60_000),  # ping a connection after 60 s without traffic …
@@ -47,7 +47,7 @@ class MetricsServer:
         self.service = service
         self.security = security or LoadedSecurity()
         self.server = grpc.aio.server(interceptors=self.security.interceptors, options=SERVER_OPTIONS)
-        pb_grpc.add_MetricsServicer_to_server(service, self.server)
+        pb_grpc.add_MetricsServiceServicer_to_server(service, self.server)
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(

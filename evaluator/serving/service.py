@@ -1,4 +1,4 @@
-"""The ``showtell.v1.Metrics`` gRPC service over the store and the evaluator's status.
+"""The ``showtell.v1.MetricsService`` gRPC service over the store and the evaluator's status.
 
 Every request is validated: bad arguments get ``INVALID_ARGUMENT`` with a sentence saying
 which field and what is allowed, missing data ``NOT_FOUND`` — never an exception escaping
@@ -30,7 +30,8 @@ from showtell.v1 import metrics_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 MAX_PAGE = 1000
 DEFAULT_PAGE = 100
-_STATUS = {"ok": pb.Evaluation.OK, "failed": pb.Evaluation.FAILED, "skipped": pb.Evaluation.SKIPPED}
+_STATUS = {"ok": pb.Evaluation.STATUS_OK, "failed": pb.Evaluation.STATUS_FAILED,
+           "skipped": pb.Evaluation.STATUS_SKIPPED}
 
 
 def _timestamp(seconds: float) -> Timestamp:
@@ -39,17 +40,31 @@ def _timestamp(seconds: float) -> Timestamp:
     return ts
 
 
+def duration(seconds: float | None) -> Duration | None:
+    """``seconds`` as a Duration; None (the field stays unset) when not known."""
+    if seconds is None:
+        return None
+    value = Duration()
+    value.FromNanoseconds(round(seconds * 1e9))
+    return value
+
+
+def scoring(text: str) -> pb.Scoring | None:
+    """The record's ``tokenizer=ptb scorers=bleu,cider`` (CaptionScorer.scoring) as a message."""
+    fields = dict(part.split("=", 1) for part in text.split() if "=" in part)
+    if not fields:
+        return None
+    return pb.Scoring(tokenizer=fields.get("tokenizer", ""),
+                      scorers=[s for s in fields.get("scorers", "").split(",") if s])
+
+
 def to_proto(record: Record) -> pb.Evaluation:
-    train_time = None
-    if record.train_seconds is not None:
-        train_time = Duration()
-        train_time.FromNanoseconds(round(record.train_seconds * 1e9))
     return pb.Evaluation(
         global_step=record.step,
         checkpoint_path=record.checkpoint,
         checkpoint_mtime=_timestamp(record.checkpoint_mtime),
         evaluated_at=_timestamp(record.evaluated_at),
-        eval_seconds=record.eval_seconds,
+        eval_duration=duration(record.eval_seconds),
         num_examples=record.num_examples,
         metrics=record.metrics,
         samples=[pb.SampleCaption(image_id=s["image_id"], caption=s["caption"],
@@ -57,9 +72,13 @@ def to_proto(record: Record) -> pb.Evaluation:
         status=_STATUS[record.status],
         reason=record.reason,
         run_id=record.run,
-        scoring=record.scoring,
-        train_time=train_time,
+        scoring=scoring(record.scoring),
+        train_time=duration(record.train_seconds),
     )
+
+
+def watch_message(record: Record) -> pb.WatchResponse:
+    return pb.WatchResponse(evaluation=to_proto(record))
 
 
 def encode_token(from_step: int, offset: int) -> str:
@@ -76,7 +95,7 @@ def decode_token(token: str) -> tuple[int, int]:
         raise ValueError("page_token is not one this server issued") from exc
 
 
-class MetricsService(pb_grpc.MetricsServicer):
+class MetricsService(pb_grpc.MetricsServiceServicer):
     """The metrics service, served from ``grpc.aio``: every method is a coroutine on the
     server's event loop (store queries are short local SQLite reads), and a ``Watch`` stream
     is a coroutine waiting on the ``StreamFeed`` — thousands cost memory, not threads.
@@ -104,11 +123,11 @@ class MetricsService(pb_grpc.MetricsServicer):
         self.max_streams = max_streams
         self.streams = 0
         self.feed: StreamFeed | None = None
-        self._latest: tuple[tuple, pb.Evaluation | None] = ((), None)
+        self._latest: tuple[tuple, pb.GetLatestResponse | None] = ((), None)
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start feeding ``Watch`` streams from the broadcast records (on ``loop``)."""
-        self.feed = StreamFeed(self.store, loop, to_proto)
+        self.feed = StreamFeed(self.store, loop, watch_message)  # each record's message made once
         self.broadcast.subscribe(self.feed.publish)
 
     def close(self) -> None:
@@ -129,7 +148,7 @@ class MetricsService(pb_grpc.MetricsServicer):
         cached_key, cached = self._latest
         if cached_key != key or cached is None:
             record = self.store.latest(run)
-            cached = to_proto(record) if record is not None else None
+            cached = pb.GetLatestResponse(evaluation=to_proto(record)) if record is not None else None
             self._latest = (key, cached)
         if cached is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, "no evaluation recorded yet"
@@ -137,10 +156,10 @@ class MetricsService(pb_grpc.MetricsServicer):
         return cached
 
     async def ListEvaluations(self, request, context):
-        limit = request.limit or DEFAULT_PAGE
+        limit = request.page_size or DEFAULT_PAGE
         if not 1 <= limit <= MAX_PAGE:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"limit must be 1..{MAX_PAGE} (got {request.limit})")
+                                f"page_size must be 1..{MAX_PAGE} (got {request.page_size})")
         if request.from_step < 0:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"from_step must be ≥ 0 (got {request.from_step})")
@@ -172,7 +191,7 @@ class MetricsService(pb_grpc.MetricsServicer):
         if request.mode == pb.GetBestRequest.MODE_UNSPECIFIED:
             maximize = metric not in metric_names.LOWER_IS_BETTER
         else:
-            maximize = request.mode == pb.GetBestRequest.MAX
+            maximize = request.mode == pb.GetBestRequest.MODE_MAX
         record = self.store.best(metric, maximize, run=self._run(request.run_id))
         if record is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no successful evaluation has {metric!r} yet")
@@ -180,7 +199,7 @@ class MetricsService(pb_grpc.MetricsServicer):
         exported = self.exporter.current() if self.exporter else None
         if exported and (exported["step"], exported["checkpoint"]) == (record.step, record.checkpoint):
             answer.export_path = str(self.exporter.path())
-        return answer
+        return pb.GetBestResponse(evaluation=answer)
 
     async def ListRuns(self, request, context):
         metric = request.metric or metric_names.EXACT_MATCH
@@ -206,16 +225,24 @@ class MetricsService(pb_grpc.MetricsServicer):
     async def GetStatus(self, request, context):
         status = self.status()
         total, bad = self.store.counts()
-        return pb.EvaluatorStatus(
+        return pb.GetStatusResponse(status=pb.EvaluatorStatus(
             checkpoint_dir=self.checkpoint_dir, policy=self.policy,
             last_seen_step=status.last_seen_step, evaluating_step=status.evaluating_step,
             pending_steps=status.pending_steps, evaluations=total, failures=bad,
-            uptime_seconds=time.monotonic() - status.started, observer=self.observer,
-            last_error=status.last_error,
-            best_export=self.exporter.describe() if self.exporter else "",
+            uptime=duration(time.monotonic() - status.started), observer=self.observer,
+            last_error=status.last_error, best_export=self._best_export(),
             run_id=status.run_id, runs=self.store.runs(),
             **_progress_fields(status.progress),
-        )
+        ))
+
+    def _best_export(self) -> pb.BestExport | None:
+        if self.exporter is None:
+            return None
+        answer = pb.BestExport(metric=self.exporter.metric, maximize=self.exporter.maximize)
+        info = self.exporter.current()
+        if info is not None:
+            answer.step, answer.value, answer.path = info["step"], info["value"], str(self.exporter.path())
+        return answer
 
     async def Watch(self, request, context):
         """Replay (step order) the requested run after ``after_step`` — and, when that is not the
@@ -254,16 +281,16 @@ class MetricsService(pb_grpc.MetricsServicer):
             current = self.status().run_id
             run = request.run_id or current
             for record in self.store.replay(after, max_rowid=cursor, run=run):
-                yield to_proto(record)
+                yield watch_message(record)
             if run not in (current, ALL_RUNS):
                 for record in self.store.replay(-1, max_rowid=cursor, run=current):
-                    yield to_proto(record)
+                    yield watch_message(record)
             while True:
                 arrivals = feed.since(cursor)
                 for arrival in arrivals:
                     cursor = arrival.rowid
-                    if arrival.step > after or arrival.evaluation.run_id != run:
-                        yield arrival.evaluation
+                    if arrival.step > after or arrival.message.evaluation.run_id != run:
+                        yield arrival.message
                 if arrivals:
                     continue
                 if feed.closed:
@@ -275,7 +302,6 @@ class MetricsService(pb_grpc.MetricsServicer):
 
 def _progress_fields(progress: Progress | None) -> dict:
     if progress is None:
-        return {"seconds_left": -1.0}
-    left = progress.seconds_left()
+        return {}
     return {"images_done": progress.done, "images_total": progress.total,
-            "seconds_left": -1.0 if left is None else left}
+            "time_left": duration(progress.seconds_left())}

@@ -1,5 +1,7 @@
-"""Following an evaluator's ``Watch`` stream across its restarts — the one client loop that
-``showtell metrics watch``, ``showtell demo`` and the trainer's ``--stop-when`` share.
+"""The evaluator's metrics from Python: ``MetricsClient`` (one method per query, docs/grpc.md)
+and ``WatchFollower``, following the ``Watch`` stream across the evaluator's restarts — the one
+client loop that ``showtell metrics watch``, ``showtell demo`` and the trainer's ``--stop-when``
+share.  Needs grpcio and protobuf only (``pip install 'showtell[client]'``).
 
 The stream is resumed after the last (run, global step) it delivered, so a restart of the
 evaluator costs neither a duplicate nor a gap (a run's evaluations arrive in step order under
@@ -79,7 +81,7 @@ class WatchFollower:
         connected = False
         while not self._closed.is_set():
             with self.security.channel(self.target, self.options) as channel:
-                call = pb_grpc.MetricsStub(channel).Watch(
+                call = pb_grpc.MetricsServiceStub(channel).Watch(
                     pb.WatchRequest(after_step=self.last_step, run_id=self.last_run or ""))
                 self._call = call
                 try:
@@ -93,7 +95,8 @@ class WatchFollower:
                         log.info("watch: reconnected to %s, resuming after step %d", self.target,
                                  self.last_step)
                     connected, backoff = True, 1.0
-                    for evaluation in call:
+                    for message in call:
+                        evaluation = message.evaluation
                         if evaluation.run_id != self.last_run and self.last_run is not None:
                             self.last_step = -1  # a new run: its steps start again
                         elif evaluation.global_step <= self.last_step:
@@ -115,3 +118,76 @@ class WatchFollower:
             if self._closed.wait(backoff):
                 return
             backoff = min(backoff * 2, self.max_backoff)
+
+
+MODES = {"max": pb.GetBestRequest.MODE_MAX, "min": pb.GetBestRequest.MODE_MIN,
+         None: pb.GetBestRequest.MODE_UNSPECIFIED}
+
+
+class MetricsClient:
+    """An evaluator's ``showtell.v1.MetricsService``, one method per query::
+
+        with MetricsClient("127.0.0.1:50051") as client:
+            print(client.latest().metrics["cider"])
+            for evaluation in client.evaluations(from_step=1000):
+                ...
+
+    ``run_id``: empty for the model dir's current run, ``ALL_RUNS`` ("*") for every run.
+    A failed call raises ``grpc.RpcError`` (``.code()``: NOT_FOUND before the first evaluation,
+    UNAVAILABLE when nothing answers, INVALID_ARGUMENT with what is allowed).
+    """
+
+    def __init__(self, target: str = "127.0.0.1:50051", *, security: ClientSecurity | None = None,
+                 timeout: float = 10.0) -> None:
+        self.target, self.security, self.timeout = target, security or ClientSecurity(), timeout
+        self.channel = self.security.channel(target)
+        self.stub = pb_grpc.MetricsServiceStub(self.channel)
+
+    def __enter__(self) -> MetricsClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def latest(self, run_id: str = "") -> pb.Evaluation:
+        """The newest evaluation, by global step."""
+        return self.stub.GetLatest(pb.GetLatestRequest(run_id=run_id), timeout=self.timeout).evaluation
+
+    def best(self, metric: str, *, mode: str | None = None, run_id: str = "") -> pb.Evaluation:
+        """The best successful evaluation by ``metric`` (``mode`` max or min; default: the
+        metric's own direction); its ``export_path`` names the --export-best export if it is one."""
+        request = pb.GetBestRequest(metric=metric, mode=MODES[mode], run_id=run_id)
+        return self.stub.GetBest(request, timeout=self.timeout).evaluation
+
+    def evaluations(self, *, from_step: int = 0, page_size: int = 100,
+                    run_id: str = "") -> Iterator[pb.Evaluation]:
+        """Every evaluation from ``from_step`` in step order, fetched a page at a time."""
+        token = ""
+        while True:
+            request = pb.ListEvaluationsRequest(from_step=from_step, page_size=page_size, page_token=token,
+                                                run_id=run_id)
+            page = self.stub.ListEvaluations(request, timeout=self.timeout)
+            yield from page.evaluations
+            token = page.next_page_token
+            if not token:
+                return
+
+    def status(self) -> pb.EvaluatorStatus:
+        """What the evaluator is doing: the checkpoint it evaluates, what is pending, its errors."""
+        return self.stub.GetStatus(pb.GetStatusRequest(), timeout=self.timeout).status
+
+    def runs(self, metric: str = "", target: float | None = None) -> list[pb.RunSummary]:
+        """The runs in the evaluator's history, newest first, with the best ``metric`` (default
+        exact_match) and the training time until it first reached ``target``."""
+        request = pb.ListRunsRequest(metric=metric)
+        if target is not None:
+            request.target = target
+        return list(self.stub.ListRuns(request, timeout=self.timeout).runs)
+
+    def watch(self, *, after_step: int = -1, **options) -> WatchFollower:
+        """Evaluations as they are recorded (after a replay of those after ``after_step``),
+        across the evaluator's restarts: iterate it; ``close()`` it from another thread."""
+        return WatchFollower(target=self.target, security=self.security, after_step=after_step, **options)

@@ -3,9 +3,10 @@
 ``watch`` follows the evaluator across its restarts (reconnects with backoff, resumes after
 the last step it printed); ``status`` prints a short summary for a person.
 
-A thin gRPC client of ``showtell.v1.Metrics``.  Unreachable servers, ``NOT_FOUND`` and
-deadlines become one-line messages and a non-zero exit; ``--json`` prints protobuf's JSON
-mapping with the proto field names (``global_step``, ``metrics``, …), one object per line.
+A thin command over ``showtell.api.client.MetricsClient`` (``showtell.v1.MetricsService``).
+Unreachable servers, ``NOT_FOUND`` and deadlines become one-line messages and a non-zero exit;
+``--json`` prints protobuf's JSON mapping with the proto field names (``global_step``,
+``metrics``, …), one object per line.
 ``health`` asks ``grpc.health.v1`` (open without a token) and exits 0 only when SERVING —
 the evaluator image's ``HEALTHCHECK``.  TLS and the bearer token: ``showtell.api.transport``.
 """
@@ -22,14 +23,13 @@ import grpc
 from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from showtell.api.client import WatchFollower
+from showtell.api.client import MetricsClient
 from showtell.api.contract import ALL_RUNS
 from showtell.api.transport import ClientSecurity, add_client_arguments
 from showtell.common.errors import ShowtellError
 from showtell.common.flags import Parser, positive_float, positive_int, run_command
 from showtell.common.logs import setup_logging
 from showtell.v1 import metrics_pb2 as pb
-from showtell.v1 import metrics_pb2_grpc as pb_grpc
 
 PROG = "showtell metrics"
 
@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metric", default="cider", help="best: which metric (default cider)")
     p.add_argument("--mode", choices=("max", "min"), help="best: direction (default: by metric)")
     p.add_argument("--from-step", type=int, default=0, help="list: first step")
-    p.add_argument("--limit", type=positive_int, default=100, help="list: page size")
+    p.add_argument("--page-size", type=positive_int, default=100, help="list: evaluations per call")
     p.add_argument("--after-step", type=int, default=-1, help="watch: replay evaluations after this step")
     p.add_argument("--run", default="", metavar="ID|all",
                    help="latest/list/best/watch: a training run's evaluations (default: the model dir's "
@@ -65,15 +65,16 @@ def _emit(message, as_json: bool) -> None:
 
 def format_evaluation(e: pb.Evaluation) -> str:
     when = datetime.fromtimestamp(e.evaluated_at.ToSeconds()).strftime("%H:%M:%S")
-    status = pb.Evaluation.Status.Name(e.status).lower()
-    if e.status != pb.Evaluation.OK:
+    status = pb.Evaluation.Status.Name(e.status).removeprefix("STATUS_").lower()
+    if e.status != pb.Evaluation.STATUS_OK:
         return f"step {e.global_step:>7}  {status}: {e.reason}"
     metrics = "  ".join(f"{k} {v:.4f}" for k, v in sorted(e.metrics.items()))
-    scoring = f"; {e.scoring}" if e.scoring else ""
+    scoring = f"; tokenizer={e.scoring.tokenizer} scorers={','.join(e.scoring.scorers)}" \
+        if e.HasField("scoring") else ""
     trained = f", after {_duration(e.train_time.ToTimedelta().total_seconds())} of training" \
         if e.HasField("train_time") else ""
-    return (f"step {e.global_step:>7}  {metrics}  "
-            f"({e.num_examples} examples, {e.eval_seconds:.1f} s, {when}{trained}{scoring})")
+    return (f"step {e.global_step:>7}  {metrics}  ({e.num_examples} examples, "
+            f"{e.eval_duration.ToTimedelta().total_seconds():.1f} s, {when}{trained}{scoring})")
 
 
 def _explain(error: grpc.RpcError, server: str, security: ClientSecurity) -> ShowtellError:
@@ -93,52 +94,40 @@ def _explain(error: grpc.RpcError, server: str, security: ClientSecurity) -> Sho
 
 def query(args: argparse.Namespace) -> int:
     security = ClientSecurity.from_args(args)
-    with security.channel(args.server) as channel:
-        stub = pb_grpc.MetricsStub(channel)
-        t = args.timeout
+    with MetricsClient(args.server, security=security, timeout=args.timeout) as client:
         try:
             if args.query == "health":
-                return health(channel, t)
+                return health(client.channel, args.timeout)
             run = ALL_RUNS if args.run == "all" else args.run
             if args.query == "latest":
-                _emit(stub.GetLatest(pb.GetLatestRequest(run_id=run), timeout=t), args.json)
+                _emit(client.latest(run), args.json)
             elif args.query == "status":
-                reply = stub.GetStatus(pb.GetStatusRequest(), timeout=t)
+                reply = client.status()
                 if args.json:
                     _emit(reply, True)
                 else:
                     sys.stdout.write(format_status(reply) + "\n")
             elif args.query == "best":
-                mode = {"max": pb.GetBestRequest.MAX, "min": pb.GetBestRequest.MIN}.get(
-                    args.mode, pb.GetBestRequest.MODE_UNSPECIFIED)
-                _emit(stub.GetBest(pb.GetBestRequest(metric=args.metric, mode=mode, run_id=run), timeout=t),
-                      args.json)
+                _emit(client.best(args.metric, mode=args.mode, run_id=run), args.json)
             elif args.query == "list":
-                token = ""
-                while True:
-                    page = stub.ListEvaluations(pb.ListEvaluationsRequest(
-                        from_step=args.from_step, limit=args.limit, page_token=token, run_id=run), timeout=t)
-                    for evaluation in page.evaluations:
-                        _emit(evaluation, args.json)
-                    token = page.next_page_token
-                    if not token:
-                        break
+                for evaluation in client.evaluations(from_step=args.from_step, page_size=args.page_size,
+                                                     run_id=run):
+                    _emit(evaluation, args.json)
             else:
-                watch(args, security)
+                watch(args, client)
         except grpc.RpcError as error:
             raise _explain(error, args.server, security) from error
     return 0
 
 
-def watch(args: argparse.Namespace, security: ClientSecurity) -> None:
+def watch(args: argparse.Namespace, client: MetricsClient) -> None:
     """Print each evaluation once, across evaluator restarts (reconnects with backoff)."""
 
     def on_retry(error: grpc.RpcError, wait: float) -> None:
         sys.stderr.write(f"{PROG}: {args.server} went away ({error.code().name.lower()}); "
                          f"reconnecting in {wait:.0f} s\n")
 
-    follower = WatchFollower(target=args.server, security=security, after_step=args.after_step,
-                             on_retry=on_retry)
+    follower = client.watch(after_step=args.after_step, on_retry=on_retry)
     if args.run and args.run != "all":
         follower.last_run = args.run
     # SIGTERM (a supervisor, or `kill`): end the stream and exit 0.  Ctrl-C stays Python's
@@ -151,12 +140,13 @@ def watch(args: argparse.Namespace, security: ClientSecurity) -> None:
 
 def format_status(s: pb.EvaluatorStatus) -> str:
     """A few lines for a person; ``--json`` has every field."""
-    up = int(s.uptime_seconds)
+    up = int(s.uptime.ToTimedelta().total_seconds())
     uptime = f"{up // 3600}h{up // 60 % 60:02d}m"
     doing = f"evaluating step {s.evaluating_step}" if s.evaluating_step >= 0 else "idle"
     if s.evaluating_step >= 0 and s.images_total:
         doing += f" ({s.images_done} of {s.images_total} images" + (
-            f", about {_duration(s.seconds_left)} left)" if s.seconds_left >= 0 else ")")
+            f", about {_duration(s.time_left.ToTimedelta().total_seconds())} left)"
+            if s.HasField("time_left") else ")")
     lines = [
         f"evaluator of {s.checkpoint_dir}  (policy {s.policy}, {s.observer}, up {uptime})",
         f"  {doing}; newest checkpoint seen: "
@@ -167,8 +157,11 @@ def format_status(s: pb.EvaluatorStatus) -> str:
     if s.pending_steps:
         shown = ", ".join(str(step) for step in s.pending_steps[:10])
         lines.append(f"  pending: {shown}{' …' if len(s.pending_steps) > 10 else ''}")
-    if s.best_export:
-        lines.append(f"  best export: {s.best_export}")
+    if s.HasField("best_export"):
+        b = s.best_export
+        rule = f"{b.metric}:{'max' if b.maximize else 'min'}"
+        lines.append(f"  best export: {rule} step {b.step} ({b.value:.6g}) -> {b.path}" if b.path
+                     else f"  best export: {rule}, none yet")
     if s.last_error:
         lines.append(f"  last error: {s.last_error}")
     return "\n".join(lines)

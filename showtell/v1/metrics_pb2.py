@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19showtell/v1/metrics.proto\x12\x0bshowtell.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"F\n\rSampleCaption\x12\x10\n\x08image_id\x18\x01 \x01(\x03\x12\x0f\n\x07\x63\x61ption\x18\x02 \x01(\t\x12\x12\n\nreferences\x18\x03 \x03(\t\"\xca\x04\n\nEvaluation\x12\x13\n\x0bglobal_step\x18\x01 \x01(\x03\x12\x17\n\x0f\x63heckpoint_path\x18\x02 \x01(\t\x12\x34\n\x10\x63heckpoint_mtime\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0c\x65valuated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0c\x65val_seconds\x18\x05 \x01(\x01\x12\x14\n\x0cnum_examples\x18\x06 \x01(\x03\x12\x35\n\x07metrics\x18\x07 \x03(\x0b\x32$.showtell.v1.Evaluation.MetricsEntry\x12+\n\x07samples\x18\x08 \x03(\x0b\x32\x1a.showtell.v1.SampleCaption\x12.\n\x06status\x18\t \x01(\x0e\x32\x1e.showtell.v1.Evaluation.Status\x12\x0e\n\x06reason\x18\n \x01(\t\x12\x13\n\x0b\x65xport_path\x18\x0b \x01(\t\x12\x0e\n\x06run_id\x18\x0c \x01(\t\x12\x0f\n\x07scoring\x18\r \x01(\t\x12-\n\ntrain_time\x18\x0e \x01(\x0b\x32\x19.google.protobuf.Duration\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"A\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x06\n\x02OK\x10\x01\x12\n\n\x06\x46\x41ILED\x10\x02\x12\x0b\n\x07SKIPPED\x10\x03\"\"\n\x10GetLatestRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"^\n\x16ListEvaluationsRequest\x12\x11\n\tfrom_step\x18\x01 \x01(\x03\x12\r\n\x05limit\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x0e\n\x06run_id\x18\x04 \x01(\t\"`\n\x17ListEvaluationsResponse\x12,\n\x0b\x65valuations\x18\x01 \x03(\x0b\x32\x17.showtell.v1.Evaluation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x90\x01\n\x0eGetBestRequest\x12\x0e\n\x06metric\x18\x01 \x01(\t\x12.\n\x04mode\x18\x02 \x01(\x0e\x32 .showtell.v1.GetBestRequest.Mode\x12\x0e\n\x06run_id\x18\x03 \x01(\t\".\n\x04Mode\x12\x14\n\x10MODE_UNSPECIFIED\x10\x00\x12\x07\n\x03MAX\x10\x01\x12\x07\n\x03MIN\x10\x02\"\x12\n\x10GetStatusRequest\"\xda\x02\n\x0f\x45valuatorStatus\x12\x16\n\x0e\x63heckpoint_dir\x18\x01 \x01(\t\x12\x0e\n\x06policy\x18\x02 \x01(\t\x12\x16\n\x0elast_seen_step\x18\x03 \x01(\x03\x12\x17\n\x0f\x65valuating_step\x18\x04 \x01(\x03\x12\x15\n\rpending_steps\x18\x05 \x03(\x03\x12\x13\n\x0b\x65valuations\x18\x06 \x01(\x03\x12\x10\n\x08\x66\x61ilures\x18\x07 \x01(\x03\x12\x16\n\x0euptime_seconds\x18\x08 \x01(\x01\x12\x10\n\x08observer\x18\t \x01(\t\x12\x12\n\nlast_error\x18\n \x01(\t\x12\x13\n\x0b\x62\x65st_export\x18\x0b \x01(\t\x12\x0e\n\x06run_id\x18\x0c \x01(\t\x12\x0c\n\x04runs\x18\r \x01(\x03\x12\x13\n\x0bimages_done\x18\x0e \x01(\x03\x12\x14\n\x0cimages_total\x18\x0f \x01(\x03\x12\x14\n\x0cseconds_left\x18\x10 \x01(\x01\"2\n\x0cWatchRequest\x12\x12\n\nafter_step\x18\x01 \x01(\x03\x12\x0e\n\x06run_id\x18\x02 \x01(\t\"A\n\x0fListRunsRequest\x12\x0e\n\x06metric\x18\x01 \x01(\t\x12\x13\n\x06target\x18\x02 \x01(\x01H\x00\x88\x01\x01\x42\t\n\x07_target\"\xc9\x01\n\nRunSummary\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x13\n\x0b\x65valuations\x18\x02 \x01(\x03\x12\x13\n\x0blatest_step\x18\x03 \x01(\x03\x12\x17\n\nbest_value\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x11\n\tbest_step\x18\x05 \x01(\x03\x12\x31\n\x0etime_to_target\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0btarget_step\x18\x07 \x01(\x03\x42\r\n\x0b_best_value\"9\n\x10ListRunsResponse\x12%\n\x04runs\x18\x01 \x03(\x0b\x32\x17.showtell.v1.RunSummary2\xbf\x03\n\x07Metrics\x12\x43\n\tGetLatest\x12\x1d.showtell.v1.GetLatestRequest\x1a\x17.showtell.v1.Evaluation\x12\\\n\x0fListEvaluations\x12#.showtell.v1.ListEvaluationsRequest\x1a$.showtell.v1.ListEvaluationsResponse\x12?\n\x07GetBest\x12\x1b.showtell.v1.GetBestRequest\x1a\x17.showtell.v1.Evaluation\x12H\n\tGetStatus\x12\x1d.showtell.v1.GetStatusRequest\x1a\x1c.showtell.v1.EvaluatorStatus\x12G\n\x08ListRuns\x12\x1c.showtell.v1.ListRunsRequest\x1a\x1d.showtell.v1.ListRunsResponse\x12=\n\x05Watch\x12\x19.showtell.v1.WatchRequest\x1a\x17.showtell.v1.Evaluation0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19showtell/v1/metrics.proto\x12\x0bshowtell.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"F\n\rSampleCaption\x12\x10\n\x08image_id\x18\x01 \x01(\x03\x12\x0f\n\x07\x63\x61ption\x18\x02 \x01(\t\x12\x12\n\nreferences\x18\x03 \x03(\t\"\x91\x05\n\nEvaluation\x12\x13\n\x0bglobal_step\x18\x01 \x01(\x03\x12\x17\n\x0f\x63heckpoint_path\x18\x02 \x01(\t\x12\x34\n\x10\x63heckpoint_mtime\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0c\x65valuated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\reval_duration\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x14\n\x0cnum_examples\x18\x06 \x01(\x03\x12\x35\n\x07metrics\x18\x07 \x03(\x0b\x32$.showtell.v1.Evaluation.MetricsEntry\x12+\n\x07samples\x18\x08 \x03(\x0b\x32\x1a.showtell.v1.SampleCaption\x12.\n\x06status\x18\t \x01(\x0e\x32\x1e.showtell.v1.Evaluation.Status\x12\x0e\n\x06reason\x18\n \x01(\t\x12\x13\n\x0b\x65xport_path\x18\x0b \x01(\t\x12\x0e\n\x06run_id\x18\x0c \x01(\t\x12%\n\x07scoring\x18\r \x01(\x0b\x32\x14.showtell.v1.Scoring\x12-\n\ntrain_time\x18\x0e \x01(\x0b\x32\x19.google.protobuf.Duration\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"V\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\r\n\tSTATUS_OK\x10\x01\x12\x11\n\rSTATUS_FAILED\x10\x02\x12\x12\n\x0eSTATUS_SKIPPED\x10\x03\"-\n\x07Scoring\x12\x11\n\ttokenizer\x18\x01 \x01(\t\x12\x0f\n\x07scorers\x18\x02 \x03(\t\"\"\n\x10GetLatestRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"@\n\x11GetLatestResponse\x12+\n\nevaluation\x18\x01 \x01(\x0b\x32\x17.showtell.v1.Evaluation\"b\n\x16ListEvaluationsRequest\x12\x11\n\tfrom_step\x18\x01 \x01(\x03\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x0e\n\x06run_id\x18\x04 \x01(\t\"`\n\x17ListEvaluationsResponse\x12,\n\x0b\x65valuations\x18\x01 \x03(\x0b\x32\x17.showtell.v1.Evaluation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x9a\x01\n\x0eGetBestRequest\x12\x0e\n\x06metric\x18\x01 \x01(\t\x12.\n\x04mode\x18\x02 \x01(\x0e\x32 .showtell.v1.GetBestRequest.Mode\x12\x0e\n\x06run_id\x18\x03 \x01(\t\"8\n\x04Mode\x12\x14\n\x10MODE_UNSPECIFIED\x10\x00\x12\x0c\n\x08MODE_MAX\x10\x01\x12\x0c\n\x08MODE_MIN\x10\x02\">\n\x0fGetBestResponse\x12+\n\nevaluation\x18\x01 \x01(\x0b\x32\x17.showtell.v1.Evaluation\"\x12\n\x10GetStatusRequest\"A\n\x11GetStatusResponse\x12,\n\x06status\x18\x01 \x01(\x0b\x32\x1c.showtell.v1.EvaluatorStatus\"Y\n\nBestExport\x12\x0e\n\x06metric\x18\x01 \x01(\t\x12\x10\n\x08maximize\x18\x02 \x01(\x08\x12\x0c\n\x04step\x18\x03 \x01(\x03\x12\x0c\n\x04path\x18\x04 \x01(\t\x12\r\n\x05value\x18\x05 \x01(\x01\"\x9e\x03\n\x0f\x45valuatorStatus\x12\x16\n\x0e\x63heckpoint_dir\x18\x01 \x01(\t\x12\x0e\n\x06policy\x18\x02 \x01(\t\x12\x16\n\x0elast_seen_step\x18\x03 \x01(\x03\x12\x17\n\x0f\x65valuating_step\x18\x04 \x01(\x03\x12\x15\n\rpending_steps\x18\x05 \x03(\x03\x12\x13\n\x0b\x65valuations\x18\x06 \x01(\x03\x12\x10\n\x08\x66\x61ilures\x18\x07 \x01(\x03\x12)\n\x06uptime\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08observer\x18\t \x01(\t\x12\x12\n\nlast_error\x18\n \x01(\t\x12,\n\x0b\x62\x65st_export\x18\x0b \x01(\x0b\x32\x17.showtell.v1.BestExport\x12\x0e\n\x06run_id\x18\x0c \x01(\t\x12\x0c\n\x04runs\x18\r \x01(\x03\x12\x13\n\x0bimages_done\x18\x0e \x01(\x03\x12\x14\n\x0cimages_total\x18\x0f \x01(\x03\x12,\n\ttime_left\x18\x10 \x01(\x0b\x32\x19.google.protobuf.Duration\"2\n\x0cWatchRequest\x12\x12\n\nafter_step\x18\x01 \x01(\x03\x12\x0e\n\x06run_id\x18\x02 \x01(\t\"<\n\rWatchResponse\x12+\n\nevaluation\x18\x01 \x01(\x0b\x32\x17.showtell.v1.Evaluation\"A\n\x0fListRunsRequest\x12\x0e\n\x06metric\x18\x01 \x01(\t\x12\x13\n\x06target\x18\x02 \x01(\x01H\x00\x88\x01\x01\x42\t\n\x07_target\"\xc9\x01\n\nRunSummary\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x13\n\x0b\x65valuations\x18\x02 \x01(\x03\x12\x13\n\x0blatest_step\x18\x03 \x01(\x03\x12\x17\n\nbest_value\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x11\n\tbest_step\x18\x05 \x01(\x03\x12\x31\n\x0etime_to_target\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0btarget_step\x18\x07 \x01(\x03\x42\r\n\x0b_best_value\"9\n\x10ListRunsResponse\x12%\n\x04runs\x18\x01 \x03(\x0b\x32\x17.showtell.v1.RunSummary2\xd7\x03\n\x0eMetricsService\x12J\n\tGetLatest\x12\x1d.showtell.v1.GetLatestRequest\x1a\x1e.showtell.v1.GetLatestResponse\x12\\\n\x0fListEvaluations\x12#.showtell.v1.ListEvaluationsRequest\x1a$.showtell.v1.ListEvaluationsResponse\x12\x44\n\x07GetBest\x12\x1b.showtell.v1.GetBestRequest\x1a\x1c.showtell.v1.GetBestResponse\x12J\n\tGetStatus\x12\x1d.showtell.v1.GetStatusRequest\x1a\x1e.showtell.v1.GetStatusResponse\x12G\n\x08ListRuns\x12\x1c.showtell.v1.ListRunsRequest\x1a\x1d.showtell.v1.ListRunsResponse\x12@\n\x05Watch\x12\x19.showtell.v1.WatchRequest\x1a\x1a.showtell.v1.WatchResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,33 +38,45 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SAMPLECAPTION']._serialized_start=107
   _globals['_SAMPLECAPTION']._serialized_end=177
   _globals['_EVALUATION']._serialized_start=180
-  _globals['_EVALUATION']._serialized_end=766
-  _globals['_EVALUATION_METRICSENTRY']._serialized_start=653
-  _globals['_EVALUATION_METRICSENTRY']._serialized_end=699
-  _globals['_EVALUATION_STATUS']._serialized_start=701
-  _globals['_EVALUATION_STATUS']._serialized_end=766
-  _globals['_GETLATESTREQUEST']._serialized_start=768
-  _globals['_GETLATESTREQUEST']._serialized_end=802
-  _globals['_LISTEVALUATIONSREQUEST']._serialized_start=804
-  _globals['_LISTEVALUATIONSREQUEST']._serialized_end=898
-  _globals['_LISTEVALUATIONSRESPONSE']._serialized_start=900
-  _globals['_LISTEVALUATIONSRESPONSE']._serialized_end=996
-  _globals['_GETBESTREQUEST']._serialized_start=999
-  _globals['_GETBESTREQUEST']._serialized_end=1143
-  _globals['_GETBESTREQUEST_MODE']._serialized_start=1097
-  _globals['_GETBESTREQUEST_MODE']._serialized_end=1143
-  _globals['_GETSTATUSREQUEST']._serialized_start=1145
-  _globals['_GETSTATUSREQUEST']._serialized_end=1163
-  _globals['_EVALUATORSTATUS']._serialized_start=1166
-  _globals['_EVALUATORSTATUS']._serialized_end=1512
-  _globals['_WATCHREQUEST']._serialized_start=1514
-  _globals['_WATCHREQUEST']._serialized_end=1564
-  _globals['_LISTRUNSREQUEST']._serialized_start=1566
-  _globals['_LISTRUNSREQUEST']._serialized_end=1631
-  _globals['_RUNSUMMARY']._serialized_start=1634
-  _globals['_RUNSUMMARY']._serialized_end=1835
-  _globals['_LISTRUNSRESPONSE']._serialized_start=1837
-  _globals['_LISTRUNSRESPONSE']._serialized_end=1894
-  _globals['_METRICS']._serialized_start=1897
-  _globals['_METRICS']._serialized_end=2344
+  _globals['_EVALUATION']._serialized_end=837
+  _globals['_EVALUATION_METRICSENTRY']._serialized_start=703
+  _globals['_EVALUATION_METRICSENTRY']._serialized_end=749
+  _globals['_EVALUATION_STATUS']._serialized_start=751
+  _globals['_EVALUATION_STATUS']._serialized_end=837
+  _globals['_SCORING']._serialized_start=839
+  _globals['_SCORING']._serialized_end=884
+  _globals['_GETLATESTREQUEST']._serialized_start=886
+  _globals['_GETLATESTREQUEST']._serialized_end=920
+  _globals['_GETLATESTRESPONSE']._serialized_start=922
+  _globals['_GETLATESTRESPONSE']._serialized_end=986
+  _globals['_LISTEVALUATIONSREQUEST']._serialized_start=988
+  _globals['_LISTEVALUATIONSREQUEST']._serialized_end=1086
+  _globals['_LISTEVALUATIONSRESPONSE']._serialized_start=1088
+  _globals['_LISTEVALUATIONSRESPONSE']._serialized_end=1184
+  _globals['_GETBESTREQUEST']._serialized_start=1187
+  _globals['_GETBESTREQUEST']._serialized_end=1341
+  _globals['_GETBESTREQUEST_MODE']._serialized_start=1285
+  _globals['_GETBESTREQUEST_MODE']._serialized_end=1341
+  _globals['_GETBESTRESPONSE']._serialized_start=1343
+  _globals['_GETBESTRESPONSE']._serialized_end=1405
+  _globals['_GETSTATUSREQUEST']._serialized_start=1407
+  _globals['_GETSTATUSREQUEST']._serialized_end=1425
+  _globals['_GETSTATUSRESPONSE']._serialized_start=1427
+  _globals['_GETSTATUSRESPONSE']._serialized_end=1492
+  _globals['_BESTEXPORT']._serialized_start=1494
+  _globals['_BESTEXPORT']._serialized_end=1583
+  _globals['_EVALUATORSTATUS']._serialized_start=1586
+  _globals['_EVALUATORSTATUS']._serialized_end=2000
+  _globals['_WATCHREQUEST']._serialized_start=2002
+  _globals['_WATCHREQUEST']._serialized_end=2052
+  _globals['_WATCHRESPONSE']._serialized_start=2054
+  _globals['_WATCHRESPONSE']._serialized_end=2114
+  _globals['_LISTRUNSREQUEST']._serialized_start=2116
+  _globals['_LISTRUNSREQUEST']._serialized_end=2181
+  _globals['_RUNSUMMARY']._serialized_start=2184
+  _globals['_RUNSUMMARY']._serialized_end=2385
+  _globals['_LISTRUNSRESPONSE']._serialized_start=2387
+  _globals['_LISTRUNSRESPONSE']._serialized_end=2444
+  _globals['_METRICSSERVICE']._serialized_start=2447
+  _globals['_METRICSSERVICE']._serialized_end=2918
 # @@protoc_insertion_point(module_scope)

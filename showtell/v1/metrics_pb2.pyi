@@ -22,17 +22,17 @@ class SampleCaption(_message.Message):
     def __init__(self, image_id: _Optional[int] = ..., caption: _Optional[str] = ..., references: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Evaluation(_message.Message):
-    __slots__ = ("global_step", "checkpoint_path", "checkpoint_mtime", "evaluated_at", "eval_seconds", "num_examples", "metrics", "samples", "status", "reason", "export_path", "run_id", "scoring", "train_time")
+    __slots__ = ("global_step", "checkpoint_path", "checkpoint_mtime", "evaluated_at", "eval_duration", "num_examples", "metrics", "samples", "status", "reason", "export_path", "run_id", "scoring", "train_time")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATUS_UNSPECIFIED: _ClassVar[Evaluation.Status]
-        OK: _ClassVar[Evaluation.Status]
-        FAILED: _ClassVar[Evaluation.Status]
-        SKIPPED: _ClassVar[Evaluation.Status]
+        STATUS_OK: _ClassVar[Evaluation.Status]
+        STATUS_FAILED: _ClassVar[Evaluation.Status]
+        STATUS_SKIPPED: _ClassVar[Evaluation.Status]
     STATUS_UNSPECIFIED: Evaluation.Status
-    OK: Evaluation.Status
-    FAILED: Evaluation.Status
-    SKIPPED: Evaluation.Status
+    STATUS_OK: Evaluation.Status
+    STATUS_FAILED: Evaluation.Status
+    STATUS_SKIPPED: Evaluation.Status
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -44,7 +44,7 @@ class Evaluation(_message.Message):
     CHECKPOINT_PATH_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_MTIME_FIELD_NUMBER: _ClassVar[int]
     EVALUATED_AT_FIELD_NUMBER: _ClassVar[int]
-    EVAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    EVAL_DURATION_FIELD_NUMBER: _ClassVar[int]
     NUM_EXAMPLES_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_FIELD_NUMBER: _ClassVar[int]
@@ -58,7 +58,7 @@ class Evaluation(_message.Message):
     checkpoint_path: str
     checkpoint_mtime: _timestamp_pb2.Timestamp
     evaluated_at: _timestamp_pb2.Timestamp
-    eval_seconds: float
+    eval_duration: _duration_pb2.Duration
     num_examples: int
     metrics: _containers.ScalarMap[str, float]
     samples: _containers.RepeatedCompositeFieldContainer[SampleCaption]
@@ -66,9 +66,17 @@ class Evaluation(_message.Message):
     reason: str
     export_path: str
     run_id: str
-    scoring: str
+    scoring: Scoring
     train_time: _duration_pb2.Duration
-    def __init__(self, global_step: _Optional[int] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_mtime: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., evaluated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., eval_seconds: _Optional[float] = ..., num_examples: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., samples: _Optional[_Iterable[_Union[SampleCaption, _Mapping]]] = ..., status: _Optional[_Union[Evaluation.Status, str]] = ..., reason: _Optional[str] = ..., export_path: _Optional[str] = ..., run_id: _Optional[str] = ..., scoring: _Optional[str] = ..., train_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    def __init__(self, global_step: _Optional[int] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_mtime: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., evaluated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., eval_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., num_examples: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., samples: _Optional[_Iterable[_Union[SampleCaption, _Mapping]]] = ..., status: _Optional[_Union[Evaluation.Status, str]] = ..., reason: _Optional[str] = ..., export_path: _Optional[str] = ..., run_id: _Optional[str] = ..., scoring: _Optional[_Union[Scoring, _Mapping]] = ..., train_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class Scoring(_message.Message):
+    __slots__ = ("tokenizer", "scorers")
+    TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    SCORERS_FIELD_NUMBER: _ClassVar[int]
+    tokenizer: str
+    scorers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tokenizer: _Optional[str] = ..., scorers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetLatestRequest(_message.Message):
     __slots__ = ("run_id",)
@@ -76,17 +84,23 @@ class GetLatestRequest(_message.Message):
     run_id: str
     def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
+class GetLatestResponse(_message.Message):
+    __slots__ = ("evaluation",)
+    EVALUATION_FIELD_NUMBER: _ClassVar[int]
+    evaluation: Evaluation
+    def __init__(self, evaluation: _Optional[_Union[Evaluation, _Mapping]] = ...) -> None: ...
+
 class ListEvaluationsRequest(_message.Message):
-    __slots__ = ("from_step", "limit", "page_token", "run_id")
+    __slots__ = ("from_step", "page_size", "page_token", "run_id")
     FROM_STEP_FIELD_NUMBER: _ClassVar[int]
-    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     from_step: int
-    limit: int
+    page_size: int
     page_token: str
     run_id: str
-    def __init__(self, from_step: _Optional[int] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, from_step: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class ListEvaluationsResponse(_message.Message):
     __slots__ = ("evaluations", "next_page_token")
@@ -101,11 +115,11 @@ class GetBestRequest(_message.Message):
     class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         MODE_UNSPECIFIED: _ClassVar[GetBestRequest.Mode]
-        MAX: _ClassVar[GetBestRequest.Mode]
-        MIN: _ClassVar[GetBestRequest.Mode]
+        MODE_MAX: _ClassVar[GetBestRequest.Mode]
+        MODE_MIN: _ClassVar[GetBestRequest.Mode]
     MODE_UNSPECIFIED: GetBestRequest.Mode
-    MAX: GetBestRequest.Mode
-    MIN: GetBestRequest.Mode
+    MODE_MAX: GetBestRequest.Mode
+    MODE_MIN: GetBestRequest.Mode
     METRIC_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -114,12 +128,38 @@ class GetBestRequest(_message.Message):
     run_id: str
     def __init__(self, metric: _Optional[str] = ..., mode: _Optional[_Union[GetBestRequest.Mode, str]] = ..., run_id: _Optional[str] = ...) -> None: ...
 
+class GetBestResponse(_message.Message):
+    __slots__ = ("evaluation",)
+    EVALUATION_FIELD_NUMBER: _ClassVar[int]
+    evaluation: Evaluation
+    def __init__(self, evaluation: _Optional[_Union[Evaluation, _Mapping]] = ...) -> None: ...
+
 class GetStatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class GetStatusResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: EvaluatorStatus
+    def __init__(self, status: _Optional[_Union[EvaluatorStatus, _Mapping]] = ...) -> None: ...
+
+class BestExport(_message.Message):
+    __slots__ = ("metric", "maximize", "step", "path", "value")
+    METRIC_FIELD_NUMBER: _ClassVar[int]
+    MAXIMIZE_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    metric: str
+    maximize: bool
+    step: int
+    path: str
+    value: float
+    def __init__(self, metric: _Optional[str] = ..., maximize: _Optional[bool] = ..., step: _Optional[int] = ..., path: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+
 class EvaluatorStatus(_message.Message):
-    __slots__ = ("checkpoint_dir", "policy", "last_seen_step", "evaluating_step", "pending_steps", "evaluations", "failures", "uptime_seconds", "observer", "last_error", "best_export", "run_id", "runs", "images_done", "images_total", "seconds_left")
+    __slots__ = ("checkpoint_dir", "policy", "last_seen_step", "evaluating_step", "pending_steps", "evaluations", "failures", "uptime", "observer", "last_error", "best_export", "run_id", "runs", "images_done", "images_total", "time_left")
     CHECKPOINT_DIR_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     LAST_SEEN_STEP_FIELD_NUMBER: _ClassVar[int]
@@ -127,7 +167,7 @@ class EvaluatorStatus(_message.Message):
     PENDING_STEPS_FIELD_NUMBER: _ClassVar[int]
     EVALUATIONS_FIELD_NUMBER: _ClassVar[int]
     FAILURES_FIELD_NUMBER: _ClassVar[int]
-    UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_FIELD_NUMBER: _ClassVar[int]
     OBSERVER_FIELD_NUMBER: _ClassVar[int]
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     BEST_EXPORT_FIELD_NUMBER: _ClassVar[int]
@@ -135,7 +175,7 @@ class EvaluatorStatus(_message.Message):
     RUNS_FIELD_NUMBER: _ClassVar[int]
     IMAGES_DONE_FIELD_NUMBER: _ClassVar[int]
     IMAGES_TOTAL_FIELD_NUMBER: _ClassVar[int]
-    SECONDS_LEFT_FIELD_NUMBER: _ClassVar[int]
+    TIME_LEFT_FIELD_NUMBER: _ClassVar[int]
     checkpoint_dir: str
     policy: str
     last_seen_step: int
@@ -143,16 +183,16 @@ class EvaluatorStatus(_message.Message):
     pending_steps: _containers.RepeatedScalarFieldContainer[int]
     evaluations: int
     failures: int
-    uptime_seconds: float
+    uptime: _duration_pb2.Duration
     observer: str
     last_error: str
-    best_export: str
+    best_export: BestExport
     run_id: str
     runs: int
     images_done: int
     images_total: int
-    seconds_left: float
-    def __init__(self, checkpoint_dir: _Optional[str] = ..., policy: _Optional[str] = ..., last_seen_step: _Optional[int] = ..., evaluating_step: _Optional[int] = ..., pending_steps: _Optional[_Iterable[int]] = ..., evaluations: _Optional[int] = ..., failures: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., observer: _Optional[str] = ..., last_error: _Optional[str] = ..., best_export: _Optional[str] = ..., run_id: _Optional[str] = ..., runs: _Optional[int] = ..., images_done: _Optional[int] = ..., images_total: _Optional[int] = ..., seconds_left: _Optional[float] = ...) -> None: ...
+    time_left: _duration_pb2.Duration
+    def __init__(self, checkpoint_dir: _Optional[str] = ..., policy: _Optional[str] = ..., last_seen_step: _Optional[int] = ..., evaluating_step: _Optional[int] = ..., pending_steps: _Optional[_Iterable[int]] = ..., evaluations: _Optional[int] = ..., failures: _Optional[int] = ..., uptime: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., observer: _Optional[str] = ..., last_error: _Optional[str] = ..., best_export: _Optional[_Union[BestExport, _Mapping]] = ..., run_id: _Optional[str] = ..., runs: _Optional[int] = ..., images_done: _Optional[int] = ..., images_total: _Optional[int] = ..., time_left: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
     __slots__ = ("after_step", "run_id")
@@ -161,6 +201,12 @@ class WatchRequest(_message.Message):
     after_step: int
     run_id: str
     def __init__(self, after_step: _Optional[int] = ..., run_id: _Optional[str] = ...) -> None: ...
+
+class WatchResponse(_message.Message):
+    __slots__ = ("evaluation",)
+    EVALUATION_FIELD_NUMBER: _ClassVar[int]
+    evaluation: Evaluation
+    def __init__(self, evaluation: _Optional[_Union[Evaluation, _Mapping]] = ...) -> None: ...
 
 class ListRunsRequest(_message.Message):
     __slots__ = ("metric", "target")

@@ -25,7 +25,7 @@ if _version_not_supported:
     )
 
 
-class MetricsStub:
+class MetricsServiceStub:
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -35,38 +35,38 @@ class MetricsStub:
             channel: A grpc.Channel.
         """
         self.GetLatest = channel.unary_unary(
-                '/showtell.v1.Metrics/GetLatest',
+                '/showtell.v1.MetricsService/GetLatest',
                 request_serializer=showtell_dot_v1_dot_metrics__pb2.GetLatestRequest.SerializeToString,
-                response_deserializer=showtell_dot_v1_dot_metrics__pb2.Evaluation.FromString,
+                response_deserializer=showtell_dot_v1_dot_metrics__pb2.GetLatestResponse.FromString,
                 _registered_method=True)
         self.ListEvaluations = channel.unary_unary(
-                '/showtell.v1.Metrics/ListEvaluations',
+                '/showtell.v1.MetricsService/ListEvaluations',
                 request_serializer=showtell_dot_v1_dot_metrics__pb2.ListEvaluationsRequest.SerializeToString,
                 response_deserializer=showtell_dot_v1_dot_metrics__pb2.ListEvaluationsResponse.FromString,
                 _registered_method=True)
         self.GetBest = channel.unary_unary(
-                '/showtell.v1.Metrics/GetBest',
+                '/showtell.v1.MetricsService/GetBest',
                 request_serializer=showtell_dot_v1_dot_metrics__pb2.GetBestRequest.SerializeToString,
-                response_deserializer=showtell_dot_v1_dot_metrics__pb2.Evaluation.FromString,
+                response_deserializer=showtell_dot_v1_dot_metrics__pb2.GetBestResponse.FromString,
                 _registered_method=True)
         self.GetStatus = channel.unary_unary(
-                '/showtell.v1.Metrics/GetStatus',
+                '/showtell.v1.MetricsService/GetStatus',
                 request_serializer=showtell_dot_v1_dot_metrics__pb2.GetStatusRequest.SerializeToString,
-                response_deserializer=showtell_dot_v1_dot_metrics__pb2.EvaluatorStatus.FromString,
+                response_deserializer=showtell_dot_v1_dot_metrics__pb2.GetStatusResponse.FromString,
                 _registered_method=True)
         self.ListRuns = channel.unary_unary(
-                '/showtell.v1.Metrics/ListRuns',
+                '/showtell.v1.MetricsService/ListRuns',
                 request_serializer=showtell_dot_v1_dot_metrics__pb2.ListRunsRequest.SerializeToString,
                 response_deserializer=showtell_dot_v1_dot_metrics__pb2.ListRunsResponse.FromString,
                 _registered_method=True)
         self.Watch = channel.unary_stream(
-                '/showtell.v1.Metrics/Watch',
+                '/showtell.v1.MetricsService/Watch',
                 request_serializer=showtell_dot_v1_dot_metrics__pb2.WatchRequest.SerializeToString,
-                response_deserializer=showtell_dot_v1_dot_metrics__pb2.Evaluation.FromString,
+                response_deserializer=showtell_dot_v1_dot_metrics__pb2.WatchResponse.FromString,
                 _registered_method=True)
 
 
-class MetricsServicer:
+class MetricsServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def GetLatest(self, request, context):
@@ -114,12 +114,12 @@ class MetricsServicer:
         raise NotImplementedError('Method not implemented!')
 
 
-def add_MetricsServicer_to_server(servicer, server):
+def add_MetricsServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'GetLatest': grpc.unary_unary_rpc_method_handler(
                     servicer.GetLatest,
                     request_deserializer=showtell_dot_v1_dot_metrics__pb2.GetLatestRequest.FromString,
-                    response_serializer=showtell_dot_v1_dot_metrics__pb2.Evaluation.SerializeToString,
+                    response_serializer=showtell_dot_v1_dot_metrics__pb2.GetLatestResponse.SerializeToString,
             ),
             'ListEvaluations': grpc.unary_unary_rpc_method_handler(
                     servicer.ListEvaluations,
@@ -129,12 +129,12 @@ def add_MetricsServicer_to_server(servicer, server):
             'GetBest': grpc.unary_unary_rpc_method_handler(
                     servicer.GetBest,
                     request_deserializer=showtell_dot_v1_dot_metrics__pb2.GetBestRequest.FromString,
-                    response_serializer=showtell_dot_v1_dot_metrics__pb2.Evaluation.SerializeToString,
+                    response_serializer=showtell_dot_v1_dot_metrics__pb2.GetBestResponse.SerializeToString,
             ),
             'GetStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStatus,
                     request_deserializer=showtell_dot_v1_dot_metrics__pb2.GetStatusRequest.FromString,
-                    response_serializer=showtell_dot_v1_dot_metrics__pb2.EvaluatorStatus.SerializeToString,
+                    response_serializer=showtell_dot_v1_dot_metrics__pb2.GetStatusResponse.SerializeToString,
             ),
             'ListRuns': grpc.unary_unary_rpc_method_handler(
                     servicer.ListRuns,
@@ -144,17 +144,17 @@ def add_MetricsServicer_to_server(servicer, server):
             'Watch': grpc.unary_stream_rpc_method_handler(
                     servicer.Watch,
                     request_deserializer=showtell_dot_v1_dot_metrics__pb2.WatchRequest.FromString,
-                    response_serializer=showtell_dot_v1_dot_metrics__pb2.Evaluation.SerializeToString,
+                    response_serializer=showtell_dot_v1_dot_metrics__pb2.WatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'showtell.v1.Metrics', rpc_method_handlers)
+            'showtell.v1.MetricsService', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('showtell.v1.Metrics', rpc_method_handlers)
+    server.add_registered_method_handlers('showtell.v1.MetricsService', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
-class Metrics:
+class MetricsService:
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod
@@ -171,9 +171,9 @@ class Metrics:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/showtell.v1.Metrics/GetLatest',
+            '/showtell.v1.MetricsService/GetLatest',
             showtell_dot_v1_dot_metrics__pb2.GetLatestRequest.SerializeToString,
-            showtell_dot_v1_dot_metrics__pb2.Evaluation.FromString,
+            showtell_dot_v1_dot_metrics__pb2.GetLatestResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -198,7 +198,7 @@ class Metrics:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/showtell.v1.Metrics/ListEvaluations',
+            '/showtell.v1.MetricsService/ListEvaluations',
             showtell_dot_v1_dot_metrics__pb2.ListEvaluationsRequest.SerializeToString,
             showtell_dot_v1_dot_metrics__pb2.ListEvaluationsResponse.FromString,
             options,
@@ -225,9 +225,9 @@ class Metrics:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/showtell.v1.Metrics/GetBest',
+            '/showtell.v1.MetricsService/GetBest',
             showtell_dot_v1_dot_metrics__pb2.GetBestRequest.SerializeToString,
-            showtell_dot_v1_dot_metrics__pb2.Evaluation.FromString,
+            showtell_dot_v1_dot_metrics__pb2.GetBestResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -252,9 +252,9 @@ class Metrics:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/showtell.v1.Metrics/GetStatus',
+            '/showtell.v1.MetricsService/GetStatus',
             showtell_dot_v1_dot_metrics__pb2.GetStatusRequest.SerializeToString,
-            showtell_dot_v1_dot_metrics__pb2.EvaluatorStatus.FromString,
+            showtell_dot_v1_dot_metrics__pb2.GetStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -279,7 +279,7 @@ class Metrics:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/showtell.v1.Metrics/ListRuns',
+            '/showtell.v1.MetricsService/ListRuns',
             showtell_dot_v1_dot_metrics__pb2.ListRunsRequest.SerializeToString,
             showtell_dot_v1_dot_metrics__pb2.ListRunsResponse.FromString,
             options,
@@ -306,9 +306,9 @@ class Metrics:
         return grpc.experimental.unary_stream(
             request,
             target,
-            '/showtell.v1.Metrics/Watch',
+            '/showtell.v1.MetricsService/Watch',
             showtell_dot_v1_dot_metrics__pb2.WatchRequest.SerializeToString,
-            showtell_dot_v1_dot_metrics__pb2.Evaluation.FromString,
+            showtell_dot_v1_dot_metrics__pb2.WatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,60 @@
+"""The Kubernetes manifests as a cluster would get them (``kubectl kustomize`` of an overlay), and
+the Pod Security "restricted" profile's rules — shared by the manifest tests and checkov's."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from tests import system_packages
+
+OVERLAYS = ("cpu", "gpu")
+
+
+def render(directory: Path) -> list[dict]:
+    """``kubectl kustomize`` of ``directory``: the objects ``kubectl apply -k`` would send."""
+    if not shutil.which("kubectl"):
+        system_packages.require(system_packages.unavailable({"kubectl": "kubernetes-client"}))
+        system_packages.ensure({"kubectl": "kubernetes-client"})
+    result = subprocess.run(["kubectl", "kustomize", str(directory)], capture_output=True, text=True,
+                            timeout=120)
+    # Debian's kubernetes-client is kubectl 1.20, whose Kustomize 2.0 reads neither `patches:` nor
+    # `resources: [../../base]`: a current kubectl (Kustomize ≥ 4) is needed.
+    assert result.returncode == 0, f"kubectl kustomize {directory}: {result.stderr}"
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+# Pod Security Standards, "restricted" (kubernetes.io/docs/concepts/security/pod-security-standards):
+# what the admission controller checks, for every pod and container of a rendered overlay.
+def restricted_violations(pod: dict) -> list[str]:
+    problems = []
+    pod_security = pod.get("securityContext", {})
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod.get(key):
+            problems.append(f"{key}")
+    problems += [f"volume {v['name']}: not an allowed type" for v in pod.get("volumes", [])
+                 if not set(v) - {"name"} <= {"configMap", "persistentVolumeClaim", "emptyDir", "secret",
+                                              "projected", "downwardAPI", "csi", "ephemeral"}]
+    for container in pod.get("containers", []) + pod.get("initContainers", []):
+        name, security = container["name"], container.get("securityContext", {})
+        merged = {**pod_security, **security}
+        if not merged.get("runAsNonRoot"):
+            problems.append(f"{name}: runAsNonRoot")
+        if merged.get("runAsUser") == 0:
+            problems.append(f"{name}: runAsUser 0")
+        if security.get("privileged"):
+            problems.append(f"{name}: privileged")
+        if security.get("allowPrivilegeEscalation") is not False:
+            problems.append(f"{name}: allowPrivilegeEscalation must be false")
+        capabilities = security.get("capabilities", {})
+        added = set(capabilities.get("add", [])) - {"NET_BIND_SERVICE"}
+        if "ALL" not in capabilities.get("drop", []) or added:
+            problems.append(f"{name}: capabilities must drop ALL")
+        if merged.get("seccompProfile", {}).get("type") not in ("RuntimeDefault", "Localhost"):
+            problems.append(f"{name}: seccompProfile RuntimeDefault or Localhost")
+        if any(port.get("hostPort") for port in container.get("ports", [])):
+            problems.append(f"{name}: hostPort")
+    return problems
