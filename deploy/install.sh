@@ -24,7 +24,19 @@ import tomllib
 with open("pyproject.toml", "rb") as f:
     pyproject = tomllib.load(f)
 project = pyproject["project"]
-print("\n".join([*project["dependencies"], *project["optional-dependencies"][sys.argv[1]],
+extras = project["optional-dependencies"]
+
+
+def requirements(extra):
+    """An extra's requirements, with those of the extras it names (showtell[services])."""
+    for requirement in extras[extra]:
+        if requirement.startswith("showtell["):
+            yield from requirements(requirement[len("showtell["):-1])
+        else:
+            yield requirement
+
+
+print("\n".join([*project["dependencies"], *requirements(sys.argv[1]),
                  *pyproject["build-system"]["requires"]]))
 PY
     pip install -c constraints.txt -r /tmp/requirements.txt

@@ -58,9 +58,25 @@ def main(argv: list[str] | None = None) -> int:
         return _missing(args.command, exc)
 
 
+# What the services import beyond the client's grpcio and protobuf: the `services` extra, which
+# `cpu` and `and-cuda` include (tests/test_packaging.py checks the list against pyproject.toml).
+SERVICE_MODULES = {"keras": "keras", "h5py": "h5py", "tensorboard": "tensorboard", "numpy": "numpy",
+                   "grpc_reflection": "grpcio-reflection", "watchdog": "watchdog", "tqdm": "tqdm",
+                   "PIL": "pillow", "pycocoevalcap": "pycocoevalcap", "yaml": "pyyaml",
+                   "prometheus_client": "prometheus-client"}
+
+
 def _missing(command: str, exc: ModuleNotFoundError) -> int:
-    """TensorFlow missing → the captioning package's one line; anything else is a bug: re-raise."""
-    if exc.name != "tensorflow" and not (exc.name or "").startswith("tensorflow."):
+    """TensorFlow, or another of the services' dependencies, missing (a client-only install) →
+    one line naming the extras; anything else is a bug: re-raise."""
+    top = (exc.name or "").split(".")[0]
+    if top == "tensorflow":
+        message = NO_TENSORFLOW
+    elif top in SERVICE_MODULES:
+        message = (f"{SERVICE_MODULES[top]} is not installed (this is the metrics client alone): install "
+                   "showtell with one of its service extras, pip install 'showtell[cpu]' (CPU) or "
+                   "'showtell[and-cuda]' (NVIDIA GPUs)")
+    else:
         raise exc
-    print(f"showtell {command}: error: {NO_TENSORFLOW}", file=sys.stderr)
+    print(f"showtell {command}: error: {message}", file=sys.stderr)
     return 1

@@ -184,3 +184,17 @@ def test_no_function_is_longer_than_a_screen():
                     long.append(f"{module.relative_to(ROOT)}:{node.lineno} {node.name} "
                                 f"({node.end_lineno - node.lineno + 1} lines)")
     assert long == []
+
+
+def test_the_cli_knows_every_package_the_services_extra_adds():
+    """A client-only install running a service command names the extra it lacks: the CLI's
+    module → package table covers the `services` extra exactly."""
+    import re
+
+    from showtell.cli import SERVICE_MODULES
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    packages = {re.split(r"[<>=~\[ ]", requirement)[0] for requirement in extras["services"]}
+    assert set(SERVICE_MODULES.values()) == packages
+    assert all(requirement.startswith("showtell[services]") or "tensorflow" in requirement
+               for extra in ("cpu", "and-cuda") for requirement in extras[extra])

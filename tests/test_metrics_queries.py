@@ -9,6 +9,7 @@ import asyncio
 import json
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -214,3 +215,42 @@ def test_list_runs_gives_each_runs_facts_newest_first(served: Served):
     assert (loss_cur.best_value, loss_cur.best_step, loss_cur.target_step) == (0.6, 10, 0)  # lower is better
     assert (loss_old.best_value, loss_old.target_step) == (0.4, 1)  # 0.5 at step 1 is "reached"
     assert unknown.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+@pytest.mark.e2e
+def test_the_client_alone_installs_without_tensorflow_and_queries_an_evaluator(served: Served,
+                                                                                tmp_path: Path):
+    """``pip install 'showtell[client]'`` into a new venv: grpcio and protobuf (and gRPC's health
+    stubs) only; ``showtell metrics`` and ``MetricsClient`` answer from a real evaluator service;
+    a service command says in one line which extra it needs."""
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+
+    built = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(tmp_path / "dist"),
+                str(ROOT))
+    assert built.returncode == 0, built.stderr[-2000:]
+    [wheel] = (tmp_path / "dist").glob("showtell-*.whl")
+    venv = tmp_path / "client"
+    assert run(sys.executable, "-m", "venv", str(venv)).returncode == 0
+    pip, python, showtell = (str(venv / "bin" / name) for name in ("pip", "python", "showtell"))
+    installed = run(pip, "install", "--quiet", "-c", str(ROOT / "constraints.txt"), f"{wheel}[client]")
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    listed = json.loads(run(pip, "list", "--format", "json").stdout)
+    frozen = {package["name"].lower().replace("_", "-") for package in listed} - {"pip", "setuptools"}
+    assert frozen - {"showtell"} <= {"grpcio", "grpcio-health-checking", "protobuf", "typing-extensions"}, \
+        frozen
+
+    latest = run(showtell, "metrics", "latest", "--json", "--server", served.target)
+    assert latest.returncode == 0, latest.stderr
+    assert json.loads(latest.stdout)["global_step"] == "8"  # int64 in protobuf's JSON mapping
+    script = ("from showtell.api.client import MetricsClient\n"
+              f"with MetricsClient({served.target!r}) as client:\n"
+              "    steps = [e.global_step for e in client.evaluations(page_size=2)]\n"
+              "    print(client.latest().global_step, steps)\n")
+    answered = run(python, "-c", script)
+    assert answered.stdout == "8 [2, 4, 6, 8]\n", answered.stderr[-2000:]
+
+    service = run(showtell, "train", "--data", "d", "--model-dir", str(tmp_path / "m"))
+    assert service.returncode == 1 and len(service.stderr.strip().splitlines()) == 1, service.stderr
+    assert service.stderr.startswith("showtell train: error: ") and "'showtell[cpu]'" in service.stderr
+    assert not (tmp_path / "m").exists()

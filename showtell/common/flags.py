@@ -14,8 +14,6 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import yaml
-
 from showtell.common.errors import ShowtellError
 from showtell.common.logs import FORMATS, error_line, setup_logging
 from showtell.common.native_logs import quiet_tensorflow
@@ -158,6 +156,8 @@ def apply_config_file(parser: argparse.ArgumentParser, argv: Sequence[str]) -> N
     path = _config_path(argv)
     if path is None:
         return
+    import yaml  # here: the metrics client, which takes no --config, installs without PyYAML
+
     try:
         data = yaml.safe_load(Path(path).read_text())
     except OSError as exc:
