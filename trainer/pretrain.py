@@ -6,10 +6,15 @@ caption order), so Inception v3 is trained to classify those on the **train spli
 tenth of it held out to report accuracy; no validation image is read) and saved as an ordinary
 Keras ``.weights.h5`` file — the file ``showtell train --inception-weights`` loads like any
 other.  The demo runs this first, then the two phases of the real recipe.
+
+Pretraining resumes: beside the weights file, ``<name>.pretrain/`` keeps the whole classifier
+(encoder and heads), Adam's state and the step, so a later run goes on where the last one ended —
+two runs of N steps train like one of 2N (``--fresh`` starts over).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -40,11 +45,18 @@ HEADS = {**synthetic.LABEL_HEADS, **synthetic.COUNT_HEADS}
 
 @dataclass(frozen=True)
 class PretrainResult:
-    steps: int
-    seconds: float
+    steps: int  # the pretraining's steps in all, over every run that resumed it
+    seconds: float  # this run's
     accuracy: dict[str, float]  # per head, held-out train images, inference mode (BN statistics)
     path: Path
     exit_code: int = 0  # 0: its --seconds/--steps ran out; 128 + the signal that stopped it first
+    started_from: int = 0  # the step this run resumed at (0: a fresh start)
+    loss: float = float("nan")  # the last step's (weighted sum over the heads)
+
+
+def state_dir(out: Path) -> Path:
+    """Where the pretraining's state lives: ``encoder.weights.h5`` → ``encoder.pretrain/``."""
+    return out.with_name(out.name[:-len(".weights.h5")] + ".pretrain")
 
 
 def _train_images(data: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -84,14 +96,16 @@ def _classifier(image_size: int) -> tuple[keras.Model, keras.Model]:
 
 def pretrain(*, data: Path, out: Path, seconds: float | None = None, steps: int | None = None,
              batch_size: int = 32, learning_rate: float = 1e-3, seed: int = 0,
-             report_every_secs: float = 20.0, first_save_after: float | None = None) -> PretrainResult:
-    """Train the encoder on ``data``'s scene labels until ``steps`` or ``seconds``; write ``out``.
+             report_every_secs: float = 20.0, first_save_after: float | None = None,
+             fresh: bool = False) -> PretrainResult:
+    """Train the encoder on ``data``'s scene labels for ``steps`` or ``seconds`` more, from where
+    the last run left it (``state_dir(out)``) unless ``fresh``; write ``out``.
 
     Args:
       data: a synthetic dataset directory (``showtell data synthetic``).
       out: the weights file to write (``*.weights.h5``); written whole or not at all.
       seconds: stop after this long (SIGTERM/SIGINT also stop early and still save).
-      steps: stop after this many steps.
+      steps: stop after this many steps (of this run).
       batch_size: images per step.
       learning_rate: Adam's rate.
       seed: initialisation, order and augmentation seed.
@@ -100,6 +114,7 @@ def pretrain(*, data: Path, out: Path, seconds: float | None = None, steps: int 
       first_save_after: also write ``out`` once this many seconds after the start, and go on —
         an early encoder that phase 1 can start from while pretraining continues (the demo's
         preview); the end writes it again.
+      fresh: start from random weights even when a state from an earlier run is there.
     """
     if not out.name.endswith(".weights.h5"):
         raise ShowtellError(f"--out {out}: the file name must end in .weights.h5 (Keras' weights format)")
@@ -111,14 +126,14 @@ def pretrain(*, data: Path, out: Path, seconds: float | None = None, steps: int 
     first_save = None if first_save_after is None else time.monotonic() + first_save_after
     try:
         return _pretrain(data, out, stop.time_limit(seconds), seconds, steps, batch_size, learning_rate,
-                         seed, report_every_secs, first_save)
+                         seed, report_every_secs, first_save, fresh)
     finally:
         stop.restore()
 
 
 def _pretrain(data: Path, out: Path, stop: StopRequest, seconds: float | None, steps: int | None,
               batch_size: int, learning_rate: float, seed: int, report_every_secs: float,
-              first_save: float | None) -> PretrainResult:
+              first_save: float | None, fresh: bool) -> PretrainResult:
     keras.utils.set_random_seed(seed)
     images, labels = _train_images(data)
     n_fit = round(len(images) * (1 - HELD_OUT))
@@ -127,16 +142,21 @@ def _pretrain(data: Path, out: Path, stop: StopRequest, seconds: float | None, s
              else f"{steps} steps or {seconds:.0f} s")
     size = images.shape[1]
     encoder, model = _classifier(size)
+    optimizer = keras.optimizers.Adam(learning_rate)
+    train_step = _train_step(model, optimizer)  # builds the optimizer's slots: restorable
+    state = _State(state_dir(out), model, optimizer)
+    first = 0 if fresh else state.restore()
     config = InputConfig(seed=seed)
-    fit = _fit_dataset(images[:n_fit], {h: v[:n_fit] for h, v in labels.items()}, config, batch_size)
-    train_step = _train_step(model, keras.optimizers.Adam(learning_rate))
-    start, step, loss = time.monotonic(), 0, float("nan")
-    reported, reported_step = start, 0
+    # A resumed run takes up the batches where the last one left them: the same as one longer run.
+    fit = _fit_dataset(images[:n_fit], {h: v[:n_fit] for h, v in labels.items()}, config, batch_size,
+                       skip_steps=first)
+    start, step, loss = time.monotonic(), first, float("nan")
+    reported, reported_step = start, first
     for x, y in fit:
         loss = float(train_step(x, y))
         step += 1
         now = time.monotonic()
-        if step == 1 or now - reported >= report_every_secs:
+        if step == first + 1 or now - reported >= report_every_secs:
             held_out = _accuracy(model, images[n_fit:], {h: v[n_fit:] for h, v in labels.items()}, size,
                                  config)
             left = "" if seconds is None else f", {max(0.0, seconds - (now - start)):.0f} s left"
@@ -147,29 +167,89 @@ def _pretrain(data: Path, out: Path, stop: StopRequest, seconds: float | None, s
         if first_save is not None and now >= first_save:
             first_save = None
             _save(encoder, out, f"a first encoder, after {step} steps (pretraining goes on)")
-        if (steps is not None and step >= steps) or stop:
+        if (steps is not None and step - first >= steps) or stop:
             break
     elapsed = time.monotonic() - start
     accuracy = _accuracy(model, images[n_fit:], {h: v[n_fit:] for h, v in labels.items()}, size, config)
-    log.info("pretrained %d steps in %.0f s (loss %.3f); held-out accuracy: %s", step, elapsed, loss,
-             _format(accuracy))
+    log.info("pretrained %d steps in %.0f s (loss %.3f; %d steps in all); held-out accuracy: %s",
+             step - first, elapsed, loss, step, _format(accuracy))
+    state.save(step, accuracy)
     _save(encoder, out, "the pretrained encoder")
-    finished = (steps is not None and step >= steps) or not stop or stop.final
+    finished = (steps is not None and step - first >= steps) or not stop or stop.final
     code = stop.exit_code(finished)
     if code:  # as the trainer says it: a scheduler must not read a preempted pretraining as done
         log.info("stopped after %d steps by %s before finishing: exit %d — not done; the encoder so far "
-                 "is saved", step, stop.reason, code)
-    return PretrainResult(steps=step, seconds=elapsed, accuracy=accuracy, path=out, exit_code=code)
+                 "is saved", step - first, stop.reason, code)
+    return PretrainResult(steps=step, seconds=elapsed, accuracy=accuracy, path=out, exit_code=code,
+                          started_from=first, loss=loss)
+
+
+class _State:
+    """The pretraining's state beside its weights file: the classifier (encoder and heads), Adam's
+    slots and the step in a TensorFlow checkpoint, and the held-out accuracy it reached in
+    ``progress.json`` (read by the demo to say what the last run reached)."""
+
+    PROGRESS = "progress.json"
+
+    def __init__(self, directory: Path, model: keras.Model, optimizer: keras.Optimizer) -> None:
+        self.directory = directory
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=self.step)
+        self.manager = tf.train.CheckpointManager(self.checkpoint, str(directory), max_to_keep=1)
+
+    def restore(self) -> int:
+        """The step restored (0: nothing to resume)."""
+        path = self.manager.latest_checkpoint
+        if not path:
+            return 0
+        try:
+            self.checkpoint.restore(path).assert_existing_objects_matched()
+        except (AssertionError, ValueError, tf.errors.OpError) as exc:
+            raise ShowtellError(f"{self.directory}: the pretraining state there does not fit this encoder "
+                                f"and dataset ({str(exc).splitlines()[0][:200]}); pass --fresh to start "
+                                "over (it is replaced), or another --out") from None
+        step = int(self.step.numpy())
+        before = self.progress()
+        log.info("resuming pretraining at step %d from %s%s", step, self.directory,
+                 f" (held-out accuracy then: {_format(before['accuracy'])})" if before else "")
+        return step
+
+    def progress(self) -> dict | None:
+        try:
+            return json.loads((self.directory / self.PROGRESS).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def save(self, step: int, accuracy: dict[str, float]) -> None:
+        """Written whole or not at all (the manager's rename; the progress file's too)."""
+        self.step.assign(step)
+        try:
+            self.manager.save(checkpoint_number=step)
+            tmp = self.directory / f".{self.PROGRESS}.tmp-{os.getpid()}"
+            tmp.write_text(json.dumps({"step": step, "accuracy": accuracy}))
+            os.replace(tmp, self.directory / self.PROGRESS)
+        except (OSError, tf.errors.OpError) as exc:
+            raise ShowtellError(f"{self.directory}: cannot write the pretraining state ({exc}); free some "
+                                "space or choose another --out") from exc
 
 
 def _fit_dataset(images: np.ndarray, labels: dict[str, np.ndarray], config: InputConfig,
-                 batch_size: int) -> tf.data.Dataset:
-    """The images to fit, shuffled, augmented as the trainer's, batched, endlessly."""
+                 batch_size: int, skip_steps: int = 0) -> tf.data.Dataset:
+    """The images to fit, shuffled, augmented as the trainer's, batched, endlessly — from step
+    ``skip_steps`` on.  Every choice is a function of the seed and the example's position in the
+    stream (the order a seeded shuffle of indices, each augmentation seeded by its position), so
+    skipping N steps' indices (cheap: no image is touched) gives exactly the batches N steps on."""
     size = images.shape[1]
-    fit = tf.data.Dataset.from_tensor_slices((images, labels))
-    return (fit.shuffle(len(images), seed=config.seed).repeat()
-            .map(lambda image, y: (preprocess_image(image, size, True, config), y),
-                 num_parallel_calls=tf.data.AUTOTUNE)
+    pictures, answers = tf.constant(images), {h: tf.constant(v) for h, v in labels.items()}
+    order = tf.data.Dataset.range(len(images)).shuffle(len(images), seed=config.seed).repeat()
+    stream = tf.data.Dataset.zip(order, tf.data.Dataset.counter()).skip(skip_steps * batch_size)
+
+    def example(index: tf.Tensor, position: tf.Tensor):
+        seed = tf.stack([tf.constant(config.seed, tf.int64), position])
+        image = preprocess_image(tf.gather(pictures, index), size, True, config, seed=seed)
+        return image, {h: tf.gather(v, index) for h, v in answers.items()}
+
+    return (stream.map(example, num_parallel_calls=tf.data.AUTOTUNE)
             .batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE))
 
 

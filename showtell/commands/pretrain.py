@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, required=True, help="a synthetic dataset (`showtell data synthetic`)")
     p.add_argument("--out", type=Path, required=True, help="the weights file to write (*.weights.h5)")
     p.add_argument("--seconds", type=positive_float, help="stop after this many seconds")
-    p.add_argument("--steps", type=positive_int, help="stop after this many steps")
+    p.add_argument("--steps", type=positive_int, help="stop after this many steps (of this run)")
     p.add_argument("--batch-size", type=positive_int, default=32, help="images per step (default 32)")
     p.add_argument("--learning-rate", type=positive_float, default=1e-3, help="Adam's rate (default 0.001)")
     p.add_argument("--seed", type=int, default=0, help="initialisation and order seed (default 0)")
@@ -35,6 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "wrote: delete it to pretrain again), or is 'none' or 'imagenet' — what "
                         "`train --inception-weights` starts from instead of a file (the compose stack "
                         "passes the same value to both)")
+    p.add_argument("--fresh", action="store_true",
+                   help="start from random weights, replacing the state an earlier run left beside --out "
+                        "(<name>.pretrain/); by default pretraining goes on from it")
     p.add_argument("--first-save-after", type=positive_float, metavar="SECONDS",
                    help="also write --out this long after the start and go on: an early encoder that "
                         "phase 1 can use while pretraining continues (the end writes it again)")
@@ -54,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
         result = pretrain(data=args.data, out=args.out, seconds=args.seconds, steps=args.steps,
                           batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed,
-                          first_save_after=args.first_save_after)
+                          first_save_after=args.first_save_after, fresh=args.fresh)
         return result.exit_code  # 143/130 when a signal ended it early (the encoder is saved)
 
     return run_command(PROG, body)
