@@ -12,6 +12,7 @@ model directory, so a restart with a different shape is refused instead of half-
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from showtell.common.flags import (
     boolean,
@@ -23,6 +24,12 @@ from showtell.common.flags import (
 
 MIN_IMAGE_SIZE = 75  # Inception v3's smallest valid input (74 fails in keras.applications).
 WEIGHTS_NONE, WEIGHTS_IMAGENET = "none", "imagenet"  # the two non-file --inception-weights sources
+
+
+def pretrain_state(weights: Path) -> Path:
+    """Where ``showtell pretrain`` keeps what it resumes from, beside the weights file it writes:
+    ``encoder.weights.h5`` → ``encoder.pretrain/`` (its checkpoint and ``progress.json``)."""
+    return weights.with_name(weights.name[:-len(".weights.h5")] + ".pretrain")
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from showtell.api.client import WatchFollower
 from showtell.api.contract import STOPPING
-from showtell.captioning.config import SyntheticConfig
+from showtell.captioning.config import SyntheticConfig, pretrain_state
 from showtell.common import processes
 from showtell.common.flags import (
     Parser,
@@ -330,6 +330,7 @@ class _Demo:
         code = self.prepare()
         if code:
             return code
+        self.earlier()
         self.start_evaluator()
         self.start_pretraining()
         _wait_serving(self.target, time.monotonic() + 120)
@@ -359,6 +360,27 @@ class _Demo:
                                  f"afterwards: {pictures[0].parent}/")
         return 0
 
+    def earlier(self) -> None:
+        """An earlier demo in this dir: say what it reached, and keep its run aside — this demo's
+        pretraining goes on from where that one's ended, and phase 1 trains a new run on the
+        better encoder (the evaluator's history keeps both)."""
+        run = _run_id(self.model)
+        if not run:
+            return
+        from showtell.evaluator.records.store import Store
+
+        store = Store(self.work.history)
+        try:
+            best = store.best("exact_match", True, run=run)
+        finally:
+            store.close()
+        self.console.say("demo", f"the last demo's run {run} reached "
+                                 + (f"exact match {best.metrics['exact_match']:.2f} (step {best.step})"
+                                    if best else "no evaluation")
+                                 + f"; it is kept in {self.base / 'model-previous'}")
+        shutil.rmtree(self.base / "model-previous", ignore_errors=True)
+        self.model.rename(self.base / "model-previous")
+
     def start_evaluator(self) -> None:
         """First: it starts while the encoder pretrains, then waits, asleep, for the first checkpoint."""
         args = self.args
@@ -370,21 +392,23 @@ class _Demo:
 
     def start_pretraining(self) -> None:
         encoder, pretrain_s = self.encoder, self.pretrain_s
-        if encoder.is_file():
+        state = pretrain_state(encoder)
+        if encoder.is_file() and not state.is_dir():  # an encoder of its own: nothing to go on from
             self.console.say("phase", f"pretrained encoder: {encoder} kept from an earlier run")
             return
         if pretrain_s <= 0:
             return
         self.preview = preview = min(self.args.preview, pretrain_s / 2)
         self.console.say("phase", f"pretraining Inception v3 on the train split's scene labels "
-                                  f"({pretrain_s:.0f} s) → {encoder}"
-                                  + (f"; a first encoder after {preview:.0f} s" if preview else ""))
+                                  f"({pretrain_s:.0f} s) → {encoder}" + _going_on(state)
+                                  + ("; phase 1 on the encoder so far meanwhile" if encoder.is_file()
+                                     else f"; a first encoder after {preview:.0f} s" if preview else ""))
         self.console.status = "pretraining: loading the train images and tracing the step"
         self.children.start("pretrain", ["pretrain", "--data", str(self.data), "--out", str(encoder),
                                          "--seconds", str(pretrain_s),
                                          *(["--first-save-after", str(preview)] if preview else [])],
                             self.base / "pretrain.log",
-                            relay=dict(keep=r"^(pretrain step|pretrained|wrote)|error"))
+                            relay=dict(keep=r"^(pretrain step|pretrained|wrote|resuming)|error"))
 
     def train(self, seconds: float, *flags: str) -> int:
         """A trainer for ``seconds``, relayed to the console; its exit code."""
@@ -484,6 +508,22 @@ def _wait_for_file(path: Path, children: _Children, name: str) -> bool:
             return path.is_file()
         time.sleep(1.0)
     return True
+
+
+def _going_on(state: Path) -> str:
+    """What the last pretraining reached (its ``progress.json``), said where this one goes on."""
+    try:
+        progress = json.loads((state / "progress.json").read_text())
+    except (OSError, ValueError):
+        return ""
+    accuracy = progress.get("accuracy", {})
+
+    def mean(attr: str) -> float:
+        values = [v for head, v in accuracy.items() if head.endswith(f"_{attr}")]
+        return sum(values) / max(len(values), 1)
+
+    return (f", going on from step {progress['step']} (held-out accuracy then: colour {mean('colour'):.2f}, "
+            f"kind {mean('kind'):.2f}, size {mean('size'):.2f})")
 
 
 def _run_id(model: Path) -> str:

@@ -142,7 +142,8 @@ def test_pretraining_resumes_where_it_ended_as_one_longer_run(encoder_file: Path
     """Two runs of 3 steps (the second resuming from the state beside the weights file) end as one
     run of 6: the same step count, Adam's step count carried over, the same batches (the resumed
     run skips to where the first stopped), so the same loss and weights; ``fresh`` starts over."""
-    from showtell.trainer.pretrain import pretrain, state_dir
+    from showtell.captioning.config import pretrain_state as state_dir
+    from showtell.trainer.pretrain import pretrain
 
     out = tmp_path / "encoder.weights.h5"  # the fixture's 3-step run, copied: its state goes on
     shutil.copy2(encoder_file, out)

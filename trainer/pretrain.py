@@ -25,7 +25,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from showtell.captioning.config import InputConfig
+from showtell.captioning.config import InputConfig, pretrain_state
 from showtell.captioning.data import synthetic
 from showtell.captioning.data.inputs import eval_images, preprocess_image
 from showtell.captioning.data.manifest import load_dataset
@@ -52,11 +52,6 @@ class PretrainResult:
     exit_code: int = 0  # 0: its --seconds/--steps ran out; 128 + the signal that stopped it first
     started_from: int = 0  # the step this run resumed at (0: a fresh start)
     loss: float = float("nan")  # the last step's (weighted sum over the heads)
-
-
-def state_dir(out: Path) -> Path:
-    """Where the pretraining's state lives: ``encoder.weights.h5`` → ``encoder.pretrain/``."""
-    return out.with_name(out.name[:-len(".weights.h5")] + ".pretrain")
 
 
 def _train_images(data: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -99,7 +94,7 @@ def pretrain(*, data: Path, out: Path, seconds: float | None = None, steps: int 
              report_every_secs: float = 20.0, first_save_after: float | None = None,
              fresh: bool = False) -> PretrainResult:
     """Train the encoder on ``data``'s scene labels for ``steps`` or ``seconds`` more, from where
-    the last run left it (``state_dir(out)``) unless ``fresh``; write ``out``.
+    the last run left it (``pretrain_state(out)``) unless ``fresh``; write ``out``.
 
     Args:
       data: a synthetic dataset directory (``showtell data synthetic``).
@@ -144,7 +139,7 @@ def _pretrain(data: Path, out: Path, stop: StopRequest, seconds: float | None, s
     encoder, model = _classifier(size)
     optimizer = keras.optimizers.Adam(learning_rate)
     train_step = _train_step(model, optimizer)  # builds the optimizer's slots: restorable
-    state = _State(state_dir(out), model, optimizer)
+    state = _State(pretrain_state(out), model, optimizer)
     first = 0 if fresh else state.restore()
     config = InputConfig(seed=seed)
     # A resumed run takes up the batches where the last one left them: the same as one longer run.
