@@ -1,3 +1,4 @@
 from showtell.cli import main
+from showtell.common.processes import run_as_process
 
-raise SystemExit(main())
+run_as_process(main)

@@ -80,3 +80,10 @@ def _missing(command: str, exc: ModuleNotFoundError) -> int:
         raise exc
     print(f"showtell {command}: error: {message}", file=sys.stderr)
     return 1
+
+
+def entry() -> None:
+    """The ``showtell`` console script: ``main`` in a process of its own (``run_as_process``)."""
+    from showtell.common.processes import run_as_process
+
+    run_as_process(main)

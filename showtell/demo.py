@@ -182,6 +182,7 @@ class _Relay:
         self.console, self.tag, self.path = console, tag, path
         self.keep, self.progress = re.compile(keep), re.compile(progress)
         self.ends_at, self.every = ends_at, every
+        self.final_at: float | None = None  # when its "final checkpoint" line was read (monotonic)
         self._offset = path.stat().st_size if path.exists() else 0  # only this run's lines
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"relay-{tag}", daemon=True)
@@ -199,7 +200,8 @@ class _Relay:
                 text = self._PREFIX.sub("", line)
                 if self.keep.search(text):
                     self.console.say(self.tag, text)
-                    if text.startswith("final checkpoint"):  # a trainer can take a while to exit after it
+                    if text.startswith("final checkpoint"):  # said again when the trainer has exited
+                        self.final_at = time.monotonic()
                         self.console.status = f"{self.tag}: final checkpoint written; waiting for it to exit"
                 elif self.progress.search(text):
                     pending = text
@@ -248,9 +250,15 @@ class _Children:
 
     def wait(self, name: str) -> int:
         code = self.running[name].wait()  # still listed while waited for: an interrupt stops it
+        exited = time.monotonic()
         del self.running[name]
         if name in self.relays:
-            self.relays.pop(name).close()  # its last lines first
+            relay = self.relays.pop(name)
+            relay.close()  # its last lines first
+            if relay.final_at is not None:  # read up to a second late: the log is read every second
+                after = max(0.0, exited - relay.final_at)
+                self.console.say("demo", f"the {name} exited {code}, {after:.0f} s after its final "
+                                         "checkpoint")
         return code
 
     def stop_all(self) -> None:

@@ -52,6 +52,11 @@ def test_demo_runs_the_recipe_phase_by_phase(tmp_path: Path, procs):
     assert "encoder frozen: pretrained encoder, phase 1" in trainer
     assert "feature cache:" in trainer and "encoder trains: --train-inception true" in trainer  # phase 2
     assert re.search(r"resumed from \S+ckpt-\d+ at step \d+", trainer)
+    # a trainer that is done exits at once: its tf.data iterator is never destroyed (seconds to
+    # half a minute when it is, measured beside a busy CPU: BENCHMARKS.md)
+    exits = [int(s) for s in re.findall(r"\[demo\] the trainer exited 0, (\d+) s after its final checkpoint",
+                                        text)]
+    assert len(exits) == 3 and max(exits) <= 5, text[-3000:]
     finished = json.loads((base / "model" / "showtell-finished.json").read_text())
     evaluated = [int(s) for s in re.findall(r"\[evaluation\] step\s+(\d+)", text)]
     assert evaluated and evaluated[-1] == finished["step"], text[-3000:]  # phase 2's last checkpoint

@@ -23,6 +23,7 @@ from showtell.captioning.model.modeldir import clear_finished, mark_finished, re
 from showtell.captioning.weights.encoder import NONE, load_encoder_weights
 from showtell.common import logs
 from showtell.common.errors import DataError
+from showtell.common.processes import keep_until_exit
 from showtell.trainer import run_config
 from showtell.trainer.actions import ProfileSteps, StepReport, WeightHistograms
 from showtell.trainer.checkpoints import SaveSchedule
@@ -123,6 +124,7 @@ class Trainer:
                 profiler.close()
             summaries.close()
         path = task.checkpoints.save()
+        keep_until_exit(runner)  # its tf.data iterator: destroying it can take half a minute
         if task.scratch is not None:
             shutil.rmtree(task.scratch, ignore_errors=True)
         final = task.step
