@@ -85,13 +85,10 @@ class Trainer:
         if task.is_chief:
             self._record_run(encoder_init)
             self._record_configuration(start_step)
-        logs.CONTEXT["run"] = read_run_id(str(task.model_dir)) or ""  # in every JSON log record
+        self._announce(start_step)
         self._log_shape()
         summaries = TrainSummaries(task.model_dir if task.is_chief else None)
         runner = profiler = None
-        if self.metrics is not None:
-            self.metrics(start_step)
-            task.checkpoints.on_save = self.metrics.saved
         try:
             cache_build = task.prepare_data()
             runner = self._runner()
@@ -138,6 +135,14 @@ class Trainer:
         if task.is_chief:
             self._record_end(final, path, stopped_by or f"step {cfg.steps} reached", finished)
         return TrainResult(start_step, final, path, stopped_by, finished)
+
+    def _announce(self, step: int) -> None:
+        """Where the run is, for what reads it from outside: the run id in every JSON log record,
+        the step and each save's figures for Prometheus (``--prometheus-port``)."""
+        logs.CONTEXT["run"] = read_run_id(str(self.task.model_dir)) or ""
+        if self.metrics is not None:
+            self.metrics(step)
+            self.task.checkpoints.on_save = self.metrics.saved
 
     def _log_shape(self) -> None:
         task, replicas = self.task, self.task.strategy.num_replicas_in_sync
