@@ -6,6 +6,7 @@ pretraining's resume itself: tests/test_pretrain.py)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from pathlib import Path
 
@@ -25,14 +26,22 @@ class _Started:
         self.commands[name] = args
 
 
+@contextlib.contextmanager
 def _demo(base: Path):
+    """The demo's object, its console's heartbeat stopped after (a thread that would otherwise
+    print into later tests' output in this process)."""
     from showtell import demo
 
     parser = argparse.ArgumentParser()
     demo.add_arguments(parser)
     made = demo._Demo(parser.parse_args(["--dir", str(base), "--seconds", "600"]))
     made.children = _Started()
-    return made
+    try:
+        yield made
+    finally:
+        made.console.close()
+        made.console._heartbeat.join(timeout=5)
+        assert not made.console._heartbeat.is_alive()
 
 
 def test_a_second_demo_goes_on_from_the_first(tmp_path: Path, capsys):
@@ -52,9 +61,9 @@ def test_a_second_demo_goes_on_from_the_first(tmp_path: Path, capsys):
              for attr, value in (("colour", 0.5), ("kind", 0.75), ("size", 0.9))}
     (state / "progress.json").write_text(json.dumps({"step": 779, "accuracy": {"layout": 1.0, **heads}}))
 
-    demo = _demo(base)
-    demo.earlier()
-    demo.start_pretraining()
+    with _demo(base) as demo:
+        demo.earlier()
+        demo.start_pretraining()
     said = capsys.readouterr().out
     assert "[demo] the last demo's run run-one reached exact match 0.42 (step 300); it is kept in " \
            f"{base / 'model-previous'}" in said, said
@@ -69,7 +78,7 @@ def test_an_encoder_of_ones_own_is_kept_as_it_is(tmp_path: Path, capsys):
     base = tmp_path / "demo"
     base.mkdir()
     (base / "encoder.weights.h5").write_bytes(b"weights")  # no pretraining state beside it
-    demo = _demo(base)
-    demo.earlier()  # no earlier run: nothing to say
-    demo.start_pretraining()
+    with _demo(base) as demo:
+        demo.earlier()  # no earlier run: nothing to say
+        demo.start_pretraining()
     assert "pretrained encoder: " in capsys.readouterr().out and not demo.children.commands
