@@ -160,10 +160,21 @@ def test_pretraining_resumes_where_it_ended_as_one_longer_run(encoder_file: Path
     longer_out = tmp_path / "long" / "encoder.weights.h5"
     longer = pretrain(data=tiny_data, out=longer_out, steps=6, batch_size=4)
     assert (longer.started_from, longer.steps) == (0, 6)
-    # The same batches from the same weights: what differs is TensorFlow's CPU kernels, which are
-    # not bit-reproducible across runs (two fresh 6-step runs here: losses 37.79 and 37.03; the
-    # weights after them differ by up to 4.5 % of their norm, so they are not compared).
-    assert resumed.loss == pytest.approx(longer.loss, rel=0.05), (resumed.loss, longer.loss)
+    # The losses and weights after training are not compared: TensorFlow's CPU kernels are not
+    # bit-reproducible, and on a loaded machine two such runs ended 8 % apart in loss, 4.5 % in
+    # weights — as far apart as a planted resume that restored no weights.  What is exact: the
+    # batches a resume takes (below) and the weights it starts from (further below).
+    from showtell.captioning.config import InputConfig
+    from showtell.trainer.pretrain import _fit_dataset, _train_images
+
+    images, labels = _train_images(tiny_data)
+    config = InputConfig(seed=0)
+    stream = list(_fit_dataset(images, labels, config, 4).take(6).as_numpy_iterator())
+    taken_up = list(_fit_dataset(images, labels, config, 4, skip_steps=3).take(3).as_numpy_iterator())
+    for (x_long, y_long), (x_resumed, y_resumed) in zip(stream[3:], taken_up, strict=True):
+        np.testing.assert_array_equal(x_long, x_resumed)
+        assert all((y_long[h] == y_resumed[h]).all() for h in y_long)
+    assert not np.array_equal(stream[0][0], taken_up[0][0])  # not the first batches again
 
     # What a resume starts from is exactly what the last run ended with: the fixture's state (step
     # 3) restored into a classifier initialised otherwise holds the weights its encoder file holds.
