@@ -219,7 +219,7 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
             if reached is not None:
                 summary.target_step = reached.step
                 if reached.train_seconds is not None:
-                    summary.time_to_target.FromNanoseconds(round(reached.train_seconds * 1e9))
+                    summary.time_to_target.CopyFrom(duration(reached.train_seconds))
         return answer
 
     async def GetStatus(self, request, context):
