@@ -3,6 +3,7 @@ heads: held-out accuracy per head every ``--every`` steps, as JSON lines.
 
     .venv/bin/python bench/pretrain_heads.py --steps 900                       # equal weights, 10 heads
     .venv/bin/python bench/pretrain_heads.py --steps 900 --counts 1 --kind-weight 3   # showtell's
+    .venv/bin/python bench/pretrain_heads.py --steps 900 --counts 1 --kind-weight 3 --colour-weight 3
 
 Kind, colour and size are scored on the held-out images that have that shape (the "none" class
 is learnt at once and would hide chance).  Builds the synthetic dataset under --data if missing.
@@ -39,6 +40,10 @@ def main() -> None:
     ap.add_argument("--counts", type=float, default=0.0, help="weight of the kind-count heads (0: none)")
     ap.add_argument("--colour-counts", type=float, default=0.0,
                     help="weight of heads counting each colour (0: none)")
+    ap.add_argument("--colour-weight", type=float, default=1.0, help="weight of the per-shape colour heads")
+    ap.add_argument("--pair-counts", type=float, default=0.0,
+                    help="weight of heads counting the shapes of each colour and kind, e.g. red circles "
+                         "(0: none)")
     ap.add_argument("--px", type=int, default=0, help="resize the input to this size (0: as stored)")
     a = ap.parse_args()
     if not (a.data / "dataset.json").is_file():
@@ -50,12 +55,21 @@ def main() -> None:
         for i, colour in enumerate(synthetic.COLOURS, start=1):
             labels[f"{colour}s"] = sum((labels[f"shape{k}_colour"] == i).astype("int32")
                                        for k in range(1, synthetic.MAX_SHAPES + 1))
+    pair_heads = {f"{c}_{k}s": tuple(range(synthetic.MAX_SHAPES + 1)) for c in synthetic.COLOURS
+                  for k in synthetic.KINDS}
+    if a.pair_counts:  # from the per-shape heads: how many shapes of each colour and kind
+        for c, colour in enumerate(synthetic.COLOURS, start=1):
+            for k, kind in enumerate(synthetic.KINDS, start=1):
+                labels[f"{colour}_{kind}s"] = sum(
+                    ((labels[f"shape{i}_colour"] == c) & (labels[f"shape{i}_kind"] == k)).astype("int32")
+                    for i in range(1, synthetic.MAX_SHAPES + 1))
     n_fit = round(len(images) * (1 - pretrain.HELD_OUT))
     size = a.px or images.shape[1]
     heads = dict(synthetic.LABEL_HEADS, **(synthetic.COUNT_HEADS if a.counts else {}),
-                 **(colour_heads if a.colour_counts else {}))
+                 **(colour_heads if a.colour_counts else {}), **(pair_heads if a.pair_counts else {}))
     weight = {h: a.counts if h in synthetic.COUNT_HEADS else a.colour_counts if h in colour_heads
-              else a.kind_weight if h.endswith("_kind") else 1.0 for h in heads}
+              else a.pair_counts if h in pair_heads else a.kind_weight if h.endswith("_kind")
+              else a.colour_weight if h.endswith("_colour") else 1.0 for h in heads}
     encoder = build_encoder(size, bn_momentum=0.9)
     outputs = {h: keras.layers.Dense(len(c), name=h)(encoder.output) for h, c in heads.items()}
     model = keras.Model(encoder.input, outputs)

@@ -11,6 +11,7 @@ model directory, so a restart with a different shape is refused instead of half-
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,29 @@ def pretrain_state(weights: Path) -> Path:
     """Where ``showtell pretrain`` keeps what it resumes from, beside the weights file it writes:
     ``encoder.weights.h5`` → ``encoder.pretrain/`` (its checkpoint and ``progress.json``)."""
     return weights.with_name(weights.name[:-len(".weights.h5")] + ".pretrain")
+
+
+PRETRAIN_PROGRESS = "progress.json"
+
+
+def pretrain_progress(state: Path) -> dict | None:
+    """A pretraining state's ``progress.json`` (None: none, or unreadable): the step and held-out
+    accuracy its checkpoint holds, and ``encoder`` — the step of the weights file written last and
+    whether it is the pretraining's final one (``false``: a first encoder, pretraining not done)."""
+    try:
+        progress = json.loads((state / PRETRAIN_PROGRESS).read_text())
+    except (OSError, ValueError):
+        return None
+    return progress if isinstance(progress, dict) else None
+
+
+def pretraining_done(weights: Path) -> bool:
+    """Whether the weights file is there and no pretraining of it is left unfinished (a file not
+    written by ``showtell pretrain`` counts as done: there is nothing to go on with)."""
+    if not weights.is_file():
+        return False
+    progress = pretrain_progress(pretrain_state(weights)) or {}
+    return bool(progress.get("encoder", {}).get("final", True))
 
 
 @dataclass(frozen=True)

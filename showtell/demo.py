@@ -29,7 +29,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from showtell.api.client import WatchFollower
 from showtell.api.contract import STOPPING
-from showtell.captioning.config import SyntheticConfig, pretrain_state
+from showtell.captioning.config import SyntheticConfig, pretrain_progress, pretrain_state
 from showtell.common import processes
 from showtell.common.flags import (
     Parser,
@@ -520,9 +520,8 @@ def _wait_for_file(path: Path, children: _Children, name: str) -> bool:
 
 def _going_on(state: Path) -> str:
     """What the last pretraining reached (its ``progress.json``), said where this one goes on."""
-    try:
-        progress = json.loads((state / "progress.json").read_text())
-    except (OSError, ValueError):
+    progress = pretrain_progress(state)
+    if not progress or "step" not in progress:
         return ""
     accuracy = progress.get("accuracy", {})
 

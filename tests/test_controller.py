@@ -137,3 +137,17 @@ def test_save_schedule_by_steps(every_secs, every_steps, steps, expected):
         if due[-1]:
             schedule.saved(step)
     assert due == expected
+
+
+def test_the_first_save_comes_early_then_the_schedule_goes_on():
+    clock = FakeClock()
+    schedule = SaveSchedule(120, None, clock=clock, first_secs=20)
+    schedule.start(0)
+    due = []
+    for seconds, step in ((19, 1), (1, 2), (0, 2), (100, 3), (19, 4), (1, 5)):
+        clock.now += seconds
+        due.append(schedule.due(step))
+        if due[-1]:
+            schedule.saved(step)
+    # 20 s in: the first; then every 120 s from it (not another at 20 s after it)
+    assert due == [False, True, False, False, False, True]

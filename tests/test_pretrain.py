@@ -136,6 +136,28 @@ def test_if_missing_keeps_an_encoder_that_is_there_and_skips_keywords(tmp_path: 
     assert not (tmp_path / "none").exists() and not Path("none").exists()
 
 
+def test_if_missing_goes_on_with_a_pretraining_whose_encoder_is_a_first_one(encoder_file: Path,
+                                                                          tmp_path: Path, showtell_main):
+    """A stack stopped after the pretraining's first encoder: the next `up` must finish the
+    pretraining, not keep the first encoder as if it were the pretrained one."""
+    from showtell.captioning.config import pretrain_progress, pretrain_state, pretraining_done
+
+    progress = pretrain_progress(pretrain_state(encoder_file))
+    assert progress["encoder"] == {"step": 3, "final": True} and progress["step"] == 3  # the fixture's
+    assert pretraining_done(encoder_file)
+    out = tmp_path / "encoder.weights.h5"
+    shutil.copy(encoder_file, out)
+    shutil.copytree(pretrain_state(encoder_file), pretrain_state(out))
+    first = {**progress, "encoder": {"step": 3, "final": False}}
+    (pretrain_state(out) / "progress.json").write_text(json.dumps(first))
+    assert not pretraining_done(out)
+    # --data names no dataset: a pretraining that goes on fails there, one that skips returns 0
+    result = showtell_main("pretrain", "--data", str(tmp_path / "no-data"), "--out", str(out), "--if-missing",
+                           "--steps", "1")
+    assert result.returncode == 1 and "not done" in result.stderr, result.stderr
+    assert "no-data" in error_lines(result.stderr)[-1]
+
+
 @pytest.mark.slow
 def test_pretraining_resumes_where_it_ended_as_one_longer_run(encoder_file: Path, tiny_data: Path,
                                                               tmp_path: Path):

@@ -44,13 +44,17 @@ def _top_level_objects(path: str, hint: str) -> set[str]:
 @dataclass
 class SaveSchedule:
     """Due every ``every_steps`` global steps and/or every ``every_secs`` seconds (of ``clock``:
-    monotonic time; tests pass a fake)."""
+    monotonic time; tests pass a fake) — and, with ``first_secs``, once that many seconds into the
+    run whatever the rest says: a service's evaluator reports on the run in its first minutes
+    rather than after the first full interval."""
 
     every_secs: float | None
     every_steps: int | None
     clock: Callable[[], float] = time.monotonic
+    first_secs: float | None = None
     _last_time: float = field(default=0.0, init=False)
     _last_step: int = field(default=0, init=False)
+    _saved: bool = field(default=False, init=False)  # this run has saved (the first save is behind it)
 
     def __post_init__(self) -> None:
         self._last_time = self.clock()
@@ -61,9 +65,13 @@ class SaveSchedule:
     def due(self, step: int) -> bool:
         if self.every_steps and step - self._last_step >= self.every_steps:
             return True
-        return bool(self.every_secs) and self.clock() - self._last_time >= self.every_secs
+        elapsed = self.clock() - self._last_time
+        if self.first_secs and not self._saved and elapsed >= self.first_secs:
+            return True
+        return bool(self.every_secs) and elapsed >= self.every_secs
 
     def saved(self, step: int) -> None:
+        self._saved = True
         self.start(step)
 
 

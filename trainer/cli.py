@@ -41,6 +41,7 @@ from showtell.common.flags import (
     start_command,
 )
 from showtell.common.locks import DirectoryLock
+from showtell.trainer import follow
 from showtell.trainer.cluster import STRATEGIES  # no TensorFlow import: --help stays instant
 from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig
 
@@ -88,6 +89,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-inception", type=or_auto(boolean),
                    help="train the encoder (phase 2); default (auto) false for a pretrained encoder "
                         "(phase 1, frozen), true from scratch")
+    p.add_argument("--follow-encoder", type=boolean, default=False,
+                   help="wait for the --inception-weights file, and when a pretraining writes a newer "
+                        "encoder there, end the run and start a new one on it (the run before is kept "
+                        "in <model-dir>-preview): a trainer started beside `showtell pretrain "
+                        "--first-save-after`, as compose does")
     for config in (*CONFIGS, MonitoringConfig):
         add_config_flags(p.add_argument_group(f"{config.__doc__.splitlines()[0].rstrip('.')}"), config)
     e = p.add_argument_group("early stop (follows an evaluator)")
@@ -140,7 +146,10 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"{PROG}: error: {problem} (see --help)\n")
         return 2
     start_command(args)
-    return run_command(PROG, lambda: _body(args))
+    code = run_command(PROG, lambda: _body(args))
+    if code == follow.RESTART and args.follow_encoder:
+        return follow.restart()  # returns only if the exec failed
+    return code
 
 
 def _body(args: argparse.Namespace) -> int:
@@ -171,10 +180,28 @@ def _train(args: argparse.Namespace, stop) -> int:
         return _serve(cluster, stop)
     if cluster is not None and not cluster.is_chief:  # a multi-worker worker: writes scratch copies
         return _train_task(args, stop, cluster, name)
+    encoder = _followed_encoder(args)
+    if encoder is not None and not follow.wait_for_encoder(encoder, stop):
+        log.info("stopped (%s) while waiting for the encoder: nothing was trained; exit %d (not finished)",
+                 stop.reason, stop.exit_code(finished=False))
+        return stop.exit_code(finished=False)
     # One trainer per model dir, and the chief is the one that writes it.  Held until this
     # process ends, however it ends.
     with DirectoryLock(directory=args.model_dir, role="trainer", flag="--model-dir"):
+        if encoder is not None:
+            follow.set_aside_other_encoders_run(args.model_dir, encoder)
         return _train_task(args, stop, cluster, name)
+
+
+def _followed_encoder(args: argparse.Namespace) -> Path | None:
+    """The encoder file ``--follow-encoder`` follows (None: off, or a source that is not a file)."""
+    if not args.follow_encoder:
+        return None
+    if args.inception_weights in (WEIGHTS_NONE, WEIGHTS_IMAGENET):
+        log.info("--follow-encoder: --inception-weights %s is not a file; nothing to follow",
+                 args.inception_weights)
+        return None
+    return Path(args.inception_weights)
 
 
 def _train_task(args: argparse.Namespace, stop, cluster, name: str) -> int:
@@ -198,7 +225,8 @@ def _train_task(args: argparse.Namespace, stop, cluster, name: str) -> int:
                           workers=cluster.count("worker") if cluster else 1,
                           strategy_note=f"strategy {chosen.name} ({chosen.why})", strategy_name=chosen.name,
                           settings=run_config.settings(args),
-                          metrics=TrainerMetrics(endpoint.registry) if endpoint else None)
+                          metrics=TrainerMetrics(endpoint.registry) if endpoint else None,
+                          actions=_watches(args, stop))
         listener = _early_stop(args, stop) if chief else None
         try:
             result = trainer.run(stop)
@@ -211,11 +239,21 @@ def _train_task(args: argparse.Namespace, stop, cluster, name: str) -> int:
     if result.finished:
         log.info("done: step %d → %d", result.start_step, result.final_step)
         return 0
+    if result.stopped_by == follow.ENCODER_REPLACED:
+        log.info("stopped at step %d (from %d): %s; starting again on it", result.final_step,
+                 result.start_step, follow.ENCODER_REPLACED)
+        return follow.RESTART
     code = stop.exit_code(finished=False)
     log.info("stopped at step %d (from %d) by %s before finishing: exit %d — not done; started "
              "again, it resumes from its final checkpoint", result.final_step, result.start_step,
              result.stopped_by, code)
     return code
+
+
+def _watches(args: argparse.Namespace, stop) -> list:
+    """The chief's extra controller actions: ``--follow-encoder``'s watch on the encoder file."""
+    encoder = _followed_encoder(args)
+    return [follow.EncoderWatch(encoder, stop)] if encoder is not None else []
 
 
 def _task(args: argparse.Namespace, cluster, name: str):

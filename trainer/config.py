@@ -49,6 +49,9 @@ class TrainConfig:
     save_every_secs: float | None = option(600.0, "checkpoint every S seconds, 0 disables",
                                            type=seconds_or_never)
     save_every_steps: int | None = option(None, "checkpoint every K steps", type=positive_int)
+    first_save_secs: float | None = option(None, "also the first checkpoint this many seconds into the run, "
+                                           "then on the schedule: an evaluator reports early",
+                                           type=positive_float)
     keep: int = option(5, "checkpoints kept on disk", type=positive_int)
     log_every_steps: int = option(100, "log and write scalar summaries every K steps", type=positive_int)
     histogram_every_steps: int = option(1000, "weight histograms every K steps", type=positive_int)

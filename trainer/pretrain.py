@@ -25,7 +25,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from showtell.captioning.config import InputConfig, pretrain_state
+from showtell.captioning.config import PRETRAIN_PROGRESS, InputConfig, pretrain_progress, pretrain_state
 from showtell.captioning.data import synthetic
 from showtell.captioning.data.inputs import eval_images, preprocess_image
 from showtell.captioning.data.manifest import load_dataset
@@ -162,15 +162,17 @@ def _pretrain(data: Path, out: Path, stop: StopRequest, seconds: float | None, s
         if first_save is not None and now >= first_save:
             first_save = None
             _save(encoder, out, f"a first encoder, after {step} steps (pretraining goes on)")
+            state.encoder_written(step, final=False)
         if (steps is not None and step - first >= steps) or stop:
             break
     elapsed = time.monotonic() - start
     accuracy = _accuracy(model, images[n_fit:], {h: v[n_fit:] for h, v in labels.items()}, size, config)
     log.info("pretrained %d steps in %.0f s (loss %.3f; %d steps in all); held-out accuracy: %s",
              step - first, elapsed, loss, step, _format(accuracy))
+    finished = (steps is not None and step - first >= steps) or not stop or stop.final
     state.save(step, accuracy)
     _save(encoder, out, "the pretrained encoder")
-    finished = (steps is not None and step - first >= steps) or not stop or stop.final
+    state.encoder_written(step, final=finished)
     code = stop.exit_code(finished)
     if code:  # as the trainer says it: a scheduler must not read a preempted pretraining as done
         log.info("stopped after %d steps by %s before finishing: exit %d — not done; the encoder so far "
@@ -181,10 +183,9 @@ def _pretrain(data: Path, out: Path, stop: StopRequest, seconds: float | None, s
 
 class _State:
     """The pretraining's state beside its weights file: the classifier (encoder and heads), Adam's
-    slots and the step in a TensorFlow checkpoint, and the held-out accuracy it reached in
-    ``progress.json`` (read by the demo to say what the last run reached)."""
-
-    PROGRESS = "progress.json"
+    slots and the step in a TensorFlow checkpoint, and in ``progress.json`` the held-out accuracy
+    it reached (the demo says what the last run reached) and what the weights file holds (a first
+    encoder or the final one: ``--if-missing`` and ``train --follow-encoder`` go by it)."""
 
     def __init__(self, directory: Path, model: keras.Model, optimizer: keras.Optimizer) -> None:
         self.directory = directory
@@ -210,22 +211,34 @@ class _State:
         return step
 
     def progress(self) -> dict | None:
-        try:
-            return json.loads((self.directory / self.PROGRESS).read_text())
-        except (OSError, ValueError):
-            return None
+        return pretrain_progress(self.directory)
 
     def save(self, step: int, accuracy: dict[str, float]) -> None:
         """Written whole or not at all (the manager's rename; the progress file's too)."""
         self.step.assign(step)
         try:
             self.manager.save(checkpoint_number=step)
-            tmp = self.directory / f".{self.PROGRESS}.tmp-{os.getpid()}"
-            tmp.write_text(json.dumps({"step": step, "accuracy": accuracy}))
-            os.replace(tmp, self.directory / self.PROGRESS)
         except (OSError, tf.errors.OpError) as exc:
-            raise ShowtellError(f"{self.directory}: cannot write the pretraining state ({exc}); free some "
-                                "space or choose another --out") from exc
+            raise self._unwritable(exc) from exc
+        self._write_progress(step=step, accuracy=accuracy)
+
+    def encoder_written(self, step: int, final: bool) -> None:
+        """Say what the weights file now holds: the step's encoder, final or a first one."""
+        self._write_progress(encoder={"step": step, "final": final})
+
+    def _write_progress(self, **fields) -> None:
+        progress = {**(self.progress() or {}), **fields}
+        tmp = self.directory / f".{PRETRAIN_PROGRESS}.tmp-{os.getpid()}"
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(progress))
+            os.replace(tmp, self.directory / PRETRAIN_PROGRESS)
+        except OSError as exc:
+            raise self._unwritable(exc) from exc
+
+    def _unwritable(self, exc: Exception) -> ShowtellError:
+        return ShowtellError(f"{self.directory}: cannot write the pretraining state ({exc}); free some space "
+                             "or choose another --out")
 
 
 def _fit_dataset(images: np.ndarray, labels: dict[str, np.ndarray], config: InputConfig,

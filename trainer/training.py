@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import tensorflow as tf
@@ -28,7 +29,7 @@ from showtell.trainer import run_config
 from showtell.trainer.actions import ProfileSteps, StepReport, WeightHistograms
 from showtell.trainer.checkpoints import SaveSchedule
 from showtell.trainer.cluster import cluster_failure
-from showtell.trainer.controller import Controller
+from showtell.trainer.controller import Action, Controller
 from showtell.trainer.prometheus import TrainerMetrics
 from showtell.trainer.runners import ParameterServerRunner, SynchronousRunner
 from showtell.trainer.signals import StopRequest
@@ -60,7 +61,7 @@ class Trainer:
     def __init__(self, *, task: CaptionTask, coordinator=None, workers: int = 1,
                  strategy_note: str | None = None, profile_steps: tuple[int, int] | None = None,
                  strategy_name: str = "", settings: dict | None = None,
-                 metrics: TrainerMetrics | None = None) -> None:
+                 metrics: TrainerMetrics | None = None, actions: Sequence[Action] = ()) -> None:
         """
         Args:
           task: model, data and checkpoints of the run.
@@ -72,8 +73,10 @@ class Trainer:
           settings: every flag as parsed (``run_config.settings``): the chief records the run's
             whole configuration in ``<model-dir>/runs/``; None records nothing (benches, tests).
           metrics: the Prometheus figures to keep (``--prometheus-port``), or None.
+          actions: more controller actions, after the trainer's own (``--follow-encoder``'s watch).
         """
         self.task, self.coordinator, self.workers, self.metrics = task, coordinator, workers, metrics
+        self.extra_actions = list(actions)
         self.profile_steps, self.strategy_name, self.settings = profile_steps, strategy_name, settings
         self.strategy_note = strategy_note or f"strategy {type(task.strategy).__name__}"
 
@@ -98,7 +101,8 @@ class Trainer:
                 profiler(task.step)  # a range that starts with this run's first step
             controller = Controller(
                 runner=runner, global_step=lambda: task.step, checkpoints=task.checkpoints,
-                save_schedule=SaveSchedule(cfg.save_every_secs, cfg.save_every_steps), stop=stop,
+                save_schedule=SaveSchedule(cfg.save_every_secs, cfg.save_every_steps,
+                                           first_secs=cfg.first_save_secs), stop=stop,
                 actions=[
                     StepReport(summaries=summaries, optimizer=task.optimizer, every=cfg.log_every_steps,
                                steps=cfg.steps, encoder_optimizer=task.encoder_optimizer,
@@ -106,6 +110,7 @@ class Trainer:
                     WeightHistograms(summaries=summaries, model=task.model, every=cfg.histogram_every_steps),
                     *([profiler] if profiler else []),
                     *([self.metrics] if self.metrics else []),
+                    *self.extra_actions,
                 ],
                 boundaries=[cfg.log_every_steps, cfg.save_every_steps, cfg.histogram_every_steps],
                 marks=profiler.marks if profiler else (),

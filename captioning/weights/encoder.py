@@ -83,7 +83,7 @@ def load_encoder_weights(encoder: keras.Model, source: str) -> EncoderInit:
     _check(plan, source)
     for variable, _, value in plan:
         variable.assign(value)
-    init = EncoderInit(source, kind, _sha256(files),
+    init = EncoderInit(source, kind, files_sha256(files),
                        [(name, v.path, tuple(v.shape)) for v, name, _ in plan], ignored)
     log.info("encoder initialised from %s (%s, sha256 %s…): %d tensors loaded, %d ignored%s",
              source, kind, init.sha256[:12], len(init.loaded), len(ignored),
@@ -265,7 +265,8 @@ def imagenet_file() -> Path:
         socket.setdefaulttimeout(previous)
 
 
-def _sha256(files: list[Path]) -> str:
+def files_sha256(files: list[Path]) -> str:
+    """The sha256 of ``files``' bytes in order: ``EncoderInit.sha256``, what a run records."""
     digest = hashlib.sha256()
     for path in files:
         with open(path, "rb") as f:

@@ -7,7 +7,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from showtell.captioning.config import WEIGHTS_IMAGENET, WEIGHTS_NONE
+from showtell.captioning.config import WEIGHTS_IMAGENET, WEIGHTS_NONE, pretraining_done
 from showtell.common.flags import (
     add_config_file_flag,
     add_verbose_flag,
@@ -31,8 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--learning-rate", type=positive_float, default=1e-3, help="Adam's rate (default 0.001)")
     p.add_argument("--seed", type=int, default=0, help="initialisation and order seed (default 0)")
     p.add_argument("--if-missing", action="store_true",
-                   help="nothing to do when --out already exists (an encoder an earlier or stopped run "
-                        "wrote: delete it to pretrain again), or is 'none' or 'imagenet' — what "
+                   help="nothing to do when --out already holds a finished pretraining's encoder (or a file "
+                        "from elsewhere: delete it to pretrain again), or is 'none' or 'imagenet' — what "
                         "`train --inception-weights` starts from instead of a file (the compose stack "
                         "passes the same value to both)")
     p.add_argument("--fresh", action="store_true",
@@ -49,10 +49,14 @@ def run(args: argparse.Namespace) -> int:
     start_command(args)
 
     def body() -> int:
-        if args.if_missing and (args.out.is_file() or str(args.out) in (WEIGHTS_NONE, WEIGHTS_IMAGENET)):
+        no_file = str(args.out) in (WEIGHTS_NONE, WEIGHTS_IMAGENET)
+        if args.if_missing and (no_file or pretraining_done(args.out)):
             log.info("--if-missing: %s", f"{args.out} is there, kept" if args.out.is_file() else
                      f"--out {args.out} names no file to write: nothing to pretrain")
             return 0
+        if args.if_missing and args.out.is_file():
+            log.info("--if-missing: %s holds the encoder of a pretraining not done (a first one, or one "
+                     "stopped early): going on with it", args.out)
         from showtell.trainer.pretrain import pretrain
 
         result = pretrain(data=args.data, out=args.out, seconds=args.seconds, steps=args.steps,

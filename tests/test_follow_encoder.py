@@ -1,0 +1,107 @@
+"""``showtell train --follow-encoder``: a trainer started beside a pretraining that is still writing
+its encoder (the compose stack's), waiting for the file, then starting again on each newer one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from showtell.captioning.model.modeldir import METADATA
+from showtell.common.locks import LOCK_FILE
+from showtell.trainer import follow
+from showtell.trainer.signals import StopRequest
+from tests import weights_files
+from tests.fakes import FakeClock
+from tests.helpers import TINY_SIZES, Procs, wait_for
+
+
+def _record(model_dir: Path, sha256: str) -> None:
+    model_dir.mkdir(parents=True, exist_ok=True)
+    (model_dir / METADATA).write_text(json.dumps({"run_id": "r1", "model": {}, "data": {},
+                                                  "encoder_init": {"kind": "keras", "sha256": sha256}}))
+
+
+def test_a_run_on_other_bytes_is_set_aside_whole_and_the_lock_stays(tmp_path: Path):
+    encoder = tmp_path / "encoder.weights.h5"
+    encoder.write_bytes(b"the final encoder")
+    model = tmp_path / "model"
+    _record(model, follow._sha256(encoder))
+    (model / "checkpoint").write_text("model_checkpoint_path: 'ckpt-4'")
+    assert follow.set_aside_other_encoders_run(model, encoder) is None  # its own encoder: kept
+    assert (model / "checkpoint").exists()
+
+    _record(model, "the sha256 of a first encoder")
+    for name in ("ckpt-4.index", "ckpt-4.data-00000-of-00001", LOCK_FILE.format(role="trainer")):
+        (model / name).write_text(name)
+    (model / "runs").mkdir()
+    (model / "runs" / "r1.json").write_text("{}")
+    (tmp_path / "model-preview").mkdir()  # an older preview: replaced
+    (tmp_path / "model-preview" / "stale").write_text("")
+    aside = follow.set_aside_other_encoders_run(model, encoder)
+    assert aside == tmp_path / "model-preview"
+    assert sorted(p.name for p in aside.iterdir()) == sorted(
+        ["checkpoint", "ckpt-4.index", "ckpt-4.data-00000-of-00001", METADATA, "runs"])
+    assert [p.name for p in model.iterdir()] == [LOCK_FILE.format(role="trainer")]  # the holder's lock
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no half-moved directory
+
+
+def test_the_watch_stops_the_run_on_new_bytes_and_not_on_a_touch(tmp_path: Path):
+    encoder = tmp_path / "encoder.weights.h5"
+    encoder.write_bytes(b"a first encoder")
+    clock, stop = FakeClock(), StopRequest()
+    watch = follow.EncoderWatch(encoder, stop, every_secs=10, clock=clock)
+    os.utime(encoder, ns=(1, 1))  # rewritten with the same bytes (a copy tool): not a new encoder
+    clock.now += 10
+    watch(5)
+    assert not stop
+    replacement = tmp_path / ".encoder.tmp"
+    replacement.write_bytes(b"the final encoder")
+    os.replace(replacement, encoder)  # as `showtell pretrain` writes it
+    clock.now += 5
+    watch(6)
+    assert not stop  # not due yet: a stat every 10 s, not every chunk
+    clock.now += 5
+    watch(7)
+    assert stop and stop.reason == follow.ENCODER_REPLACED and not stop.final
+
+
+@pytest.mark.e2e
+def test_a_trainer_waits_for_the_encoder_then_starts_again_on_a_newer_one(tiny_data: Path, tmp_path: Path,
+                                                                         procs: Procs):
+    encoder, model, log = tmp_path / "encoder.weights.h5", tmp_path / "model", tmp_path / "trainer.log"
+    trainer = procs.start("train", "--data", str(tiny_data), "--model-dir", str(model), *TINY_SIZES,
+                          "--inception-weights", str(encoder), "--follow-encoder", "true",
+                          "--first-save-secs", "1", "--save-every-secs", "600", "--log-every-steps", "200",
+                          "--cache-dir", str(tmp_path / "cache"), log=log)
+    wait_for(lambda: "waiting for the encoder" in log.read_text(), 60, "the trainer waiting for its encoder")
+    assert not model.exists() or not any(model.glob("ckpt-*"))
+
+    def publish(seed: int) -> str:
+        staged = weights_files.save_keras3(weights_files.random_encoder(75, seed=seed),
+                                           tmp_path / f".staged-{seed}.weights.h5")
+        os.replace(staged, encoder)
+        return follow._sha256(encoder)
+
+    def run_on(model_dir: Path) -> dict:
+        try:
+            return json.loads((model_dir / METADATA).read_text())["encoder_init"]
+        except (OSError, ValueError, KeyError):
+            return {}
+
+    first = publish(1)
+    wait_for(lambda: any(model.glob("ckpt-*.index")), 180, "a checkpoint on the first encoder")
+    assert run_on(model)["sha256"] == first
+    final = publish(2)
+    wait_for(lambda: run_on(tmp_path / "model-preview").get("sha256") == first
+             and run_on(model).get("sha256") == final and any(model.glob("ckpt-*.index")), 240,
+             "the first run kept aside and a new run checkpointed on the final encoder")
+    assert trainer.poll() is None  # the same process (exec), still training
+    text = log.read_text()
+    assert "holds a newer encoder: ending this run" in text and "starting again on it" in text
+    assert "kept aside in" in text
+    trainer.send_signal(signal.SIGTERM)
+    assert trainer.wait(120) == 143

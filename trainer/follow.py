@@ -1,0 +1,131 @@
+"""``--follow-encoder``: a trainer that keeps up with an encoder still being pretrained.
+
+A service stack starts the trainer beside the pretraining (``docker compose up``): the trainer
+waits for the pretraining's first encoder, trains on it — checkpoints, evaluations, in the first
+minutes — and when the pretraining writes a newer encoder into the same file, ends that run (its
+final checkpoint), keeps it aside in ``<model-dir>-preview`` and starts again, as a new run, on the
+new file: what ``make demo`` does with its preview, for a trainer no script drives.
+
+A run belongs to the encoder file's bytes it started from (``encoder_init.sha256`` in the model
+dir's record): at every start, a model dir whose run started from other bytes is set aside, so a
+stack stopped mid-preview and started again after the pretraining ended also trains on the final
+encoder.  The restart is an ``exec`` of the same command: the same process to its supervisor
+(compose, Kubernetes, a shell), nothing of the old run's TensorFlow state carried over.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from showtell.common.errors import ShowtellError
+from showtell.common.locks import LOCK_FILE
+
+log = logging.getLogger(__name__)
+
+ENCODER_REPLACED = "a newer encoder in --inception-weights"
+RESTART = 75  # EX_TEMPFAIL: what ``run`` turns into an exec (or returns, if the exec fails)
+PREVIEW_SUFFIX = "-preview"
+
+
+def _sha256(path: Path) -> str:
+    from showtell.captioning.weights.encoder import files_sha256  # Keras: only once there is a file
+
+    return files_sha256([path])
+
+
+def _signature(path: Path) -> tuple[int, int, int] | None:
+    """What changes when the file is replaced (a rename changes the inode; a rewrite the rest)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def wait_for_encoder(path: Path, stop, report_every: float = 30.0, poll: float = 2.0) -> bool:
+    """Sleep until ``path`` exists (the pretraining writes it whole, by rename); False if stopped."""
+    waited, reported = time.monotonic(), 0.0
+    while not path.is_file():
+        now = time.monotonic()
+        if now - reported >= report_every:
+            log.info("waiting for the encoder %s (%.0f s so far): the pretraining writes a first one, then "
+                     "the trainer starts on it", path, now - waited)
+            reported = now
+        if stop.wait(poll):
+            return False
+    return True
+
+
+def set_aside_other_encoders_run(model_dir: Path, encoder: Path) -> Path | None:
+    """Move a run that started from other bytes than ``encoder``'s now out of ``model_dir`` into
+    ``<model-dir>-preview`` (replacing an older one); where it went, or None when there is none."""
+    from showtell.captioning.model.modeldir import recorded_encoder_init  # TensorFlow: not for --help
+
+    recorded = recorded_encoder_init(model_dir)
+    if recorded is None or recorded.get("sha256") == _sha256(encoder):
+        return None
+    aside = model_dir.with_name(model_dir.name + PREVIEW_SUFFIX)
+    moving = model_dir.with_name(f".{aside.name}.tmp-{os.getpid()}")
+    lock = LOCK_FILE.format(role="trainer")
+    try:
+        shutil.rmtree(moving, ignore_errors=True)
+        moving.mkdir()
+        # The state file first: from then on an evaluator sees no checkpoint here, never half a run.
+        for entry in sorted(model_dir.iterdir(), key=lambda p: p.name != "checkpoint"):
+            if entry.name != lock:
+                os.replace(entry, moving / entry.name)
+        shutil.rmtree(aside, ignore_errors=True)
+        os.replace(moving, aside)
+    except OSError as exc:
+        raise ShowtellError(f"--model-dir {model_dir}: cannot set aside its run on an earlier encoder into "
+                            f"{aside} ({exc.strerror or exc}); free some space or move it yourself") from exc
+    log.info("the run in %s started from another encoder (sha256 %s…) than %s holds now: kept aside in "
+             "%s; a new run starts on the new encoder", model_dir, str(recorded.get("sha256"))[:12], encoder,
+             aside)
+    return aside
+
+
+class EncoderWatch:
+    """A controller action: every ``every_secs``, whether the encoder file still holds the bytes
+    this run started from; when not, the run stops (final checkpoint) with ``ENCODER_REPLACED``."""
+
+    def __init__(self, path: Path, stop, every_secs: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.path, self.stop, self.every_secs, self.clock = path, stop, every_secs, clock
+        self.signature = _signature(path)
+        self.sha256 = _sha256(path)
+        self._checked = clock()
+
+    def __call__(self, step: int, logs=None) -> None:
+        if self.clock() - self._checked < self.every_secs:
+            return
+        self._checked = self.clock()
+        signature = _signature(self.path)
+        if signature is None or signature == self.signature:
+            return  # missing for a moment (replaced by rename), or untouched
+        self.signature = signature
+        if _sha256(self.path) != self.sha256:
+            log.info("step %d: %s holds a newer encoder: ending this run to start a new one on it",
+                     step, self.path)
+            self.stop.request(ENCODER_REPLACED)
+
+
+def restart() -> int:
+    """Run this same command again in this process (``exec``): the new run starts on the new
+    encoder.  Returns ``RESTART`` only if the exec fails — a supervisor restarts on that code."""
+    logging.shutdown()  # every record written before the image is replaced
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    argv = sys.orig_argv
+    try:
+        os.execv(sys.executable, [sys.executable, *argv[1:]])
+    except OSError as exc:
+        log.error("cannot start again (%s): exit %d; start the trainer again, it takes up the new encoder",
+                  exc, RESTART)
+    return RESTART
