@@ -323,7 +323,10 @@ def test_services_run_commands_our_clis_accept(compose_tools):
     assert pretrain.if_missing and str(pretrain.out) == trainer.inception_weights == \
         "/checkpoints/encoder.weights.h5"
     assert str(pretrain.data) == str(trainer.data) and pretrain.seconds == 420
-    assert services["trainer"]["depends_on"]["pretrain"]["condition"] == "service_completed_successfully"
+    # the trainer starts beside the pretraining, on its first encoder, and follows it to the final one
+    assert pretrain.first_save_after == 45 and trainer.follow_encoder and trainer.first_save_secs == 20
+    assert "pretrain" not in services["trainer"]["depends_on"]
+    assert services["trainer"]["depends_on"]["data"]["condition"] == "service_completed_successfully"
     assert trainer.train_inception is None  # auto: frozen, since it starts pretrained
     from showtell.demo import TRAIN_FLAGS
 
