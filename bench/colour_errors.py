@@ -8,7 +8,9 @@ heads on the held-out train images, as ``showtell pretrain`` reports them, then 
   the wrong shape) or one no shape has (not seen at all);
 * inference mode (batch-norm's moving statistics, what a frozen encoder uses) against training
   mode (the batch's own statistics), and the images it fitted against the held-out ones;
-* the photometric augmentation's worst case against the distances between ``COLOURS``.
+* the photometric augmentation's worst case against the distances between ``COLOURS``;
+* the scenes whose every head is right (layout, and each shape's colour, kind and size): what an
+  exactly right caption needs of the encoder.
 
     .venv/bin/python bench/colour_errors.py --out runs/demo/encoder.weights.h5 --data runs/demo/data
 """
@@ -32,6 +34,7 @@ from showtell.captioning.data.inputs import preprocess_image
 from showtell.trainer import pretrain
 
 ATTRS = ("colour", "kind")
+ALL_ATTRS = ("colour", "kind", "size")
 
 
 def predictions(model, images: np.ndarray, size: int, training: bool) -> dict[str, np.ndarray]:
@@ -61,6 +64,12 @@ def breakdown(predicted: dict[str, np.ndarray], labels: dict[str, np.ndarray]) -
             # what a wrong guess drawn at random among the other values would give
             "wrong_is_another_shapes_by_chance": _rate(_chance_elsewhere(truth, others, attr)[wrong]),
         }
+    # what a caption needs: every shape's colour, kind and size (and the layout) right at once
+    right = predicted["layout"] == labels["layout"]
+    for attr, i in itertools.product(ALL_ATTRS, range(1, synthetic.MAX_SHAPES + 1)):
+        head = f"shape{i}_{attr}"
+        right &= (labels[head] == 0) | (predicted[head] == labels[head])
+    report["scene_all_right"] = _rate(right)
     return report
 
 
