@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from showtell.common.files import sha256_of
 from showtell.common.flags import (
     boolean,
     fraction,
@@ -38,8 +39,8 @@ PRETRAIN_PROGRESS = "progress.json"
 
 def pretrain_progress(state: Path) -> dict | None:
     """A pretraining state's ``progress.json`` (None: none, or unreadable): the step and held-out
-    accuracy its checkpoint holds, and ``encoder`` — the step of the weights file written last and
-    whether it is the pretraining's final one (``false``: a first encoder, pretraining not done)."""
+    accuracy its checkpoint holds, and ``encoder`` — the step, sha256 and finality (``final``
+    false: a first encoder, the pretraining goes on) of the weights file it wrote last."""
     try:
         progress = json.loads((state / PRETRAIN_PROGRESS).read_text())
     except (OSError, ValueError):
@@ -47,13 +48,27 @@ def pretrain_progress(state: Path) -> dict | None:
     return progress if isinstance(progress, dict) else None
 
 
+def pretrained_encoder(weights: Path) -> dict | None:
+    """What the pretraining says of the encoder in ``weights`` — ``{"step", "final", "sha256"}`` —
+    when the file holds the bytes it describes; None when no pretraining wrote it (a file from
+    elsewhere) or the record is of other bytes (the file replaced since, or being replaced)."""
+    record = (pretrain_progress(pretrain_state(weights)) or {}).get("encoder")
+    if not isinstance(record, dict) or not weights.is_file():
+        return None
+    return record if record.get("sha256") == sha256_of([weights]) else None
+
+
 def pretraining_done(weights: Path) -> bool:
-    """Whether the weights file is there and no pretraining of it is left unfinished (a file not
-    written by ``showtell pretrain`` counts as done: there is nothing to go on with)."""
+    """Whether ``weights`` holds a finished pretraining's encoder, or a file no pretraining of ours
+    is writing (nothing to go on with).  A first encoder, or a record of other bytes (a pretraining
+    stopped between writing the file and its record), is not done."""
     if not weights.is_file():
         return False
     progress = pretrain_progress(pretrain_state(weights)) or {}
-    return bool(progress.get("encoder", {}).get("final", True))
+    if "encoder" not in progress:
+        return True
+    record = pretrained_encoder(weights)
+    return bool(record and record.get("final"))
 
 
 @dataclass(frozen=True)

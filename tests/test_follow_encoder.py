@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
 
+from showtell.captioning.config import pretrain_state
 from showtell.captioning.model.modeldir import METADATA
 from showtell.common.locks import LOCK_FILE
+from showtell.common.processes import cpu_seconds
 from showtell.trainer import follow
 from showtell.trainer.signals import StopRequest
 from tests import weights_files
@@ -69,12 +72,50 @@ def test_the_watch_stops_the_run_on_new_bytes_and_not_on_a_touch(tmp_path: Path)
     assert stop and stop.reason == follow.ENCODER_REPLACED and not stop.final
 
 
+def _first_encoder(encoder: Path, step: int = 40) -> None:
+    """What ``showtell pretrain --first-save-after`` says of the file it wrote and goes on from."""
+    state = pretrain_state(encoder)
+    state.mkdir(exist_ok=True)
+    (state / "progress.json").write_text(json.dumps({"encoder": {"step": step, "final": False,
+                                                                 "sha256": follow._sha256(encoder)}}))
+
+
+def test_on_a_first_encoder_the_run_is_a_preview_and_on_a_final_one_it_is_not(tmp_path: Path):
+    encoder = tmp_path / "encoder.weights.h5"
+    encoder.write_bytes(b"a first encoder")
+    _first_encoder(encoder)
+    for final, expected in ((False, follow.PREVIEW_DONE), (True, None)):
+        if final:  # the record of the same bytes, now final
+            record = json.loads((pretrain_state(encoder) / "progress.json").read_text())
+            record["encoder"]["final"] = True
+            (pretrain_state(encoder) / "progress.json").write_text(json.dumps(record))
+        clock, stop = FakeClock(), StopRequest()
+        watch = follow.EncoderWatch(encoder, stop, preview_secs=60, every_secs=10, clock=clock)
+        clock.now += 30  # building, the feature cache: not training time
+        watch(10)
+        clock.now += 59
+        watch(100)
+        assert not stop
+        clock.now += 1
+        watch(110)
+        assert stop.reason == expected, final
+    # a record of other bytes (the file replaced since): not a preview
+    encoder.write_bytes(b"other bytes")
+    stop = StopRequest()
+    watch = follow.EncoderWatch(encoder, stop, preview_secs=1, clock=FakeClock())
+    assert watch.preview_secs is None
+
+
 @pytest.mark.e2e
 def test_a_trainer_waits_for_the_encoder_then_starts_again_on_a_newer_one(tiny_data: Path, tmp_path: Path,
                                                                          procs: Procs):
+    """The compose stack's sequence: no encoder yet (the trainer waits), a first one (a preview of
+    --preview-secs, then a wait, asleep), the final one (a new run, the preview's kept aside) — in
+    one process: the restart is an exec."""
     encoder, model, log = tmp_path / "encoder.weights.h5", tmp_path / "model", tmp_path / "trainer.log"
     trainer = procs.start("train", "--data", str(tiny_data), "--model-dir", str(model), *TINY_SIZES,
                           "--inception-weights", str(encoder), "--follow-encoder", "true",
+                          "--preview-secs", "3",
                           "--first-save-secs", "1", "--save-every-secs", "600", "--log-every-steps", "200",
                           "--cache-dir", str(tmp_path / "cache"), log=log)
     wait_for(lambda: "waiting for the encoder" in log.read_text(), 60, "the trainer waiting for its encoder")
@@ -93,15 +134,20 @@ def test_a_trainer_waits_for_the_encoder_then_starts_again_on_a_newer_one(tiny_d
             return {}
 
     first = publish(1)
-    wait_for(lambda: any(model.glob("ckpt-*.index")), 180, "a checkpoint on the first encoder")
-    assert run_on(model)["sha256"] == first
+    _first_encoder(encoder)
+    wait_for(lambda: "waiting, asleep, for the pretraining's final encoder" in log.read_text(), 180,
+             "the preview on the first encoder to end")
+    assert run_on(model)["sha256"] == first and any(model.glob("ckpt-*.index"))
+    before = cpu_seconds(trainer.pid)  # asleep while it waits: its CPU over 5 s
+    time.sleep(5)
+    assert cpu_seconds(trainer.pid) - before <= 0.1, "the waiting trainer is not asleep"
     final = publish(2)
     wait_for(lambda: run_on(tmp_path / "model-preview").get("sha256") == first
              and run_on(model).get("sha256") == final and any(model.glob("ckpt-*.index")), 240,
              "the first run kept aside and a new run checkpointed on the final encoder")
     assert trainer.poll() is None  # the same process (exec), still training
     text = log.read_text()
-    assert "holds a newer encoder: ending this run" in text and "starting again on it" in text
-    assert "kept aside in" in text
+    assert "a preview of 3 s, then a wait for the final one" in text and "kept aside in" in text
+    assert "starting again on the newer encoder" in text
     trainer.send_signal(signal.SIGTERM)
     assert trainer.wait(120) == 143

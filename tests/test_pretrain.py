@@ -140,21 +140,33 @@ def test_if_missing_goes_on_with_a_pretraining_whose_encoder_is_a_first_one(enco
                                                                           tmp_path: Path, showtell_main):
     """A stack stopped after the pretraining's first encoder: the next `up` must finish the
     pretraining, not keep the first encoder as if it were the pretrained one."""
-    from showtell.captioning.config import pretrain_progress, pretrain_state, pretraining_done
+    from showtell.captioning.config import (
+        pretrain_progress,
+        pretrain_state,
+        pretrained_encoder,
+        pretraining_done,
+    )
+    from showtell.common.files import sha256_of
 
     progress = pretrain_progress(pretrain_state(encoder_file))
-    assert progress["encoder"] == {"step": 3, "final": True} and progress["step"] == 3  # the fixture's
-    assert pretraining_done(encoder_file)
+    sha = sha256_of([encoder_file])
+    assert progress["encoder"] == {"step": 3, "final": True, "sha256": sha} and progress["step"] == 3
+    assert pretraining_done(encoder_file) and pretrained_encoder(encoder_file)["final"]
     out = tmp_path / "encoder.weights.h5"
     shutil.copy(encoder_file, out)
     shutil.copytree(pretrain_state(encoder_file), pretrain_state(out))
-    first = {**progress, "encoder": {"step": 3, "final": False}}
-    (pretrain_state(out) / "progress.json").write_text(json.dumps(first))
-    assert not pretraining_done(out)
+    for record, done in (({"step": 3, "final": False, "sha256": sha}, False),  # a first encoder
+                         ({"step": 3, "final": True, "sha256": "other bytes"}, False),  # not this file's
+                         ({"step": 3, "final": True, "sha256": sha}, True)):
+        (pretrain_state(out) / "progress.json").write_text(json.dumps({**progress, "encoder": record}))
+        assert pretraining_done(out) is done, record
+    (pretrain_state(out) / "progress.json").write_text(json.dumps({**progress, "encoder": {
+        "step": 3, "final": False, "sha256": sha}}))
     # --data names no dataset: a pretraining that goes on fails there, one that skips returns 0
     result = showtell_main("pretrain", "--data", str(tmp_path / "no-data"), "--out", str(out), "--if-missing",
                            "--steps", "1")
-    assert result.returncode == 1 and "no-data: data directory does not exist" in error_lines(result.stderr)[-1]
+    assert result.returncode == 1, result.stderr
+    assert "no-data: data directory does not exist" in error_lines(result.stderr)[-1]
 
 
 @pytest.mark.slow

@@ -36,6 +36,7 @@ from showtell.common.flags import (
     flag_type,
     or_auto,
     parse_args,
+    positive_float,
     positive_int,
     run_command,
     start_command,
@@ -94,6 +95,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "encoder there, end the run and start a new one on it (the run before is kept "
                         "in <model-dir>-preview): a trainer started beside `showtell pretrain "
                         "--first-save-after`, as compose does")
+    p.add_argument("--preview-secs", type=positive_float, default=60.0, metavar="S",
+                   help="with --follow-encoder, on a first encoder (its pretraining not done): train S "
+                        "seconds, then wait, asleep, for the final one (the pretraining gets the CPU "
+                        "back); default 60")
     for config in (*CONFIGS, MonitoringConfig):
         add_config_flags(p.add_argument_group(f"{config.__doc__.splitlines()[0].rstrip('.')}"), config)
     e = p.add_argument_group("early stop (follows an evaluator)")
@@ -239,10 +244,8 @@ def _train_task(args: argparse.Namespace, stop, cluster, name: str) -> int:
     if result.finished:
         log.info("done: step %d → %d", result.start_step, result.final_step)
         return 0
-    if result.stopped_by == follow.ENCODER_REPLACED:
-        log.info("stopped at step %d (from %d): %s; starting again on it", result.final_step,
-                 result.start_step, follow.ENCODER_REPLACED)
-        return follow.RESTART
+    if result.stopped_by in (follow.ENCODER_REPLACED, follow.PREVIEW_DONE):
+        return _next_encoder(args, stop, result)
     code = stop.exit_code(finished=False)
     log.info("stopped at step %d (from %d) by %s before finishing: exit %d — not done; started "
              "again, it resumes from its final checkpoint", result.final_step, result.start_step,
@@ -253,7 +256,26 @@ def _train_task(args: argparse.Namespace, stop, cluster, name: str) -> int:
 def _watches(args: argparse.Namespace, stop) -> list:
     """The chief's extra controller actions: ``--follow-encoder``'s watch on the encoder file."""
     encoder = _followed_encoder(args)
-    return [follow.EncoderWatch(encoder, stop)] if encoder is not None else []
+    return [follow.EncoderWatch(encoder, stop, args.preview_secs)] if encoder is not None else []
+
+
+def _next_encoder(args: argparse.Namespace, stop, result) -> int:
+    """A run that ended for ``--follow-encoder``: ``follow.RESTART`` once a newer encoder is there
+    (after a preview, the wait for it is asleep); a signal while waiting exits as a signal does."""
+    encoder = _followed_encoder(args)
+    log.info("stopped at step %d (from %d) after %s", result.final_step, result.start_step, result.stopped_by)
+    if result.stopped_by == follow.PREVIEW_DONE:
+        log.info("waiting, asleep, for the pretraining's final encoder in %s; phase 1 starts again on it",
+                 encoder)
+        from showtell.captioning.model.modeldir import recorded_encoder_init
+
+        started_from = (recorded_encoder_init(args.model_dir) or {}).get("sha256", "")
+        if not (stop.resume() and follow.wait_for_newer(encoder, started_from, stop)):
+            code = stop.exit_code(finished=False)
+            log.info("stopped (%s) while waiting for the final encoder: exit %d", stop.reason, code)
+            return code
+    log.info("starting again on the newer encoder")
+    return follow.RESTART
 
 
 def _task(args: argparse.Namespace, cluster, name: str):

@@ -23,20 +23,21 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from showtell.captioning.config import pretrained_encoder
 from showtell.common.errors import ShowtellError
+from showtell.common.files import sha256_of
 from showtell.common.locks import LOCK_FILE
 
 log = logging.getLogger(__name__)
 
 ENCODER_REPLACED = "a newer encoder in --inception-weights"
+PREVIEW_DONE = "its --preview-secs on a first encoder"
 RESTART = 75  # EX_TEMPFAIL: what ``run`` turns into an exec (or returns, if the exec fails)
 PREVIEW_SUFFIX = "-preview"
 
 
 def _sha256(path: Path) -> str:
-    from showtell.captioning.weights.encoder import files_sha256  # Keras: only once there is a file
-
-    return files_sha256([path])
+    return sha256_of([path])
 
 
 def _signature(path: Path) -> tuple[int, int, int] | None:
@@ -93,19 +94,31 @@ def set_aside_other_encoders_run(model_dir: Path, encoder: Path) -> Path | None:
 
 class EncoderWatch:
     """A controller action: every ``every_secs``, whether the encoder file still holds the bytes
-    this run started from; when not, the run stops (final checkpoint) with ``ENCODER_REPLACED``."""
+    this run started from — when not, the run stops (final checkpoint) with ``ENCODER_REPLACED``;
+    on a first encoder, the run also stops ``preview_secs`` into its training (``PREVIEW_DONE``)."""
 
-    def __init__(self, path: Path, stop, every_secs: float = 10.0,
+    def __init__(self, path: Path, stop, preview_secs: float | None = None, every_secs: float = 10.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.path, self.stop, self.every_secs, self.clock = path, stop, every_secs, clock
         self.signature = _signature(path)
         self.sha256 = _sha256(path)
+        record = pretrained_encoder(path)
+        self.preview_secs = preview_secs if record is not None and record.get("final") is False else None
+        if self.preview_secs:
+            log.info("%s is a first encoder (pretraining step %d, not done): a preview of %.0f s, then a "
+                     "wait for the final one", path, record["step"], self.preview_secs)
         self._checked = clock()
+        self._started: float | None = None  # the first chunk's end: training time counts from there
 
     def __call__(self, step: int, logs=None) -> None:
-        if self.clock() - self._checked < self.every_secs:
+        now = self.clock()
+        if self._started is None:
+            self._started = now
+        if self.preview_secs and now - self._started >= self.preview_secs:
+            self.stop.request(PREVIEW_DONE)
+        if now - self._checked < self.every_secs:
             return
-        self._checked = self.clock()
+        self._checked = now
         signature = _signature(self.path)
         if signature is None or signature == self.signature:
             return  # missing for a moment (replaced by rename), or untouched
@@ -114,6 +127,23 @@ class EncoderWatch:
             log.info("step %d: %s holds a newer encoder: ending this run to start a new one on it",
                      step, self.path)
             self.stop.request(ENCODER_REPLACED)
+
+
+def wait_for_newer(path: Path, sha256: str, stop, report_every: float = 60.0, poll: float = 2.0) -> bool:
+    """Sleep until ``path`` holds other bytes than ``sha256``; False if stopped first."""
+    signature, waited, reported = _signature(path), time.monotonic(), time.monotonic()
+    while True:
+        if stop.wait(poll):
+            return False
+        now = _signature(path)
+        if now is not None and now != signature:
+            signature = now
+            if _sha256(path) != sha256:
+                return True
+        if time.monotonic() - reported >= report_every:
+            log.info("waiting for the pretraining's final encoder in %s (%.0f s so far)", path,
+                     time.monotonic() - waited)
+            reported = time.monotonic()
 
 
 def restart() -> int:

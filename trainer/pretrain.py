@@ -32,14 +32,21 @@ from showtell.captioning.data.manifest import load_dataset
 from showtell.captioning.data.records import shard_files
 from showtell.captioning.model.network import build_encoder
 from showtell.common.errors import DataError, ShowtellError
+from showtell.common.files import sha256_of
 from showtell.trainer.signals import StopRequest
 
 log = logging.getLogger(__name__)
 HELD_OUT = 0.1  # of the train split, to report accuracy on images the encoder did not fit
-# The kinds are the hard part (their corners are a pixel or two at 75 px): their heads weigh 3×,
-# and order-free counts of each kind help them start (measured, 900 steps: held-out kind accuracy
-# 0.88/0.86/0.75 instead of ≈ 0.35, chance, at 600 steps — BENCHMARKS.md).
-KIND_WEIGHT = 3.0
+# What a head's loss weighs, by the attribute it names (others: 1).  The kinds' corners are a pixel
+# or two at 75 px: weighted 3×, with order-free counts of each kind to help them start, they are
+# learnt (900 steps: held-out kind accuracy 0.88/0.86/0.75 instead of ≈ 0.35, chance).  The colours
+# are then the ones left unbound: 64–72 % of their wrong answers name another shape's colour (29–39 %
+# by chance), and weighted as the kinds they are learnt too (BENCHMARKS.md, bench/colour_errors.py).
+ATTRIBUTE_WEIGHTS = {"kind": 3.0, "colour": 3.0}
+
+
+def head_weight(head: str) -> float:
+    return ATTRIBUTE_WEIGHTS.get(head.rsplit("_", 1)[-1], 1.0) if head.startswith("shape") else 1.0
 HEADS = {**synthetic.LABEL_HEADS, **synthetic.COUNT_HEADS}
 
 
@@ -162,7 +169,7 @@ def _pretrain(data: Path, out: Path, stop: StopRequest, seconds: float | None, s
         if first_save is not None and now >= first_save:
             first_save = None
             _save(encoder, out, f"a first encoder, after {step} steps (pretraining goes on)")
-            state.encoder_written(step, final=False)
+            state.encoder_written(step, out, final=False)
         if (steps is not None and step - first >= steps) or stop:
             break
     elapsed = time.monotonic() - start
@@ -172,7 +179,7 @@ def _pretrain(data: Path, out: Path, stop: StopRequest, seconds: float | None, s
     finished = (steps is not None and step - first >= steps) or not stop or stop.final
     state.save(step, accuracy)
     _save(encoder, out, "the pretrained encoder")
-    state.encoder_written(step, final=finished)
+    state.encoder_written(step, out, final=finished)
     code = stop.exit_code(finished)
     if code:  # as the trainer says it: a scheduler must not read a preempted pretraining as done
         log.info("stopped after %d steps by %s before finishing: exit %d — not done; the encoder so far "
@@ -222,9 +229,10 @@ class _State:
             raise self._unwritable(exc) from exc
         self._write_progress(step=step, accuracy=accuracy)
 
-    def encoder_written(self, step: int, final: bool) -> None:
-        """Say what the weights file now holds: the step's encoder, final or a first one."""
-        self._write_progress(encoder={"step": step, "final": final})
+    def encoder_written(self, step: int, out: Path, final: bool) -> None:
+        """Say what the weights file now holds — the step's encoder, final or a first one — for
+        those bytes only (their sha256): a reader never takes a file for what it is not."""
+        self._write_progress(encoder={"step": step, "final": final, "sha256": sha256_of([out])})
 
     def _write_progress(self, **fields) -> None:
         progress = {**(self.progress() or {}), **fields}
@@ -262,7 +270,7 @@ def _fit_dataset(images: np.ndarray, labels: dict[str, np.ndarray], config: Inpu
 
 
 def _train_step(model: keras.Model, optimizer: keras.Optimizer):
-    """One step on every head (the kinds weighted ``KIND_WEIGHT``), traced once."""
+    """One step on every head (weighted by ``head_weight``), traced once."""
     # The slots made now, not inside the step: a tf.function that creates variables on its first
     # call traces twice, and tracing Inception's gradient costs ≈ 12 CPU-s (first step 25 → 13 s).
     optimizer.build(model.trainable_variables)
@@ -272,7 +280,7 @@ def _train_step(model: keras.Model, optimizer: keras.Optimizer):
     def train_step(x, y):
         with tf.GradientTape() as tape:
             outputs = model(x, training=True)
-            loss = tf.add_n([(KIND_WEIGHT if h.endswith("_kind") else 1.0) * loss_fn(y[h], outputs[h])
+            loss = tf.add_n([head_weight(h) * loss_fn(y[h], outputs[h])
                              for h in HEADS])
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))

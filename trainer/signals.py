@@ -61,6 +61,15 @@ class StopRequest:
         self.reason, self.final = reason, final
         self._event.set()
 
+    def resume(self) -> bool:
+        """Clear a stop the run asked for itself (not a signal, not its time limit), to wait on
+        signals again; False when a signal or the time limit stands."""
+        if self.signum is not None or self.final:
+            return False
+        self._event.clear()
+        self.reason = None
+        return True
+
     def __bool__(self) -> bool:
         if not self._event.is_set() and self._deadline and time.monotonic() >= self._deadline[0]:
             self.request(self._deadline[1], final=True)

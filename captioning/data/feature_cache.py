@@ -46,6 +46,7 @@ from showtell.captioning.data.records import (
 )
 from showtell.common import logs
 from showtell.common.errors import DataError
+from showtell.common.files import sha256_of
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ def cache_key(data_dir: Path, files: Sequence[str], encoder_digest: str, image_s
         "image_size": image_size,
         "variants": variants,
         "augmentation": augmentation,
-        "dataset": {"manifest_sha256": _file_sha256(data_dir / MANIFEST), "shards": shards},
+        "dataset": {"manifest_sha256": sha256_of([data_dir / MANIFEST]), "shards": shards},
     }
 
 
@@ -277,6 +278,4 @@ def _parse_record(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
             "captions": parsed["captions"]}
 
 
-def _file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 

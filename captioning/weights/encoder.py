@@ -27,6 +27,7 @@ from showtell.captioning.config import WEIGHTS_IMAGENET, WEIGHTS_NONE
 from showtell.captioning.internals import keras_layer_name
 from showtell.captioning.weights import slim_names
 from showtell.common.errors import WeightsError, first_line
+from showtell.common.files import sha256_of
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def load_encoder_weights(encoder: keras.Model, source: str) -> EncoderInit:
     _check(plan, source)
     for variable, _, value in plan:
         variable.assign(value)
-    init = EncoderInit(source, kind, files_sha256(files),
+    init = EncoderInit(source, kind, sha256_of(files),
                        [(name, v.path, tuple(v.shape)) for v, name, _ in plan], ignored)
     log.info("encoder initialised from %s (%s, sha256 %s…): %d tensors loaded, %d ignored%s",
              source, kind, init.sha256[:12], len(init.loaded), len(ignored),
@@ -263,16 +264,6 @@ def imagenet_file() -> Path:
         ) from exc
     finally:
         socket.setdefaulttimeout(previous)
-
-
-def files_sha256(files: list[Path]) -> str:
-    """The sha256 of ``files``' bytes in order: ``EncoderInit.sha256``, what a run records."""
-    digest = hashlib.sha256()
-    for path in files:
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 22):
-                digest.update(chunk)
-    return digest.hexdigest()
 
 
 def weights_digest(variables: list) -> str:
