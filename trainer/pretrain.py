@@ -2,7 +2,7 @@
 
 Show and Tell starts from an encoder pretrained on classification; offline, the synthetic
 dataset's generator knows every scene's labels (layout; each shape's colour, kind and size, in
-caption order), so Inception v3 is trained to classify those on the **train split** (the last
+reading order), so Inception v3 is trained to classify those on the **train split** (the last
 tenth of it held out to report accuracy; no validation image is read) and saved as an ordinary
 Keras ``.weights.h5`` file — the file ``showtell train --inception-weights`` loads like any
 other.  The demo runs this first, then the two phases of the real recipe.
@@ -39,15 +39,17 @@ log = logging.getLogger(__name__)
 HELD_OUT = 0.1  # of the train split, to report accuracy on images the encoder did not fit
 # What a head's loss weighs, by the attribute it names (others: 1).  The kinds' corners are a pixel
 # or two at 75 px: weighted 3×, with order-free counts of each kind to help them start, they are
-# learnt (900 steps: held-out kind accuracy 0.88/0.86/0.75 instead of ≈ 0.35, chance).  The colours
-# are then the ones left unbound: 64–72 % of their wrong answers name another shape's colour (29–39 %
-# by chance), and weighted as the kinds they are learnt too (BENCHMARKS.md, bench/colour_errors.py).
-ATTRIBUTE_WEIGHTS = {"kind": 3.0, "colour": 3.0}
+# learnt (900 steps: held-out kind accuracy 0.88/0.86/0.75 instead of ≈ 0.35, chance).  Weighting
+# the colours 3× as well bought colours with kinds (at ≈ 900 steps colours 0.85/0.84/0.53, kinds
+# 0.51/0.52/0.53; scenes with every head right 0.16 against 0.35): measured, and left at 1.
+ATTRIBUTE_WEIGHTS = {"kind": 3.0}
+
+
+HEADS = {**synthetic.LABEL_HEADS, **synthetic.COUNT_HEADS}
 
 
 def head_weight(head: str) -> float:
     return ATTRIBUTE_WEIGHTS.get(head.rsplit("_", 1)[-1], 1.0) if head.startswith("shape") else 1.0
-HEADS = {**synthetic.LABEL_HEADS, **synthetic.COUNT_HEADS}
 
 
 @dataclass(frozen=True)
@@ -308,7 +310,7 @@ def _accuracy(model: keras.Model, images: np.ndarray, labels: dict[str, np.ndarr
 
 
 def _format(accuracy: dict[str, float]) -> str:
-    """``layout 0.98, colour 0.95/0.91/0.90, kind …, size …`` (per shape, in caption order)."""
+    """``layout 0.98, colour 0.95/0.91/0.90, kind …, size …`` (per shape, in reading order)."""
     if not accuracy:
         return "(nothing held out)"
     parts = [f"layout {accuracy['layout']:.2f}"]
