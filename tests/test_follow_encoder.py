@@ -72,12 +72,12 @@ def test_the_watch_stops_the_run_on_new_bytes_and_not_on_a_touch(tmp_path: Path)
     assert stop and stop.reason == follow.ENCODER_REPLACED and not stop.final
 
 
-def _first_encoder(encoder: Path, step: int = 40) -> None:
+def _first_encoder(encoder: Path, step: int = 40, sha256: str | None = None) -> None:
     """What ``showtell pretrain --first-save-after`` says of the file it wrote and goes on from."""
     state = pretrain_state(encoder)
     state.mkdir(exist_ok=True)
-    (state / "progress.json").write_text(json.dumps({"encoder": {"step": step, "final": False,
-                                                                 "sha256": follow._sha256(encoder)}}))
+    record = {"step": step, "final": False, "sha256": sha256 or follow._sha256(encoder)}
+    (state / "progress.json").write_text(json.dumps({"encoder": record}))
 
 
 def test_on_a_first_encoder_the_run_is_a_preview_and_on_a_final_one_it_is_not(tmp_path: Path):
@@ -121,9 +121,13 @@ def test_a_trainer_waits_for_the_encoder_then_starts_again_on_a_newer_one(tiny_d
     wait_for(lambda: "waiting for the encoder" in log.read_text(), 60, "the trainer waiting for its encoder")
     assert not model.exists() or not any(model.glob("ckpt-*"))
 
-    def publish(seed: int) -> str:
+    def publish(seed: int, first: bool = False) -> str:
+        """A new encoder in place by rename, as `showtell pretrain` writes it; a first one with the
+        pretraining's record of it (written before, here: the trainer must not see it unrecorded)."""
         staged = weights_files.save_keras3(weights_files.random_encoder(75, seed=seed),
                                            tmp_path / f".staged-{seed}.weights.h5")
+        if first:
+            _first_encoder(encoder, sha256=follow._sha256(staged))
         os.replace(staged, encoder)
         return follow._sha256(encoder)
 
@@ -133,8 +137,7 @@ def test_a_trainer_waits_for_the_encoder_then_starts_again_on_a_newer_one(tiny_d
         except (OSError, ValueError, KeyError):
             return {}
 
-    first = publish(1)
-    _first_encoder(encoder)
+    first = publish(1, first=True)
     wait_for(lambda: "waiting, asleep, for the pretraining's final encoder" in log.read_text(), 180,
              "the preview on the first encoder to end")
     assert run_on(model)["sha256"] == first and any(model.glob("ckpt-*.index"))
