@@ -238,14 +238,14 @@ def _train_task(args: argparse.Namespace, stop, cluster, name: str) -> int:
         finally:
             if listener is not None:
                 listener.close()
+        if result.stopped_by in (follow.ENCODER_REPLACED, follow.PREVIEW_DONE):
+            return _next_encoder(args, stop, result)  # still scraped while it waits
     finally:
         if endpoint is not None:
             endpoint.close()
     if result.finished:
         log.info("done: step %d → %d", result.start_step, result.final_step)
         return 0
-    if result.stopped_by in (follow.ENCODER_REPLACED, follow.PREVIEW_DONE):
-        return _next_encoder(args, stop, result)
     code = stop.exit_code(finished=False)
     log.info("stopped at step %d (from %d) by %s before finishing: exit %d — not done; started "
              "again, it resumes from its final checkpoint", result.final_step, result.start_step,
