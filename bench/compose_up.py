@@ -72,6 +72,8 @@ def main() -> None:
             figures["up_to_final_encoder_run_s"] = round(time.monotonic() - started, 1)
             final = wait_for(lambda: (e := latest(grpc_port)) and e["run_id"] != first["run_id"] and e, 900,
                              "an evaluation of the final encoder's run", interval=3)
+            steps = re.findall(r"pretrained (\d+) steps in (\d+) s", stack.logs("pretrain"))
+            figures["pretraining_steps_and_s"] = [int(x) for x in steps[-1]] if steps else None
             figures.update(up_to_its_first_evaluation_s=round(time.monotonic() - started, 1),
                            its_step=final["global_step"], its_exact_match=final["metrics"].get("exact_match"),
                            restarts=stack.container("trainer").attrs["RestartCount"])
