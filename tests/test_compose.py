@@ -410,11 +410,13 @@ def _follows_the_encoder(stack) -> str:
     assert stack.container("pretrain").attrs["State"]["ExitCode"] == 0
     pretrained = stack.logs("pretrain")
     assert "a first encoder, after" in pretrained and "wrote the pretrained encoder" in pretrained, pretrained
+    loads = "encoder initialised from /checkpoints/encoder.weights.h5"
     logs = wait_for(lambda: "kept aside in /checkpoints/model-preview" in (text := stack.logs("trainer"))
-                    and text, 300, "the trainer to start again on the final encoder", interval=1)
+                    and text.count(loads) >= 2 and text, 300,
+                    "the trainer to start again on the final encoder", interval=1)
     trainer = stack.container("trainer")
     assert trainer.attrs["RestartCount"] == 0 and trainer.attrs["State"]["Status"] == "running"
-    assert logs.count("encoder initialised from /checkpoints/encoder.weights.h5") == 2, logs[-3000:]
+    assert logs.count(loads) == 2, logs[-3000:]
     evaluator = stack.container("evaluator")
     preview = evaluator.exec_run(["sh", "-c", "ls /checkpoints/model-preview; "
                                               "cat /checkpoints/model/showtell-model.json"])
