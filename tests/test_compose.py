@@ -539,7 +539,8 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: 
         stack.run("restart", "trainer")
         logs = wait_for(lambda: (text := stack.logs("trainer")).count("resumed from") >= 1 and text, 300,
                         "the restarted trainer to resume", interval=1)
-        [(path, final)] = re.findall(r"final checkpoint (/checkpoints/model/ckpt-\d+) \(step (\d+)\)", logs)
+        # the last one: the preview's run on the first encoder ended with a final checkpoint too
+        path, final = re.findall(r"final checkpoint (/checkpoints/model/ckpt-\d+) \(step (\d+)\)", logs)[-1]
         assert f"resumed from {path} at step {final}" in logs
 
         # a real crash: SIGKILL of the trainer's process → the restart policy brings it back,
