@@ -48,14 +48,14 @@ def pretrain_progress(state: Path) -> dict | None:
     return progress if isinstance(progress, dict) else None
 
 
-def pretrained_encoder(weights: Path) -> dict | None:
+def pretrained_encoder(weights: Path, sha256: str | None = None) -> dict | None:
     """What the pretraining says of the encoder in ``weights`` — ``{"step", "final", "sha256"}`` —
     when the file holds the bytes it describes; None when no pretraining wrote it (a file from
     elsewhere) or the record is of other bytes (the file replaced since, or being replaced)."""
     record = (pretrain_progress(pretrain_state(weights)) or {}).get("encoder")
     if not isinstance(record, dict) or not weights.is_file():
         return None
-    return record if record.get("sha256") == sha256_of([weights]) else None
+    return record if record.get("sha256") == (sha256 or sha256_of([weights])) else None
 
 
 def pretraining_done(weights: Path) -> bool:

@@ -102,7 +102,7 @@ class EncoderWatch:
         self.path, self.stop, self.every_secs, self.clock = path, stop, every_secs, clock
         self.signature = _signature(path)
         self.sha256 = _sha256(path)
-        record = pretrained_encoder(path)
+        record = pretrained_encoder(path, self.sha256)  # the file read once, not twice
         self.preview_secs = preview_secs if record is not None and record.get("final") is False else None
         if self.preview_secs:
             log.info("%s is a first encoder (pretraining step %d, not done): a preview of %.0f s, then a "
