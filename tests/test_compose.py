@@ -394,12 +394,19 @@ def _saved_steps(logs: str) -> list[int]:
     return [int(s) for s in re.findall(r"saved checkpoint /checkpoints/model/ckpt-(\d+)", logs)]
 
 
-def _half_a_core_trainer(tmp_path: Path) -> Path:
-    """An override (compose's own layering) capping the trainer at half a core: it trains for as
-    long as the stack is up, and this test needs its checkpoints, restarts and crashes, not its
-    speed — at full speed it took a core from the other tests for minutes."""
-    override = tmp_path / "compose.half-a-core-trainer.yml"
-    override.write_text("services:\n  trainer:\n    cpus: 0.5\n")
+def _final_run_log(stack) -> str:
+    """The trainer's log since it set the first encoder's run aside: that run's checkpoints had the
+    same paths and higher steps (a fresh-clone run resumed at 70 where the preview had saved 150)."""
+    return stack.logs("trainer").rsplit("kept aside in /checkpoints/model-preview", 1)[-1]
+
+
+def _half_a_core_each(tmp_path: Path) -> Path:
+    """An override (compose's own layering) capping the trainer and the pretraining at half a core
+    each: the trainer trains for as long as the stack is up, and this test needs its checkpoints,
+    restarts and crashes, not its speed, nor the pretraining's — uncapped they took both cores from
+    the other tests for minutes."""
+    override = tmp_path / "compose.half-a-core-each.yml"
+    override.write_text("services:\n  trainer:\n    cpus: 0.5\n  pretrain:\n    cpus: 0.5\n")
     return override
 
 
@@ -449,7 +456,7 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: 
         # then the half-a-core trainer has checkpointed on the first)
         "SHOWTELL_PRETRAIN_SECONDS": "60", "SHOWTELL_PRETRAIN_FIRST_SAVE": "3",
         "SHOWTELL_GRPC_PORT": str(grpc_port), "SHOWTELL_TENSORBOARD_PORT": str(board_port),
-    }, ["docker-compose.yml", str(_half_a_core_trainer(tmp_path))])
+    }, ["docker-compose.yml", str(_half_a_core_each(tmp_path))])
     pki = make_pki(tmp_path / "pki")
     remote = None
     client = engine.client
@@ -481,7 +488,8 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: 
         stack.run("up", "-d")
         wait_for(lambda: stack.health("evaluator") == "healthy", 300, "the evaluator to be healthy",
                  interval=1)
-        assert stack.container("trainer").attrs["HostConfig"]["NanoCpus"] == 500_000_000  # the override
+        for capped in ("trainer", "pretrain"):  # the override
+            assert stack.container(capped).attrs["HostConfig"]["NanoCpus"] == 500_000_000
         assert stack.container("data").attrs["State"]["ExitCode"] == 0
         wait_for(lambda: _metrics_json(grpc_port), 600, "a first evaluation over gRPC", interval=2)
         figures["up_to_first_evaluation_s"] = round(time.monotonic() - started, 1)
@@ -537,20 +545,19 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: 
 
         # `docker-compose restart trainer`: SIGTERM → a final checkpoint, then resume from it
         stack.run("restart", "trainer")
-        logs = wait_for(lambda: (text := stack.logs("trainer")).count("resumed from") >= 1 and text, 300,
+        logs = wait_for(lambda: (text := _final_run_log(stack)).count("resumed from") >= 1 and text, 300,
                         "the restarted trainer to resume", interval=1)
-        # the last one: the preview's run on the first encoder ended with a final checkpoint too
-        path, final = re.findall(r"final checkpoint (/checkpoints/model/ckpt-\d+) \(step (\d+)\)", logs)[-1]
+        [(path, final)] = re.findall(r"final checkpoint (/checkpoints/model/ckpt-\d+) \(step (\d+)\)", logs)
         assert f"resumed from {path} at step {final}" in logs
 
         # a real crash: SIGKILL of the trainer's process → the restart policy brings it back,
         # resuming at the newest checkpoint it had written
-        wait_for(lambda: max(_saved_steps(stack.logs("trainer"))) > int(final), 120,
+        wait_for(lambda: max(_saved_steps(_final_run_log(stack)), default=0) > int(final), 120,
                  "a checkpoint after the restart", interval=1)
         trainer = stack.container("trainer")
-        newest = max(_saved_steps(stack.logs("trainer")))
+        newest = max(_saved_steps(_final_run_log(stack)))
         os.kill(trainer.attrs["State"]["Pid"], signal.SIGKILL)
-        logs = wait_for(lambda: (text := stack.logs("trainer")).count("resumed from") >= 2 and text, 300,
+        logs = wait_for(lambda: (text := _final_run_log(stack)).count("resumed from") >= 2 and text, 300,
                         "the crashed trainer to come back", interval=1)
         resumed = [int(s) for s in re.findall(r"resumed from \S+/ckpt-\d+ at step (\d+)", logs)]
         assert resumed[-1] >= newest
@@ -563,7 +570,7 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: 
         stack.run("stop", "trainer")
         state = stack.container("trainer").attrs["State"]
         assert (state["Status"], state["ExitCode"]) == ("exited", 143), state
-        assert stack.logs("trainer").count("final checkpoint") >= 2
+        assert _final_run_log(stack).count("final checkpoint") >= 2
 
         # the same evaluator image alone, "on another machine": the trainer's model dir mounted
         # read-only from the host (as an NFS mount would be), polling, TLS and a token
