@@ -394,10 +394,14 @@ def _saved_steps(logs: str) -> list[int]:
     return [int(s) for s in re.findall(r"saved checkpoint /checkpoints/model/ckpt-(\d+)", logs)]
 
 
+# the trainer's line when it moves the first encoder's run aside to start the final encoder's
+SET_ASIDE = "kept aside in /checkpoints/model-preview"
+
+
 def _final_run_log(stack) -> str:
     """The trainer's log since it set the first encoder's run aside: that run's checkpoints had the
     same paths and higher steps (a fresh-clone run resumed at 70 where the preview had saved 150)."""
-    return stack.logs("trainer").rsplit("kept aside in /checkpoints/model-preview", 1)[-1]
+    return stack.logs("trainer").rsplit(SET_ASIDE, 1)[-1]
 
 
 def _half_a_core_each(tmp_path: Path) -> Path:
@@ -418,7 +422,7 @@ def _follows_the_encoder(stack) -> str:
     pretrained = stack.logs("pretrain")
     assert "a first encoder, after" in pretrained and "wrote the pretrained encoder" in pretrained, pretrained
     loads = "encoder initialised from /checkpoints/encoder.weights.h5"
-    logs = wait_for(lambda: "kept aside in /checkpoints/model-preview" in (text := stack.logs("trainer"))
+    logs = wait_for(lambda: SET_ASIDE in (text := stack.logs("trainer"))
                     and text.count(loads) >= 2 and text, 300,
                     "the trainer to start again on the final encoder", interval=1)
     trainer = stack.container("trainer")
