@@ -31,8 +31,13 @@ lint: install $(BUF)
 	$(BUF) lint
 	$(BUF) breaking --against protos/showtell-v1.binpb
 
-test: lint
-	$(BIN)/pytest
+# The whole suite, then its figure: the ten slowest tests (pytest's summary) and the wall time of
+# `make test` itself, the install and the lint included (what a fresh clone waits for).
+test:
+	@started=$$(date +%s); $(MAKE) --no-print-directory lint && $(BIN)/pytest; status=$$?; \
+	  elapsed=$$(( $$(date +%s) - started )); \
+	  echo "make test: $$((elapsed / 60)):$$(printf %02d $$((elapsed % 60))) in all (exit $$status)"; \
+	  exit $$status
 
 # The inner loop: lint + the quick in-process tests (no e2e, no Docker, none that trains a model
 # for half a minute), on two workers (in process: one per core).  `make test` runs all of them.

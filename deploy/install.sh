@@ -1,11 +1,14 @@
 #!/bin/sh
-# Image build steps shared by both Dockerfiles, in two layers so that a source edit does not
-# reinstall TensorFlow:
-#   deploy/install.sh deps EXTRA     the dependencies only (needs pyproject.toml + constraints.txt)
-#   deploy/install.sh package EXTRA  the package itself, without dependencies, then checks
+# The image build's steps (deploy/Dockerfile), each a layer of its own so that a source edit does
+# not reinstall TensorFlow:
+#   deploy/install.sh requirements EXTRA  print the dependencies (pyproject.toml's, with EXTRA's)
+#   deploy/install.sh deps EXTRA          install them into /opt/venv, then drop what no service loads
+#   deploy/install.sh wheel EXTRA         build showtell's wheel into dist/ (the package stage)
+#   deploy/install.sh package EXTRA       install that wheel without dependencies, then check
 # EXTRA: `cpu` (tensorflow-cpu) or `and-cuda` (tensorflow with the CUDA libraries), at the versions
 # CI pins (constraints.txt pins the CUDA wheels too).  The generated gRPC modules are committed
-# (showtell/v1), so no protoc runs here.
+# (showtell/v1), so no protoc runs here.  Where the wheels come from is pip's own business:
+# PIP_INDEX_URL (a mirror), PIP_FIND_LINKS and PIP_NO_INDEX (a wheelhouse), empty = PyPI.
 set -eu
 step="$1"
 extra="$2"
@@ -13,11 +16,17 @@ case "$extra" in
   cpu|and-cuda) ;;
   *) echo "deploy/install.sh: extra must be cpu or and-cuda (got '$extra')" >&2; exit 2 ;;
 esac
-export PIP_CERT=/etc/ssl/certs/ca-certificates.crt PIP_NO_CACHE_DIR=1
-case "$step" in
-  deps)
-    # The dependency list from pyproject.toml (tomllib: Python ≥ 3.11), plus what builds the package.
-    python3 - "$extra" > /tmp/requirements.txt <<'PY'
+# The Dockerfile declares pip's settings as build args, empty unless given: pip refuses an empty one.
+[ -n "${PIP_INDEX_URL:-}" ] || unset PIP_INDEX_URL
+[ -n "${PIP_FIND_LINKS:-}" ] || unset PIP_FIND_LINKS
+[ -n "${PIP_NO_INDEX:-}" ] || unset PIP_NO_INDEX
+if [ -f /etc/ssl/certs/ca-certificates.crt ]; then export PIP_CERT=/etc/ssl/certs/ca-certificates.crt; fi
+export PIP_NO_CACHE_DIR=1
+site="$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+
+requirements() {
+  # The dependency list from pyproject.toml (tomllib: Python ≥ 3.11), plus what builds the package.
+  python3 - "$extra" <<'PY'
 import sys
 import tomllib
 
@@ -39,14 +48,31 @@ def requirements(extra):
 print("\n".join([*project["dependencies"], *requirements(sys.argv[1]),
                  *pyproject["build-system"]["requires"]]))
 PY
+}
+
+case "$step" in
+  requirements)
+    requirements ;;
+  deps)
+    requirements > /tmp/requirements.txt
     pip install -c constraints.txt -r /tmp/requirements.txt
-    rm /tmp/requirements.txt ;;
+    rm /tmp/requirements.txt
+    # What the services never load, in this same layer (deleted later, it would still be shipped):
+    # TensorFlow's C++ headers (for compiling custom ops: 287 MB), pycocoevalcap's SPICE (a jar
+    # that downloads Stanford CoreNLP on first use: the evaluator runs BLEU, METEOR, ROUGE-L and
+    # CIDEr only) and NumPy's own test suite (27 MB).  Nothing else: the libraries, the scorers'
+    # data and the compiled bytecode (it saves each start the compile) stay.
+    rm -rf "$site/tensorflow/include" "$site/pycocoevalcap/spice"
+    find "$site/numpy" -depth -type d -name tests -exec rm -rf {} + ;;
+  wheel)
+    pip wheel --no-deps --no-build-isolation --wheel-dir dist . >/dev/null
+    rm -rf build ./*.egg-info ;;
   package)
-    pip install --no-deps --no-build-isolation .
-    rm -rf build ./*.egg-info
+    pip install --no-deps dist/showtell-*.whl
+    rm -rf dist
     pip check
-    # From another directory: here ./showtell (the sources) would shadow the installed package.
+    # From another directory: a ./showtell here would shadow the installed package.
     (cd / && python -c "import showtell.v1.metrics_pb2_grpc, showtell.trainer.cli, showtell.evaluator.cli" \
       && showtell --version) ;;
-  *) echo "deploy/install.sh: step must be deps or package (got '$step')" >&2; exit 2 ;;
+  *) echo "deploy/install.sh: step must be requirements, deps, wheel or package (got '$step')" >&2; exit 2 ;;
 esac

@@ -12,6 +12,7 @@ a Debian bookworm root filesystem made by ``debootstrap`` — cached as a tarbal
 
 from __future__ import annotations
 
+import http.server
 import os
 import shutil
 import signal
@@ -123,13 +124,15 @@ def build_base_tarball(out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         rootfs = Path(tmp) / "rootfs"
-        # niced: the pytest workers, in this session's scheduling group, go first
-        subprocess.run(["nice", "-n", "19", "debootstrap", "--variant=minbase", f"--include={BASE_PACKAGES}",
+        # In a session of its own, not niced: the Docker test's chain (base, builds, stack) is the
+        # suite's longest, so it must not wait for the others.  Niced inside the workers' session
+        # (autogrouping: one scheduling group), it took 308 s for ≈ 24 s of work on a busy machine.
+        subprocess.run(["debootstrap", "--variant=minbase", f"--include={BASE_PACKAGES}",
                         "bookworm", str(rootfs), "http://deb.debian.org/debian"],
-                       check=True, capture_output=True, timeout=1200)
+                       check=True, capture_output=True, timeout=1200, start_new_session=True)
         partial = Path(tmp) / "rootfs.tar"
-        subprocess.run(["nice", "-n", "19", "tar", "-C", str(rootfs), "-cf", str(partial), "."], check=True,
-                       capture_output=True, timeout=600)
+        subprocess.run(["tar", "-C", str(rootfs), "-cf", str(partial), "."], check=True,
+                       capture_output=True, timeout=600, start_new_session=True)
         os.replace(partial, out)
 
 
@@ -148,6 +151,54 @@ def project_copy(root: Path, dest: Path) -> Path:
     return dest
 
 
+def wheelhouse(root: Path, out: Path, extra: str = "cpu") -> int:
+    """The images' dependencies as wheels in ``out``, fetched by the suite's own pip — from its
+    cache, which ``make install`` has just filled with the same pins, so nothing is downloaded
+    twice; the builds then install from ``out`` with no index (``serve_wheels``).  Number of wheels."""
+    import sys
+
+    out.mkdir(parents=True, exist_ok=True)
+    requirements = subprocess.run(["sh", "deploy/install.sh", "requirements", extra], cwd=root, check=True,
+                                  capture_output=True, text=True, timeout=60).stdout
+    listed = out / "requirements.txt"
+    listed.write_text(requirements)
+    result = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--only-binary", ":all:",
+                             "--dest", str(out), "-c", str(root / "constraints.txt"), "-r", str(listed)],
+                            capture_output=True, text=True, timeout=1800)
+    if result.returncode != 0:
+        raise RuntimeError(f"pip download of the images' wheels failed: {result.stderr[-2000:]}")
+    return len(list(out.glob("*.whl")))
+
+
+class WheelServer:
+    """``out`` over HTTP on 127.0.0.1 (a thread of this process): pip's ``--find-links`` reads the
+    directory listing.  The builds run on the host's network, so they reach it."""
+
+    def __init__(self, directory: Path) -> None:
+        import functools
+
+        handler = functools.partial(_QuietHandler, directory=str(directory))
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+        self.thread = threading.Thread(target=self.server.serve_forever, name="wheel-server", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=30)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:  # one line per wheel on the test's stderr: not wanted
+        pass
+
+
+# Build args every test stack passes (the wheelhouse's address once the prebuild serves it): the
+# same for each build of a session, so each build after the first hits the first's cache.
+BUILD_ARGS: dict[str, str] = {}
+
+
 class Stack:
     """``docker-compose -p NAME --env-file F -f …`` aimed at the private engine."""
 
@@ -158,10 +209,11 @@ class Stack:
         self.env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
 
     def _host_network_builds(self, files: list[str]) -> Path:
-        """An override building on the host's network.  This engine runs without a bridge
-        (``--bridge=none``: the host's networking is left alone), so its builds reach the package
-        registries only that way; an engine with a bridge (every user's) needs nothing of the
-        kind, and the compose files ask for none (BuildKit refuses it unless entitled)."""
+        """An override building on the host's network, with ``BUILD_ARGS``.  This engine runs
+        without a bridge (``--bridge=none``: the host's networking is left alone), so its builds
+        reach the package registries (and the wheelhouse on 127.0.0.1) only that way; an engine
+        with a bridge (every user's) needs nothing of the kind, and the compose files ask for none
+        (BuildKit refuses it unless entitled)."""
         import yaml
 
         built = set()
@@ -169,7 +221,7 @@ class Stack:
             services = yaml.safe_load((self.cwd / f).read_text()).get("services") or {}
             built |= {name for name, service in services.items() if "build" in service}
         override = self.cwd / f"{self.name}.host-network-builds.yml"
-        network = {"build": {"network": "host"}}
+        network = {"build": {"network": "host", **({"args": dict(BUILD_ARGS)} if BUILD_ARGS else {})}}
         override.write_text(yaml.safe_dump({"services": {name: network for name in sorted(built)}}))
         return override
 
@@ -212,15 +264,16 @@ class Prebuilt:
     engine: Engine
     project: Path
     figures: dict[str, float] = field(default_factory=dict)
+    builds: dict[str, str] = field(default_factory=dict)  # each service's build output
 
 
 class Prebuild:
-    """Engine start, base image and both image builds in a thread, under ``nice 19``: dockerd's
-    children (build and stack containers) inherit it.  With Linux's autogrouping (on here) a nice
-    value orders processes only within their session: debootstrap yields to the pytest workers
-    it shares one with, while dockerd's session is one group, weighed like any other (its
-    autogroup is not lowered: the stack's timed waits would then hang on the load).  ``wait()``
-    returns the result or raises what went wrong."""
+    """The wheelhouse, engine start, base image and both image builds in a thread; dockerd runs
+    under ``nice 19``, and its children (build and stack containers) inherit it.  With Linux's
+    autogrouping (on here) a nice value orders processes only within their session: dockerd's
+    session, and debootstrap's, are each one group, weighed like any other (not lowered: this
+    chain is the suite's longest, and the stack's timed waits would hang on the load).
+    ``wait()`` returns the result or raises what went wrong."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -229,6 +282,7 @@ class Prebuild:
         self.engine = Engine(Path(tempfile.mkdtemp(prefix="stdk-", dir="/tmp")), nice=19)
         self.result: Prebuilt | None = None
         self.error: BaseException | None = None
+        self.wheels: WheelServer | None = None
         self.thread = threading.Thread(target=self._run, name="docker-prebuild", daemon=True)
 
     def start(self) -> Prebuild:
@@ -238,16 +292,24 @@ class Prebuild:
     def _run(self) -> None:
         try:
             figures: dict[str, float] = {}
+            # The wheelhouse (network-bound) meanwhile: apt, dockerd and debootstrap don't need it.
+            wheels = self.scratch / "wheels"
+            fetch = _Background(lambda: wheelhouse(self.root, wheels))
             ensure_tools()
             self.engine.start()
             figures["debootstrap_s"] = round(self.engine.import_base_image(), 1)  # 0: cached
+            figures["wheels"], figures["wheelhouse_s"] = fetch.result()
+            self.wheels = WheelServer(wheels)
+            BUILD_ARGS.update(PIP_FIND_LINKS=self.wheels.url, PIP_NO_INDEX="1")
             project = project_copy(self.root, self.scratch / "project")
             stack = Stack(self.engine, project, PROJECT, BUILD_ENV, ["docker-compose.yml"])
-            for service in ("trainer", "evaluator"):  # the evaluator reuses the trainer's layers
+            builds = {}
+            for service in ("trainer", "evaluator"):  # the evaluator's shared stages: the trainer's
                 started = time.monotonic()
-                stack.run("build", service)
+                built = stack.run("build", service)
+                builds[service] = built.stdout + built.stderr
                 figures[f"{service}_build_s"] = round(time.monotonic() - started, 1)
-            self.result = Prebuilt(self.engine, project, figures)
+            self.result = Prebuilt(self.engine, project, figures, builds)
         except BaseException as exc:  # handed to wait()
             self.error = exc
 
@@ -264,7 +326,34 @@ class Prebuild:
         """Stop dockerd by PID (a build in progress then fails and the thread ends)."""
         self.engine.stop()
         self.thread.join(timeout=120)
+        if self.wheels is not None:
+            self.wheels.stop()
+            BUILD_ARGS.clear()
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+class _Background:
+    """``work()`` in a thread; ``result()`` waits and gives (its value, its seconds) or raises."""
+
+    def __init__(self, work) -> None:
+        self.value, self.error, self.seconds = None, None, 0.0
+        self.thread = threading.Thread(target=self._run, args=(work,), name="docker-prebuild-part",
+                                       daemon=True)
+        self.thread.start()
+
+    def _run(self, work) -> None:
+        started = time.monotonic()
+        try:
+            self.value = work()
+        except BaseException as exc:  # handed to result()
+            self.error = exc
+        self.seconds = round(time.monotonic() - started, 1)
+
+    def result(self):
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.value, self.seconds
 
 
 _current: Prebuild | None = None

@@ -1,25 +1,81 @@
 """The suite's session hooks (registered with ``-p tests.session_hooks`` in pyproject.toml): the
-order tests run in, a guard on xdist's groups, and the Docker prebuild started early and stopped
-at the end."""
+order tests run in, a guard on xdist's groups, the Docker prebuild started early and stopped at
+the end, and the run's figure: its ten slowest tests and its wall time."""
 
 from __future__ import annotations
+
+import json
+import time
 
 import pytest
 
 from tests.helpers import ROOT, xdist_worker
 
+# Each test's seconds (setup + call + teardown) in a recent whole run: the order below reads them.
+# Refresh after a change that moves them: `cp runs/test-durations.json tests/durations.json`.
+DURATIONS = ROOT / "tests" / "durations.json"
+MEASURED = ROOT / "runs" / "test-durations.json"  # this run's, written at the end
+
+
+def _test_id(nodeid: str) -> str:
+    """A node id without xdist's ``@group`` suffix."""
+    return nodeid.rsplit("@", 1)[0] if nodeid.rfind("@") > nodeid.rfind("]") else nodeid
+
+
+def expected_seconds(items) -> dict[str, float]:
+    """Each item's expected seconds — for an item of an ``xdist_group``, its whole group's (a group
+    is one unit of work: it runs on one worker, in one go)."""
+    known = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    groups: dict[str, float] = {}
+    for item in items:
+        if marker := item.get_closest_marker("xdist_group"):
+            groups[marker.args[0]] = groups.get(marker.args[0], 0.0) + known.get(_test_id(item.nodeid), 0.0)
+    return {item.nodeid: groups[m.args[0]] if (m := item.get_closest_marker("xdist_group"))
+            else known.get(_test_id(item.nodeid), 0.0) for item in items}
+
 
 def pytest_collection_modifyitems(config, items) -> None:
     """Docker tests last in one process (their images build in the background meanwhile, see
-    below); under xdist the Docker module first, so its worker builds while the other worker
-    runs the rest.  (Measured: putting every process-starting test first as well made the run
-    slower — the heaviest tests then compete for the two cores; again at debad71 with three
-    workers: 15:22 against 14:55, the tests' own CPU seconds 1515 against 1448.)  Stable order
-    otherwise."""
+    below).  Under xdist the Docker module first (its worker builds in the background, then runs
+    the stack: the suite's longest chain), then the rest longest first (``--no-loadscope-reorder``
+    keeps this order): a long test started last would leave the other workers idle at the end.
+    Every worker sorts the same way (xdist requires the same collection on each)."""
     if xdist_worker():
-        items.sort(key=lambda item: "test_compose.py" not in item.nodeid)
+        expected = expected_seconds(items)
+        items.sort(key=lambda item: ("test_compose.py" not in item.nodeid, -expected[item.nodeid]))
     else:
         items.sort(key=lambda item: item.get_closest_marker("docker") is not None)
+
+
+_run: dict[str, float] = {}
+_started = time.monotonic()
+
+
+def pytest_sessionstart(session) -> None:
+    global _started
+    _started = time.monotonic()
+
+
+def pytest_runtest_logreport(report) -> None:
+    """Each test's seconds, as the controller (or the single process) hears of them."""
+    if not xdist_worker():
+        _run[_test_id(report.nodeid)] = _run.get(_test_id(report.nodeid), 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The run's figure: its wall time and its ten slowest tests (``runs/test-durations.json``: all)."""
+    if xdist_worker() or not _run:
+        return
+    wall = time.monotonic() - _started
+    slowest = sorted(_run.items(), key=lambda kv: -kv[1])[:10]
+    terminalreporter.section("the suite's time")
+    terminalreporter.write_line(f"{len(_run)} tests in {wall // 60:.0f}:{wall % 60:04.1f} of wall time "
+                                f"({sum(_run.values()):.0f} s of tests); the ten slowest:")
+    for test, seconds in slowest:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {test}")
+    MEASURED.parent.mkdir(exist_ok=True)
+    MEASURED.write_text(json.dumps({k: round(v, 1) for k, v in sorted(_run.items()) if v >= 1.0},
+                                   indent=0, sort_keys=True) + "\n")
 
 
 def pytest_runtest_setup(item) -> None:
