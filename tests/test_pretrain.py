@@ -149,6 +149,7 @@ def test_if_missing_keeps_an_encoder_that_is_there_and_skips_keywords(tmp_path: 
     assert not (tmp_path / "none").exists() and not Path("none").exists()
 
 
+@pytest.mark.slow  # encoder_file pretrains (≈ 45 s here): not for `make check`
 def test_if_missing_goes_on_with_a_pretraining_whose_encoder_is_a_first_one(encoder_file: Path,
                                                                           tmp_path: Path, showtell_main):
     """A stack stopped after the pretraining's first encoder: the next `up` must finish the
