@@ -233,7 +233,8 @@ class Stack:
         result = subprocess.run([*cmd, *args], cwd=self.cwd, env=env, capture_output=True, text=True,
                                 timeout=timeout)
         if check:
-            assert result.returncode == 0, f"docker-compose {' '.join(args)}:\n{result.stderr[-4000:]}"
+            assert result.returncode == 0, \
+                f"docker-compose {' '.join(args)}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
         return result
 
     def container(self, service: str):

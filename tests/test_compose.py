@@ -82,8 +82,21 @@ def _env_file(path: Path) -> dict[str, str]:
     return out
 
 
+_CONFIGS: dict[tuple, str] = {}
+
+
 def _config(files: list[str], env: dict[str, str], cwd: Path = ROOT, env_file: str | None = None) -> dict:
-    """``docker-compose config`` (interpolated and merged) as a dict."""
+    """``docker-compose config`` (interpolated and merged) as a dict — a fresh one each call, but
+    docker-compose (≈ 1 s a start) runs once per distinct input: the files' and env file's
+    contents, the environment and the directory."""
+    contents = tuple((Path(cwd) / name).read_text() for name in [*files, *([env_file] if env_file else [])])
+    key = (tuple(files), tuple(sorted(env.items())), str(cwd), env_file, contents)
+    if key not in _CONFIGS:
+        _CONFIGS[key] = _run_config(files, env, cwd, env_file)
+    return yaml.safe_load(_CONFIGS[key])
+
+
+def _run_config(files: list[str], env: dict[str, str], cwd: Path, env_file: str | None) -> str:
     cmd = ["docker-compose", *(["--env-file", env_file] if env_file else [])]
     for f in files:
         cmd += ["-f", f]
@@ -94,7 +107,7 @@ def _config(files: list[str], env: dict[str, str], cwd: Path = ROOT, env_file: s
     quiet = subprocess.run([*cmd, "config", "-q"], cwd=cwd, env=full_env, capture_output=True, text=True,
                            timeout=120)
     assert quiet.returncode == 0 and not quiet.stdout, quiet.stderr
-    return yaml.safe_load(result.stdout)
+    return result.stdout
 
 
 STANDALONE_ENV = {"SHOWTELL_CHECKPOINTS": "/mnt/nfs/showtell/model",
@@ -474,9 +487,11 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: 
         "SHOWTELL_TRAIN_IMAGES": "64", "SHOWTELL_VAL_IMAGES": "8", "SHOWTELL_IMAGE_SIZE": "75",
         "SHOWTELL_EVAL_EXAMPLES": "8", "SHOWTELL_RECIPE": str(recipe),
         "SHOWTELL_METEOR": "false",  # its JVM: ≈ 7 CPU-s per evaluator (PTB tokenizing still uses the JRE)
-        # the encoder's pretraining, short: a first encoder after 3 s, the final one after 60 s (by
-        # then the half-a-core trainer has checkpointed on the first)
-        "SHOWTELL_PRETRAIN_SECONDS": "60", "SHOWTELL_PRETRAIN_FIRST_SAVE": "3",
+        # the encoder's pretraining, short: a first encoder after its first step, the final one after
+        # 120 s (by then the half-a-core trainer has started on the first).  With 60 s, a machine
+        # whose first half-a-core step took 54 s (tracing) wrote both 6 s apart: the trainer never
+        # saw the first, and the test waited for a switch that could not come.
+        "SHOWTELL_PRETRAIN_SECONDS": "120", "SHOWTELL_PRETRAIN_FIRST_SAVE": "3",
         "SHOWTELL_GRPC_PORT": str(grpc_port), "SHOWTELL_TENSORBOARD_PORT": str(board_port),
     }, ["docker-compose.yml", str(_half_a_core_each(tmp_path))])
     pki = make_pki(tmp_path / "pki")

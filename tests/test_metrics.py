@@ -36,7 +36,20 @@ REFERENCES = {
 }
 
 
-def test_coco_scores_equal_pycocoevalcap(java):
+@pytest.fixture(scope="module")
+def reference_meteor(java):
+    """pycocoevalcap's own METEOR, one JVM for both tests that compare with it (its start, the
+    paraphrase table's load, is ≈ 11 CPU-s); they share a worker (xdist_group) to share it."""
+    from pycocoevalcap.meteor.meteor import Meteor
+
+    meteor = Meteor()
+    yield meteor
+    meteor.meteor_p.kill()
+    meteor.meteor_p.wait()
+
+
+@pytest.mark.xdist_group("meteor")
+def test_coco_scores_equal_pycocoevalcap(reference_meteor):
     scorer = CaptionScorer(meteor=True, tokenizer="regex")
     try:
         got = scorer.score(PREDICTIONS, REFERENCES)
@@ -51,14 +64,7 @@ def test_coco_scores_equal_pycocoevalcap(java):
     assert got["rouge_l"] == Rouge().compute_score(gts, res)[0]
     assert got["cider"] == Cider().compute_score(gts, res)[0]
     assert 0 < got["bleu4"] < got["bleu1"] < 1
-    from pycocoevalcap.meteor.meteor import Meteor
-
-    meteor = Meteor()
-    try:
-        assert got["meteor"] == meteor.compute_score(gts, res)[0]
-    finally:
-        meteor.meteor_p.kill()
-        meteor.meteor_p.wait()
+    assert got["meteor"] == reference_meteor.compute_score(gts, res)[0]
     assert exact_match(PREDICTIONS, REFERENCES) == 0.25  # only image 1 is word for word
 
 
@@ -79,11 +85,11 @@ RAW_REFERENCES = {
 }
 
 
-def test_ptb_scores_equal_pycocoevalcap_on_its_own_ptb_tokenizer_and_touch_no_package_file(java):
+@pytest.mark.xdist_group("meteor")
+def test_ptb_scores_equal_pycocoevalcap_on_its_own_ptb_tokenizer_and_touch_no_package_file(reference_meteor):
     """The paper-comparable path: pycocoevalcap's PTBTokenizer then its Bleu/Cider/Rouge/Meteor
     (SPICE excluded) give exactly showtell's scores — and showtell writes nothing into the
     package (pycocoevalcap's own tokenizer writes a temporary file beside its jar)."""
-    from pycocoevalcap.meteor.meteor import Meteor
     from pycocoevalcap.tokenizer import ptbtokenizer
 
     package = Path(ptbtokenizer.__file__).parents[1]
@@ -109,12 +115,7 @@ def test_ptb_scores_equal_pycocoevalcap_on_its_own_ptb_tokenizer_and_touch_no_pa
         assert got[f"bleu{n + 1}"] == bleu[n]
     assert got["rouge_l"] == Rouge().compute_score(gts, res)[0]
     assert got["cider"] == Cider().compute_score(gts, res)[0]
-    meteor = Meteor()
-    try:
-        assert got["meteor"] == meteor.compute_score(gts, res)[0]
-    finally:
-        meteor.meteor_p.kill()
-        meteor.meteor_p.wait()
+    assert got["meteor"] == reference_meteor.compute_score(gts, res)[0]
     # The regex stand-in scores the same captions differently: why each evaluation records which ran.
     regex = CaptionScorer(meteor=False, tokenizer="regex")
     assert regex.score(RAW_PREDICTIONS, RAW_REFERENCES)["cider"] != got["cider"]

@@ -1,0 +1,55 @@
+"""Both images built from nothing, as the Docker test builds them: a private ``dockerd`` (root;
+``apt-get`` installs what is missing), the debootstrap base (cached in /var/cache/showtell-docker
+after its first build: not counted), then ``docker-compose build trainer`` and ``evaluator``.
+Prints one JSON line: each build's seconds, the wheelhouse's, and the images' sizes.
+
+    .venv/bin/python bench/image_build.py                    # this checkout, wheels from a wheelhouse
+    .venv/bin/python bench/image_build.py --no-wheelhouse    # … the builds fetching from PyPI
+    .venv/bin/python bench/image_build.py --checkout DIR     # another commit's tests/docker_engine.py
+
+Run it alone on the machine: the builds use both cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkout", type=Path, default=Path(__file__).resolve().parents[1],
+                        help="the checkout to build (its own tests/docker_engine.py builds it)")
+    parser.add_argument("--no-wheelhouse", action="store_true",
+                        help="let the builds fetch their wheels from PyPI, as a user's `up` does")
+    args = parser.parse_args()
+    sys.path.insert(0, str(args.checkout))
+    engine = importlib.import_module("tests.docker_engine")
+    if args.no_wheelhouse and hasattr(engine, "BUILD_ARGS"):
+        engine.wheelhouse = lambda root, out, extra="cpu": (out.mkdir(parents=True, exist_ok=True), 0)[1]
+
+        class _Unused(dict):
+            def update(self, *args, **kwargs) -> None:  # no find-links, no --no-index
+                pass
+
+        engine.BUILD_ARGS = _Unused()
+    started = time.monotonic()
+    build = engine.prebuild(args.checkout)
+    try:
+        result = build.wait()
+        figures = dict(result.figures)
+        for service in ("trainer", "evaluator"):
+            image = result.engine.client.images.get(f"showtell-{service}:test").attrs
+            figures[f"{service}_image_mb"] = round(image["Size"] / 1e6)
+        figures["wall_s"] = round(time.monotonic() - started, 1)
+        print(json.dumps({"checkout": str(args.checkout), "wheelhouse": not args.no_wheelhouse, **figures}))
+    finally:
+        engine.stop_prebuild()
+
+
+if __name__ == "__main__":
+    main()
