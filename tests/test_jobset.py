@@ -233,3 +233,73 @@ def test_the_pods_serving_metrics_are_annotated_for_prometheus(replicated, recip
         assert int(annotations["prometheus.io/port"]) == args.prometheus_port
         assert args.prometheus_host == "0.0.0.0"
         assert {"name": "metrics", "containerPort": args.prometheus_port} in container["ports"]
+
+
+# JobSet's FailurePolicyRule (jobset.x-k8s.io/v1alpha2, kubernetes-sigs/jobset api/…/jobset_types.go):
+# the action enum, the name pattern, and the reasons a batch/v1 Job fails with.
+JOBSET_ACTIONS = {"FailJobSet", "RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts"}
+RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+JOB_FAILURE_REASONS = {"BackoffLimitExceeded", "DeadlineExceeded", "PodFailurePolicy",
+                       "MaxFailedIndexesExceeded"}
+
+
+def _job_outcome(spec: dict, container: str, exit_code: int | None,
+                 conditions: tuple[str, ...] = ()) -> str | None:
+    """What the Job controller does with pods that keep failing so: the Job's failure reason, or
+    None when the failures are ignored (a replacement pod, not counted).  Its pod failure policy's
+    rules in order, the first match wins; none matching counts the failure against backoffLimit."""
+    for failures in range(1, spec.get("backoffLimit", 6) + 2):
+        for rule in spec.get("podFailurePolicy", {}).get("rules", []):
+            codes = rule.get("onExitCodes")
+            if codes and exit_code is not None and codes.get("containerName", container) == container:
+                hit = (exit_code in codes["values"]) == (codes["operator"] == "In")
+            else:
+                hit = any(p["type"] in conditions for p in rule.get("onPodConditions", []))
+            if hit:
+                if rule["action"] == "FailJob":
+                    return "PodFailurePolicy"
+                if rule["action"] == "Ignore":
+                    return None
+                break  # Count: as if no rule matched
+        if failures > spec.get("backoffLimit", 6):
+            return "BackoffLimitExceeded"
+    raise AssertionError("unreachable")
+
+
+def _jobset_action(policy: dict, replicated_job: str, reason: str) -> tuple[str, str]:
+    """JobSet's failure policy for a child Job failed with ``reason``: the first rule whose reasons
+    and target jobs match (empty = any), else RestartJobSet — (action, rule name)."""
+    for rule in policy.get("rules", []):
+        if (not rule.get("onJobFailureReasons") or reason in rule["onJobFailureReasons"]) and \
+                (not rule.get("targetReplicatedJobs") or replicated_job in rule["targetReplicatedJobs"]):
+            return rule["action"], rule["name"]
+    return "RestartJobSet", "(default)"
+
+
+def test_a_bad_flag_fails_the_set_at_once_and_a_lost_task_restarts_it(jobset, replicated):
+    """Every Job's pod failure policy and the set's failure policy together, as their controllers
+    apply them: exit 2 (a bad flag) fails the JobSet at once, whichever task it is; a crash fails
+    the Job past its backoffLimit and restarts the set (counted against maxRestarts); a preempted
+    or evicted pod is replaced and fails nothing."""
+    policy = jobset["spec"]["failurePolicy"]
+    assert policy["maxRestarts"] == 10
+    for rule in policy["rules"]:
+        assert rule["action"] in JOBSET_ACTIONS and RULE_NAME.match(rule["name"]), rule
+        assert set(rule["onJobFailureReasons"]) <= JOB_FAILURE_REASONS, rule
+        assert set(rule.get("targetReplicatedJobs", [])) <= set(replicated), rule
+    for name, rj in replicated.items():
+        spec = rj["template"]["spec"]
+        pod = spec["template"]["spec"]
+        assert pod["restartPolicy"] == "Never", name  # what a podFailurePolicy requires
+        container = _container(rj)["name"]
+        bad_flag = _job_outcome(spec, container, 2)
+        assert bad_flag == "PodFailurePolicy", name
+        assert _jobset_action(policy, name, bad_flag) == ("FailJobSet", "badConfiguration"), name
+        crash = _job_outcome(spec, container, 1)
+        assert crash == "BackoffLimitExceeded" and _jobset_action(policy, name, crash)[0] == "RestartJobSet"
+        stopped = _job_outcome(spec, container, 143)  # SIGTERM: a checkpoint saved, not finished
+        assert _jobset_action(policy, name, stopped)[0] == "RestartJobSet", name
+        assert _job_outcome(spec, container, None, ("DisruptionTarget",)) is None, name
+    # the checks can fail: without the set's rules, JobSet's default restarts on a bad flag too
+    assert _jobset_action({"maxRestarts": 10}, "chief", "PodFailurePolicy")[0] == "RestartJobSet"
+    assert _job_outcome({"backoffLimit": 0}, "trainer", 2) == "BackoffLimitExceeded"
