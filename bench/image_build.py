@@ -29,16 +29,10 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(args.checkout))
     engine = importlib.import_module("tests.docker_engine")
-    if args.no_wheelhouse and hasattr(engine, "BUILD_ARGS"):
-        engine.wheelhouse = lambda root, out, extra="cpu": (out.mkdir(parents=True, exist_ok=True), 0)[1]
-
-        class _Unused(dict):
-            def update(self, *args, **kwargs) -> None:  # no find-links, no --no-index
-                pass
-
-        engine.BUILD_ARGS = _Unused()
     started = time.monotonic()
-    build = engine.prebuild(args.checkout)
+    # an older checkout's prebuild has no wheelhouse to turn off
+    build = engine.prebuild(args.checkout, use_wheelhouse=False) if args.no_wheelhouse \
+        else engine.prebuild(args.checkout)
     try:
         result = build.wait()
         figures = dict(result.figures)

@@ -12,6 +12,7 @@ a Debian bookworm root filesystem made by ``debootstrap`` — cached as a tarbal
 
 from __future__ import annotations
 
+import concurrent.futures
 import http.server
 import os
 import shutil
@@ -152,9 +153,10 @@ def project_copy(root: Path, dest: Path) -> Path:
 
 
 def wheelhouse(root: Path, out: Path, extra: str = "cpu") -> int:
-    """The images' dependencies as wheels in ``out``, fetched by the suite's own pip — from its
-    cache, which ``make install`` has just filled with the same pins, so nothing is downloaded
-    twice; the builds then install from ``out`` with no index (``serve_wheels``).  Number of wheels."""
+    """The images' dependencies as wheels in ``out``, fetched by the suite's own pip at the pins
+    ``make install`` used (on these machines mostly from their local package index; the rest from
+    PyPI), so the two image builds fetch nothing themselves: they install from ``out`` with no
+    index (``WheelServer``).  Number of wheels."""
     import sys
 
     out.mkdir(parents=True, exist_ok=True)
@@ -276,8 +278,9 @@ class Prebuild:
     chain is the suite's longest, and the stack's timed waits would hang on the load).
     ``wait()`` returns the result or raises what went wrong."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, use_wheelhouse: bool = True) -> None:
         self.root = root
+        self.use_wheelhouse = use_wheelhouse  # False: the builds fetch from PyPI, as a user's `up` does
         self.scratch = Path(tempfile.mkdtemp(prefix="stprj-", dir="/tmp"))
         # A short root: containerd's unix sockets live under the exec root (108-byte path limit).
         self.engine = Engine(Path(tempfile.mkdtemp(prefix="stdk-", dir="/tmp")), nice=19)
@@ -295,13 +298,16 @@ class Prebuild:
             figures: dict[str, float] = {}
             # The wheelhouse (network-bound) meanwhile: apt, dockerd and debootstrap don't need it.
             wheels = self.scratch / "wheels"
-            fetch = _Background(lambda: wheelhouse(self.root, wheels))
-            ensure_tools()
-            self.engine.start()
-            figures["debootstrap_s"] = round(self.engine.import_base_image(), 1)  # 0: cached
-            figures["wheels"], figures["wheelhouse_s"] = fetch.result()
-            self.wheels = WheelServer(wheels)
-            BUILD_ARGS.update(PIP_FIND_LINKS=self.wheels.url, PIP_NO_INDEX="1")
+            with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="wheelhouse") as pool:
+                fetch = pool.submit(_timed, wheelhouse, self.root, wheels) if self.use_wheelhouse else None
+                ensure_tools()
+                self.engine.start()
+                figures["debootstrap_s"] = round(self.engine.import_base_image(), 1)  # 0: cached
+                if fetch is not None:
+                    figures["wheels"], figures["wheelhouse_s"] = fetch.result()
+            if fetch is not None:
+                self.wheels = WheelServer(wheels)
+                BUILD_ARGS.update(PIP_FIND_LINKS=self.wheels.url, PIP_NO_INDEX="1")
             project = project_copy(self.root, self.scratch / "project")
             stack = Stack(self.engine, project, PROJECT, BUILD_ENV, ["docker-compose.yml"])
             builds = {}
@@ -333,38 +339,20 @@ class Prebuild:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-class _Background:
-    """``work()`` in a thread; ``result()`` waits and gives (its value, its seconds) or raises."""
-
-    def __init__(self, work) -> None:
-        self.value, self.error, self.seconds = None, None, 0.0
-        self.thread = threading.Thread(target=self._run, args=(work,), name="docker-prebuild-part",
-                                       daemon=True)
-        self.thread.start()
-
-    def _run(self, work) -> None:
-        started = time.monotonic()
-        try:
-            self.value = work()
-        except BaseException as exc:  # handed to result()
-            self.error = exc
-        self.seconds = round(time.monotonic() - started, 1)
-
-    def result(self):
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-        return self.value, self.seconds
-
-
 _current: Prebuild | None = None
 
 
-def prebuild(root: Path) -> Prebuild:
+def _timed(work, *args):
+    """``work(*args)`` and the seconds it took."""
+    started = time.monotonic()
+    return work(*args), round(time.monotonic() - started, 1)
+
+
+def prebuild(root: Path, use_wheelhouse: bool = True) -> Prebuild:
     """The running prebuild, or a new one started now."""
     global _current
     if _current is None:
-        _current = Prebuild(root).start()
+        _current = Prebuild(root, use_wheelhouse).start()
     return _current
 
 
