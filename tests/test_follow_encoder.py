@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -70,6 +71,30 @@ def test_the_watch_stops_the_run_on_new_bytes_and_not_on_a_touch(tmp_path: Path)
     clock.now += 5
     watch(7)
     assert stop and stop.reason == follow.ENCODER_REPLACED and not stop.final
+
+
+def test_the_wait_for_the_final_encoder_sees_one_that_landed_before_it_began(tmp_path: Path):
+    """The race a compose stack lost on a loaded machine: the final encoder replaced the first while
+    the preview saved its last checkpoint, before the wait began."""
+    encoder = tmp_path / "encoder.weights.h5"
+    encoder.write_bytes(b"a first encoder")
+    started_from = follow._sha256(encoder)
+    stop = StopRequest()
+    assert stop.wait(0) is False  # the wait below polls with stop.wait; not stopped yet
+    replacement = tmp_path / ".encoder.tmp"
+    replacement.write_bytes(b"the final encoder")
+    os.replace(replacement, encoder)
+    began = time.monotonic()
+    timer = threading.Timer(3, stop.request, ("the test gave up",))  # a wait that misses it ends
+    timer.start()
+    try:
+        assert follow.wait_for_newer(encoder, started_from, stop, poll=0.05)
+    finally:
+        timer.cancel()
+    assert not stop and time.monotonic() - began < 1
+    # the same bytes as it started from: it waits until stopped (no new encoder made up)
+    stop.request("test")
+    assert follow.wait_for_newer(encoder, follow._sha256(encoder), stop, poll=0.05) is False
 
 
 def _first_encoder(encoder: Path, step: int = 40, sha256: str | None = None) -> None:

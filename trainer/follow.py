@@ -130,8 +130,14 @@ class EncoderWatch:
 
 
 def wait_for_newer(path: Path, sha256: str, stop, report_every: float = 60.0, poll: float = 2.0) -> bool:
-    """Sleep until ``path`` holds other bytes than ``sha256``; False if stopped first."""
+    """Sleep until ``path`` holds other bytes than ``sha256``; False if stopped first.
+
+    The bytes are compared once before the first sleep: the final encoder may have landed while the
+    preview saved its final checkpoint, and a wait that only looked for changes from then on would
+    sleep forever (a compose stack on a loaded machine did)."""
     signature, waited, reported = _signature(path), time.monotonic(), time.monotonic()
+    if signature is not None and _sha256(path) != sha256:
+        return True
     while True:
         if stop.wait(poll):
             return False
