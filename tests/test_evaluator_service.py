@@ -110,7 +110,9 @@ def test_policy_all_evaluates_every_checkpoint_once_in_order_and_streams_live(
     assert not (model_dir / "eval").exists() and not list(model_dir.glob("*.sqlite*"))
     channel.close()
     # TensorBoard: every shown sample is a picture — the image with its caption — at every step
-    pictures = _summary_images(tmp_path / "work" / "eval")
+    # one run directory, the run's own (its HParams session and scalars are that run's)
+    assert [p.name for p in (tmp_path / "work" / "eval").iterdir()] == [records[0].run_id]
+    pictures = _summary_images(tmp_path / "work" / "eval" / records[0].run_id)
     ids = [s.image_id for s in records[0].samples]
     assert ids and set(pictures) == {f"samples/image_{i}" for i in ids}
     expected = sample_images.panel_size(TINY_DATA.image_size, TINY_DATA.image_size)

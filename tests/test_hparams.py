@@ -1,7 +1,7 @@
-"""TensorBoard HParams: the evaluator writes each run's configuration (the trainer's record in
-``<model-dir>/runs/``) as an HParams session beside its metrics, once per run, at the run's
-first successful evaluation — read back here from the event files, as TensorBoard reads them.
-In process: an action and a summary writer."""
+"""TensorBoard HParams: the evaluator writes each run's training settings (the trainer's record in
+``<model-dir>/runs/``) as an HParams session in the run's own directory (``<work-dir>/eval/<run
+id>``), beside that run's metrics — read back as TensorBoard reads them: its event multiplexer, its
+data provider and its HParams plugin's handlers.  In process: actions and summary writers."""
 
 from __future__ import annotations
 
@@ -9,60 +9,89 @@ import json
 import time
 from pathlib import Path
 
-import tensorflow as tf
-from tensorboard.plugins.hparams import metadata, plugin_data_pb2
+from tensorboard import context
+from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+from tensorboard.plugins import base_plugin
+from tensorboard.plugins.hparams import api_pb2, backend_context, get_experiment, list_session_groups
 
-from showtell.evaluator.records.actions import HParamsSession, WriteSummaries
+from showtell.evaluator.records.actions import HParamsSession, WriteSummaries, session_hparams
 from showtell.evaluator.records.store import Record
 from showtell.evaluator.records.summaries import EvalSummaries
 
-REVISION = {"settings": {"batch_size": 32, "learning_rate": 0.001, "optimizer": "adam", "steps": 900,
-                         "deterministic_input": False, "cache_dir": None, "devices": ["CPU:0"]},
-            "resolved": {"phase": "encoder frozen: pretrained encoder, phase 1", "strategy": "one_device",
-                         "replicas": 1, "global_batch": 32, "compute": {"steps_per_loop": 10}}}
+
+def _revision(learning_rate: float, lstm_units: int) -> dict:
+    """A trainer's run record revision, as ``trainer/run_config.py`` writes it (abridged)."""
+    return {"settings": {"learning_rate": learning_rate, "log_format": "json", "prometheus_host": "0.0.0.0",
+                         "model_dir": "/checkpoints/model", "evaluator": "evaluator:50051"},
+            "resolved": {"model": {"vocab_size": 24, "lstm_units": lstm_units, "train_inception": False},
+                         "input": {"batch_size": 32, "contrast_range": [0.9, 1.1], "augment": True},
+                         "optimizer": {"name": "adam", "learning_rate": learning_rate,
+                                       "inception_learning_rate": None},
+                         "encoder_optimizer": None,
+                         "train": {"steps": 900, "keep": 10, "save_every_secs": 120, "log_every_steps": 100,
+                                   "seed": 0},
+                         "compute": {"mixed_precision": "off", "jit_compile": False, "steps_per_loop": 10},
+                         "phase": "encoder frozen: pretrained encoder, phase 1", "strategy": "one_device",
+                         "replicas": 1, "global_batch": 32, "steps_per_epoch": 30}}
 
 
-def _sessions(logdir: Path) -> list[tuple[str, dict]]:
-    """(trial id, hparams) of every HParams session start written under ``logdir``."""
-    found = []
-    for events in logdir.glob("events.out.tfevents.*"):
-        for event in tf.compat.v1.train.summary_iterator(str(events)):
-            for value in event.summary.value:
-                if value.metadata.plugin_data.plugin_name != metadata.PLUGIN_NAME:
-                    continue
-                data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
-                if data.HasField("session_start_info"):
-                    info = data.session_start_info
-                    found.append((info.group_name, {k: getattr(v, v.WhichOneof("kind"))
-                                                    for k, v in info.hparams.items()}))
-    return found
+def test_a_revision_gives_its_training_settings_not_its_placement():
+    assert session_hparams(_revision(0.001, 512)) == {
+        "phase": "encoder frozen: pretrained encoder, phase 1", "strategy": "one_device", "replicas": 1,
+        "global_batch": 32, "model.vocab_size": 24, "model.lstm_units": 512, "model.train_inception": False,
+        "input.batch_size": 32, "input.contrast_range": "0.9,1.1", "input.augment": True,
+        "optimizer.name": "adam", "optimizer.learning_rate": 0.001, "train.steps": 900, "train.seed": 0,
+        "compute.mixed_precision": "off", "compute.jit_compile": False, "compute.steps_per_loop": 10}
 
 
-def _scalar_tags(logdir: Path) -> set[str]:
-    return {v.tag for events in logdir.glob("events.out.tfevents.*")
-            for e in tf.compat.v1.train.summary_iterator(str(events)) for v in e.summary.value}
+def _tensorboard(logdir: Path):
+    """What ``tensorboard --logdir`` builds to answer the HParams tab: (request, backend)."""
+    multiplexer = plugin_event_multiplexer.EventMultiplexer()
+    multiplexer.AddRunsFromDirectory(str(logdir))
+    multiplexer.Reload()
+    provider = data_provider.MultiplexerDataProvider(multiplexer, str(logdir))
+    tb = base_plugin.TBContext(data_provider=provider, logdir=str(logdir), multiplexer=multiplexer)
+    return context.RequestContext(), backend_context.Context(tb)
 
 
-def test_each_runs_configuration_is_an_hparams_session_beside_its_metrics(tmp_path: Path):
-    model_dir, logdir = tmp_path / "model", tmp_path / "work" / "eval"
+def test_two_runs_in_one_work_dir_are_two_sessions_each_with_its_own_metrics(tmp_path: Path):
+    model_dir, work = tmp_path / "model", tmp_path / "work"
     (model_dir / "runs").mkdir(parents=True)
-    (model_dir / "runs" / "run-1.json").write_text(json.dumps({"run_id": "run-1", "revisions": [REVISION]}))
-    summaries = EvalSummaries(str(logdir))
+    runs = {"run-1": (0.001, 512), "run-2": (0.01, 256)}
+    for run, (rate, units) in runs.items():
+        (model_dir / "runs" / f"{run}.json").write_text(json.dumps({"run_id": run,
+                                                                  "revisions": [_revision(rate, units)]}))
+    summaries = EvalSummaries(str(work / "eval"))
     actions = [WriteSummaries(summaries), HParamsSession(str(model_dir), summaries)]
-    for step, status in ((10, "failed"), (20, "ok"), (30, "ok")):
-        record = Record(step, f"{model_dir}/ckpt-{step}", 0.0, time.time(), 1.0, 8, status=status,
-                        run="run-1", metrics={"exact_match": step / 100} if status == "ok" else {})
+    # the runs' evaluations interleaved, as an evaluator following a preview and a final run sees them
+    for step, run, status in ((10, "run-1", "failed"), (20, "run-1", "ok"), (10, "run-2", "ok"),
+                              (30, "run-1", "ok"), (20, "run-2", "ok"), (5, "", "ok")):
+        exact = step / 100 + (0.5 if run == "run-2" else 0)
+        record = Record(step, f"{model_dir}/ckpt-{step}", 0.0, time.time(), 1.0, 8, status=status, run=run,
+                        metrics={"exact_match": exact} if status == "ok" else {})
         for action in actions:
-            action(record)
-    other = Record(5, f"{model_dir}/ckpt-5", 0.0, time.time(), 1.0, 8, metrics={"exact_match": 0.1},
-                   run="old")
-    for action in actions:
-        action(other)  # a run without a record: no session
+            action(record)  # a run without a record ("", an import): its scalars, no session
     summaries.close()
-    [(trial, hparams)] = _sessions(logdir)  # once per run, at its first successful evaluation
-    assert trial == "run-1"
-    assert hparams == {"batch_size": 32.0, "learning_rate": 0.001, "optimizer": "adam", "steps": 900.0,
-                       "deterministic_input": False, "strategy": "one_device", "replicas": 1.0,
-                       "phase": "encoder frozen: pretrained encoder, phase 1", "global_batch": 32.0,
-                       "steps_per_loop": 10.0}
-    assert "exact_match" in _scalar_tags(logdir)  # its metrics, in the same logdir
+    assert sorted(p.name for p in (work / "eval").iterdir()) == ["run-1", "run-2", "unrecorded"]
+
+    request, backend = _tensorboard(work)
+    experiment = get_experiment.Handler(request, backend, "", api_pb2.GetExperimentRequest()).run()
+    names = {h.name for h in experiment.hparam_infos}
+    assert {"optimizer.learning_rate", "model.lstm_units", "train.steps"} <= names
+    assert not names & {"log_format", "prometheus_host", "model_dir", "evaluator", "train.keep",
+                        "train.save_every_secs", "learning_rate"}  # placement and bookkeeping: not hparams
+    assert {m.name.tag for m in experiment.metric_infos} >= {"exact_match"}
+
+    groups = list_session_groups.Handler(request, backend, "", api_pb2.ListSessionGroupsRequest(
+        start_index=0, slice_size=10, aggregation_type=api_pb2.AGGREGATION_AVG,
+        allowed_statuses=[api_pb2.STATUS_UNKNOWN, api_pb2.STATUS_SUCCESS, api_pb2.STATUS_RUNNING])).run()
+    sessions = {g.name: g for g in groups.session_groups}
+    assert set(sessions) == {"run-1", "run-2"}  # two rows, not one over both runs' scalars
+    for run, (rate, units) in runs.items():
+        group = sessions[run]
+        assert group.hparams["optimizer.learning_rate"].number_value == rate
+        assert group.hparams["model.lstm_units"].number_value == units
+        [metric] = [m for m in group.metric_values if m.name.tag == "exact_match"]
+        last_step = 30 if run == "run-1" else 20  # its own last evaluation, not the other run's
+        assert (metric.training_step, round(metric.value, 6)) == (
+            last_step, round(last_step / 100 + (0.5 if run == "run-2" else 0), 6))

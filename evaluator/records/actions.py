@@ -54,12 +54,23 @@ class HParamsSession:
             self.summaries.hparams(record.run, session_hparams(run["revisions"][-1]))
 
 
+# what a run's record resolved that says how it trained; where its files went, how often it saved or
+# logged and what it printed are not hyperparameters
+TRAINING = ("model", "input", "optimizer", "encoder_optimizer", "train", "compute")
+NOT_HYPERPARAMETERS = {"train": ("max_seconds", "save_every_secs", "save_every_steps", "first_save_secs",
+                                 "keep", "log_every_steps", "histogram_every_steps")}
+
+
 def session_hparams(revision: dict) -> dict[str, bool | int | float | str]:
-    """A revision's settings and what they resolved to, as HParams values (scalars only)."""
+    """A revision's training settings as it resolved them (``model.lstm_units``, ``optimizer.
+    learning_rate``, the phase, strategy and global batch …), scalars only: the run's
+    hyperparameters, not its placement (hosts, ports, log format) nor its bookkeeping."""
     resolved = revision.get("resolved", {})
-    values = {**revision.get("settings", {}),
-              **{k: resolved.get(k) for k in ("phase", "strategy", "replicas", "global_batch")},
-              "steps_per_loop": resolved.get("compute", {}).get("steps_per_loop")}
+    values: dict = {k: resolved.get(k) for k in ("phase", "strategy", "replicas", "global_batch")}
+    for section in TRAINING:
+        for key, value in (resolved.get(section) or {}).items():
+            if key not in NOT_HYPERPARAMETERS.get(section, ()):
+                values[f"{section}.{key}"] = ",".join(map(str, value)) if isinstance(value, list) else value
     return {k: v for k, v in sorted(values.items()) if isinstance(v, (bool, int, float, str))}
 
 

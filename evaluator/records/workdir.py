@@ -34,7 +34,7 @@ class WorkDir:
 
     @property
     def summaries(self) -> Path:
-        """TensorBoard's ``eval`` run."""
+        """TensorBoard's evaluation runs, one directory per training run (``eval/<run id>``)."""
         return self.root / "eval"
 
     @property
