@@ -1,6 +1,6 @@
 """checkov on ``deploy/``: the Kubernetes overlays as ``kubectl kustomize`` renders them (the
-JobSet's replicated Jobs as Jobs, which checkov knows), ``tfjob.yaml`` and the Dockerfile (both targets) pass
-every check but those ``deploy/checkov.yaml`` skips, each with its reason beside it.
+JobSet's replicated Jobs as Jobs, which checkov knows), the TFJob (rendered too) and the Dockerfile
+(both targets) pass every check but those ``deploy/checkov.yaml`` skips, each with its reason beside it.
 
 checkov (≈ 290 MB with what it needs, and pins of its own) is installed into a venv of its own,
 not the project's."""
@@ -46,8 +46,8 @@ def _inputs(directory: Path) -> Path:
                 objects.append(doc)
     directory.mkdir()
     (directory / "rendered.yaml").write_text(yaml.safe_dump_all(objects))
-    for path in (ROOT / "deploy" / "k8s" / "tfjob.yaml", ROOT / "deploy" / "Dockerfile"):
-        shutil.copy2(path, directory / path.name)
+    (directory / "tfjob.yaml").write_text(yaml.safe_dump_all(render(ROOT / "deploy" / "k8s" / "tfjob")))
+    shutil.copy2(ROOT / "deploy" / "Dockerfile", directory / "Dockerfile")
     return directory
 
 

@@ -1,7 +1,7 @@
-"""``deploy/k8s/tfjob.yaml``: a Kubeflow TFJob (Chief, PS, Worker, Evaluator) whose pods pass the
-Kubernetes API schema, whose commands are flags our CLIs accept, whose evaluator mounts the
-checkpoint volume read-only — and which runs as applied: the chief's init container fills the data
-path every task reads, pods run as the images' user with memory limits, GPUs on the workers,
+"""``deploy/k8s/tfjob`` (``kubectl kustomize`` renders it): a Kubeflow TFJob (Chief, PS, Worker, Evaluator)
+whose pods pass the Kubernetes API schema, whose commands are flags our CLIs accept, whose evaluator
+mounts the checkpoint volume read-only — and which runs as applied: the chief's init container fills the
+data path every task reads, pods run as the images' user with memory limits, GPUs on the workers,
 release-tagged images, and probes on the evaluator's plaintext health port."""
 
 from __future__ import annotations
@@ -10,17 +10,16 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
-import yaml
 
 from tests.helpers import K8S_VERSION, ROOT, parse_cli
-from tests.k8s import restricted_violations
+from tests.k8s import render, restricted_violations
 
-MANIFEST = ROOT / "deploy" / "k8s" / "tfjob.yaml"
+DIRECTORY = ROOT / "deploy" / "k8s" / "tfjob"
 
 
 @pytest.fixture(scope="module")
 def documents() -> list[dict]:
-    return list(yaml.safe_load_all(MANIFEST.read_text()))
+    return render(DIRECTORY)
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +52,39 @@ def test_tfjob_has_the_four_roles_and_operator_conventions(tfjob):
     assert specs["PS"]["replicas"] >= 1 and specs["Worker"]["replicas"] >= 2
     for replica in specs.values():
         [container] = replica["template"]["spec"]["containers"]
-        assert container["name"] == "tensorflow" and replica["restartPolicy"] in ("OnFailure", "Always")
+        assert container["name"] == "tensorflow" and replica["restartPolicy"] == "ExitCode"
+
+
+def _kubeflow_restarts(exit_code: int) -> bool:
+    """Kubeflow's ``train.IsRetryableExitCode`` (training-operator, pkg/util/train): what a replica
+    with ``restartPolicy: ExitCode`` does with its ``tensorflow`` container's exit code."""
+    if exit_code in (1, 2, 126, 127, 128, 139):
+        return False  # permanent: the TFJob fails
+    return exit_code in (130, 137, 138, 143)  # signals, and 138 for the program's own "retry me"
+
+
+def test_exit_codes_fail_the_job_on_a_bad_flag_and_restart_it_on_a_lost_task(tfjob):
+    """showtell's exit codes under the TFJob's policy: a bad flag or an error fails the job at once
+    (OnFailure retried it ten times); a signal or a lost ps restarts the replica, which resumes."""
+    import signal
+
+    from showtell.common.errors import ShowtellError
+    from showtell.common.processes import signal_exit_code
+    from showtell.trainer.cluster import ClusterError, ClusterLost, cluster_failure
+
+    lost = cluster_failure(RuntimeError("... remote target /job:ps/replica:0/task:0 ..."))
+    assert isinstance(lost, ClusterLost) and "parameter server /job:ps/task:0" in str(lost)
+    outcomes = {"bad flag": 2, "an error (a missing dataset)": ShowtellError.exit_code,
+                "a bad cluster spec": ClusterError.exit_code, "a lost ps": lost.exit_code,
+                "SIGTERM (preemption, eviction)": signal_exit_code(signal.SIGTERM),
+                "SIGINT": signal_exit_code(signal.SIGINT), "SIGKILL (OOM)": 128 + signal.SIGKILL}
+    restarts = {what: _kubeflow_restarts(code) for what, code in outcomes.items()}
+    assert restarts == {"bad flag": False, "an error (a missing dataset)": False, "a bad cluster spec": False,
+                        "a lost ps": True, "SIGTERM (preemption, eviction)": True, "SIGINT": True,
+                        "SIGKILL (OOM)": True}
+    for name, replica in tfjob["spec"]["tfReplicaSpecs"].items():
+        assert replica["restartPolicy"] == "ExitCode", name
+    assert tfjob["spec"]["runPolicy"]["backoffLimit"] >= 1  # the retries have a bound
 
 
 def test_commands_are_flags_the_clis_accept(tfjob):

@@ -188,7 +188,15 @@ def check_for_strategy(cluster: Cluster | None, strategy: str) -> None:
                            f"({cluster.source}) — use parameter_server or multi_worker")
 
 
-def cluster_failure(exc: Exception) -> ClusterError:
+class ClusterLost(ClusterError):
+    """A task of a running cluster lost (a ps gone): worth a restart, so not exit 1 but 138 —
+    Kubeflow's code for a program's own "retry me" (``restartPolicy: ExitCode`` restarts 130,
+    137, 138 and 143 and fails the job on 1 and 2)."""
+
+    exit_code = 138
+
+
+def cluster_failure(exc: Exception) -> ClusterLost:
     """One line naming the unreachable task(s), found in TensorFlow's many-line gRPC error."""
     text = str(exc)
     lost = sorted({f"/job:{job}/task:{task}" for job, task in
@@ -200,5 +208,5 @@ def cluster_failure(exc: Exception) -> ClusterError:
         what = f"{', '.join(lost)} unreachable"
     else:
         what = first_line(exc, 240)
-    return ClusterError(f"the training cluster failed: {what} ({type(exc).__name__}); restart the failed "
+    return ClusterLost(f"the training cluster failed: {what} ({type(exc).__name__}); restart the failed "
                         "task(s) and this command — training resumes from the last checkpoint")
