@@ -11,7 +11,8 @@ import pytest
 
 from tests.helpers import ROOT
 
-READ = [ROOT / "README.md", ROOT / "BENCHMARKS.md", ROOT / "CONTRIBUTING.md",
+READ = [ROOT / "README.md", ROOT / "BENCHMARKS.md", ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md",
+        ROOT / "SECURITY.md",
         *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 BOOKKEEPING = re.compile(r"\b(?:issue|stop) \d+\b|review mend", re.IGNORECASE)
