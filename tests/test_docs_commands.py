@@ -104,7 +104,7 @@ showtell metrics lates --server h:1 | jq .
 ```
 and inline: `showtell evaluate --model-dir m --data d --no-such-flag`, `showtell runs --history h`.
 """
-    assert [problems(c) for c in commands(planted)] == [
-        ["showtell train has no --save-every-sec"],
-        ["showtell metrics: 'lates' is not one of ['best', 'health', 'latest', 'list', 'status', 'watch']"],
-        ["showtell evaluate has no --no-such-flag"], []]
+    found = [problems(c) for c in commands(planted)]
+    assert found[0] == ["showtell train has no --save-every-sec"]
+    assert len(found[1]) == 1 and found[1][0].startswith("showtell metrics: 'lates' is not one of ['best'")
+    assert found[2:] == [["showtell evaluate has no --no-such-flag"], []]

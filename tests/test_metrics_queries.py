@@ -59,15 +59,35 @@ def _record(run: str, step: int, cider: float, loss: float, status: str = "ok") 
                   reason="" if status == "ok" else "bad read", run=run)
 
 
+def _revision(at: str, step: int, **settings) -> dict:
+    return {"at": at, "step": step, "settings": {"steps": 10, "learning_rate": 0.001, **settings},
+            "environment": {"showtell": "0.1.0", "tensorflow": "2.21.0"}}
+
+
+# What the trainer recorded of the runs (<model-dir>/runs/<id>.json): "old" stopped, "cur" trains
+# (no end after its start), "fresh" started after the evaluator's last evaluation (none of its own).
+RECORDS = {
+    "old": {"run_id": "old", "revisions": [_revision("2026-11-01T10:00:00+0000", 0, lstm_units=512)],
+            "ends": [{"at": "2026-11-01T11:00:00+0000", "step": 2, "finished": False, "reason": "SIGTERM"}]},
+    "cur": {"run_id": "cur", "revisions": [_revision("2026-11-02T10:00:00+0000", 0, lstm_units=256)]},
+    "fresh": {"run_id": "fresh", "revisions": [_revision("2026-11-03T10:00:00+0000", 0, learning_rate=0.01)]},
+}
+
+
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Served]:
+    model_dir = tmp_path / "m"
+    (model_dir / "runs").mkdir(parents=True)
+    for run, record in RECORDS.items():
+        (model_dir / "runs" / f"{run}.json").write_text(json.dumps(record))
+    (model_dir / "runs" / "broken.json").write_text("{ half a rec")  # left out, not a failure
     store = Store(tmp_path / "evaluations.sqlite")
     for row in HISTORY:
         store.add(_record(*row))
     store.add(_record("cur", 8, 0, 0, status="failed"))
     broadcast, board = Broadcast(), Board(Status(run_id="cur", last_seen_step=8))
     service = MetricsService(store=store, status=lambda: board.status, broadcast=broadcast,
-                             policy="all", checkpoint_dir="/m", observer="inotify")
+                             policy="all", checkpoint_dir=str(model_dir), observer="inotify")
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
@@ -196,25 +216,94 @@ def test_watch_after_step_prints_what_follows_and_ends_on_sigterm(served: Served
             processes.kill_tree(watch.pid)
 
 
-def test_list_runs_gives_each_runs_facts_newest_first(served: Served):
+def test_list_runs_gives_each_runs_facts_newest_first(served: Served, tmp_path: Path):
+    from showtell.common.locks import DirectoryLock
+
     served.record(Record(10, "/m/ckpt-10", 1.0, 2.0, 0.5, 8, metrics={"cider": 1.4, "loss": 0.6}, run="cur",
                          train_seconds=95.5))
-    with grpc.insecure_channel(served.target) as channel:
+    with grpc.insecure_channel(served.target) as channel, \
+            DirectoryLock(directory=tmp_path / "m", role="trainer", flag="--model-dir"):  # a trainer on it
         stub = pb_grpc.MetricsServiceStub(channel)
         reply = stub.ListRuns(pb.ListRunsRequest(metric="cider", target=1.2), timeout=10)
         by_loss = stub.ListRuns(pb.ListRunsRequest(metric="loss", target=0.5), timeout=10)
         with pytest.raises(grpc.RpcError) as unknown:
             stub.ListRuns(pb.ListRunsRequest(metric="ciderr"), timeout=10)
-    cur, old = reply.runs
+        first = stub.ListRuns(pb.ListRunsRequest(page_size=2), timeout=10)
+        second = stub.ListRuns(pb.ListRunsRequest(page_size=2, page_token=first.next_page_token), timeout=10)
+        bad_tokens = []
+        for token in ("bm90IG91cnM=", "@@", first.next_page_token + "x"):  # base64 of another's, not base64
+            with pytest.raises(grpc.RpcError) as bad:
+                stub.ListRuns(pb.ListRunsRequest(page_token=token), timeout=10)
+            bad_tokens.append((bad.value.code(), bad.value.details()))
+    assert [r.run_id for r in first.runs] == ["cur", "old"] and [r.run_id for r in second.runs] == ["fresh"]
+    assert first.next_page_token and not second.next_page_token
+    assert {code for code, _ in bad_tokens} == {grpc.StatusCode.INVALID_ARGUMENT}
+    assert bad_tokens[0][1] == "page_token is not one this server issued for ListRuns"
+    cur, old, fresh = reply.runs
     assert (cur.run_id, cur.evaluations, cur.latest_step) == ("cur", 5, 10)  # 2, 4, 6, a failed 8, 10
     assert (cur.best_value, cur.best_step) == (1.4, 10)
     assert (cur.target_step, cur.time_to_target.ToTimedelta().total_seconds()) == (10, 95.5)  # 1.1 at 4
     assert (old.run_id, old.best_value, old.best_step, old.target_step) == ("old", 1.5, 2, 2)
     assert not old.HasField("time_to_target")  # reached, but its checkpoint held no training time
-    loss_cur, loss_old = by_loss.runs
+    loss_cur, loss_old, _ = by_loss.runs
     assert (loss_cur.best_value, loss_cur.best_step, loss_cur.target_step) == (0.6, 10, 0)  # lower is better
     assert (loss_old.best_value, loss_old.target_step) == (0.4, 1)  # 0.5 at step 1 is "reached"
     assert unknown.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    # the model dir's record of each run: its start, step, --steps and state; a run it records
+    # with no evaluation yet comes after the evaluated ones; an unreadable record is left out
+    assert (cur.status, cur.step, cur.steps) == ("training", 8, 10)  # its newest checkpoint seen: 8
+    assert cur.started.ToJsonString() == "2026-11-02T10:00:00Z"
+    assert (old.status, old.step) == ("stopped (SIGTERM)", 2)
+    assert (fresh.run_id, fresh.evaluations) == ("fresh", 0)
+    assert fresh.status == "stopped (no end recorded: killed?)"
+    assert not fresh.HasField("best_value")
+
+
+def test_runs_over_grpc_list_show_and_diff_as_from_a_model_dir(served: Served, showtell_main,
+                                                               tmp_path: Path):
+    """``showtell runs --server``: the evaluator's answer (ListRuns, GetRun) in the model-dir
+    command's forms; a run id it does not record and a bad use are usage errors (exit 2)."""
+    listed = showtell_main("runs", "--server", served.target, "--metric", "cider", "--target", "cider=1.2",
+                           "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {r["run_id"]: r for r in map(json.loads, listed.stdout.splitlines())}
+    assert list(rows) == ["cur", "old", "fresh"] and rows["old"]["status"] == "stopped (SIGTERM)"
+    assert (rows["old"]["best"], rows["old"]["target_step"]) == (1.5, 2) and rows["fresh"]["best"] is None
+    assert rows["cur"]["model_dir"] == str(tmp_path / "m")
+    assert rows["old"]["started"] == "2026-11-01T10:00:00+0000"
+    table = showtell_main("runs", "--server", served.target, "--metric", "cider", "--target", "cider=1.2")
+    assert "1.5000 (step 2)" in table.stdout and "TIME TO cider=1.2" in table.stdout
+
+    shown = showtell_main("runs", "show", "old", "--server", served.target)
+    assert json.loads(shown.stdout) == RECORDS["old"]
+    differ = showtell_main("runs", "diff", "old", "fresh", "--server", served.target)
+    assert differ.stdout.splitlines() == ["--learning-rate: 0.001 → 0.01", "--lstm-units: 512 → unset"]
+    # the same from the model dir, read without the evaluator: the same lines
+    local = showtell_main("runs", "diff", "old", "fresh", str(tmp_path / "m"))
+    assert local.stdout == differ.stdout
+    for words, expected in (
+            (("runs", "show", "nope", "--server", served.target),
+             f"showtell runs: error: {served.target}: run nope: not recorded in {tmp_path / 'm'} "
+             "(ListRuns lists the runs)"),
+            (("runs", "show", "nope", str(tmp_path / "m")),
+             f"showtell runs: error: run nope: not recorded in {tmp_path / 'm'} "
+             "(showtell runs DIR lists them)"),
+            (("runs", str(tmp_path / "m"), "--server", served.target),
+             "showtell runs: error: with --server, no model dirs: showtell runs [show RUN_ID | diff RUN_A "
+             "RUN_B] --server HOST:PORT"),
+            (("runs",), "showtell runs: error: usage: showtell runs MODEL_DIR [MODEL_DIR ...], or --server "
+                        "HOST:PORT"),
+            (("runs", "--server", served.target, "--target", "loss=0.5", "--metric", "cider"),
+             "showtell runs: error: --target loss=0.5: with --server, the target is on --metric (cider); "
+             "e.g. --target cider=0.5")):
+        result = showtell_main(*words)
+        assert (result.returncode, error_lines(result.stderr)) == (2, [expected]), words
+    with grpc.insecure_channel(served.target) as channel, pytest.raises(grpc.RpcError) as path:
+        pb_grpc.MetricsServiceStub(channel).GetRun(pb.GetRunRequest(run_id="../m/runs/old"), timeout=10)
+    assert path.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    runs = showtell_main("metrics", "runs", "--server", served.target)
+    assert runs.returncode == 0 and runs.stdout.splitlines()[0].split()[:5] == \
+        ["RUN", "STARTED", "STEP", "STATUS", "BEST"]
 
 
 @pytest.mark.e2e
@@ -250,7 +339,20 @@ def test_the_client_alone_installs_without_tensorflow_and_queries_an_evaluator(s
     answered = run(python, "-c", script)
     assert answered.stdout == "8 [2, 4, 6, 8]\n", answered.stderr[-2000:]
 
-    service = run(showtell, "train", "--data", "d", "--model-dir", str(tmp_path / "m"))
+    # showtell runs: over gRPC, and from a model dir, without TensorFlow
+    over_grpc = run(showtell, "runs", "--server", served.target, "--json")
+    assert over_grpc.returncode == 0, over_grpc.stderr[-2000:]
+    assert [json.loads(line)["run_id"] for line in over_grpc.stdout.splitlines()] == ["cur", "old", "fresh"]
+    model_dir = str(tmp_path / "m")
+    from_dir = run(showtell, "runs", model_dir, "--json")
+    assert from_dir.returncode == 0, from_dir.stderr[-2000:]
+    assert sorted(json.loads(line)["run_id"] for line in from_dir.stdout.splitlines()) == \
+        ["cur", "fresh", "old"]
+    assert run(showtell, "runs", "diff", "old", "cur", model_dir).stdout == "--lstm-units: 512 → 256\n"
+    history = run(showtell, "runs", model_dir, "--history", str(tmp_path / "evaluations.sqlite"))
+    assert history.returncode == 1 and "showtell runs --server HOST:PORT" in history.stderr, history.stderr
+
+    service = run(showtell, "train", "--data", "d", "--model-dir", str(tmp_path / "m2"))
     assert service.returncode == 1 and len(service.stderr.strip().splitlines()) == 1, service.stderr
     assert service.stderr.startswith("showtell train: error: ") and "'showtell[cpu]'" in service.stderr
-    assert not (tmp_path / "m").exists()
+    assert not (tmp_path / "m2").exists()

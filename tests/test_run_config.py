@@ -108,6 +108,6 @@ def test_showtell_runs_lists_shows_and_diffs_runs(tiny_data: Path, tmp_path: Pat
     assert differ.stdout.splitlines() == ["--learning-rate: 0.001 → 0.5", f"--model-dir: {a} → {b}",
                                           "--steps: 2 → 1"]
     missing = showtell_main("runs", "show", "nope", str(a))
-    assert missing.returncode == 1
+    assert missing.returncode == 2  # a usage error, as a bad flag
     assert missing.stderr.strip() == \
         f"showtell runs: error: run nope: not recorded in {a} (showtell runs DIR lists them)"

@@ -23,16 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from showtell.captioning.data.manifest import MANIFEST
-from showtell.captioning.model.modeldir import RUNS
 from showtell.common.files import write_atomic
+from showtell.common.run_records import RUNS, differences
 from showtell.common.versions import installed_version
 
 log = logging.getLogger(__name__)
 
-# Flags that say where or how this process runs, not what it trains: not compared between revisions.
-PLACEMENT = ("ps_hosts", "worker_hosts", "chief_host", "job_name", "task_index", "log_device_placement",
-             "verbose", "evaluator", "evaluator_ca", "evaluator_auth_token_file", "evaluator_tls_server_name",
-             "profile_steps", "print_config")
+
 
 
 def settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -112,13 +109,6 @@ def ended(model_dir: Path, run_id: str, step: int, reason: str, finished: bool) 
     write_atomic(path, json.dumps(history, indent=2) + "\n")
 
 
-def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """``flag: old → new`` for every setting that differs (where the process runs aside)."""
-    keys = sorted((set(old) | set(new)) - set(PLACEMENT))
-    return [f"--{k.replace('_', '-')}: {_shown(old.get(k))} → {_shown(new.get(k))}"
-            for k in keys if old.get(k) != new.get(k)]
-
-
 def _read(path: Path) -> dict[str, Any]:
     """The run's record so far; an unreadable one is moved aside (named in the log), never lost."""
     try:
@@ -142,8 +132,3 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
-
-
-def _shown(value: Any) -> str:
-    return "unset" if value is None else json.dumps(value) if not isinstance(value, str) else value
-

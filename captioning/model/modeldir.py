@@ -23,8 +23,14 @@ from showtell.captioning.data.vocab import Vocabulary, first_difference, same_id
 from showtell.captioning.internals import checkpoint_state_proto
 from showtell.common.errors import ModelDirError, ModelDirIncomplete, first_line
 from showtell.common.files import is_url, write_atomic
+from showtell.common.run_records import (  # noqa: F401  (the model dir's file names: one home)
+    CHECKPOINT_NAME,
+    METADATA,
+    RUNS,
+    checkpoint_step,
+    checkpoint_steps,
+)
 
-METADATA = "showtell-model.json"
 # Written by the trainer after its final checkpoint when the run ended on its own terms
 # (--steps reached, --max-seconds, early stop) — not on a signal or a crash; removed when a
 # new run starts in the directory.  ``showtell evaluate --exit-when-trained`` ends on it.
@@ -108,9 +114,6 @@ def clear_finished(model_dir: Path) -> bool:
         return False
 
 
-RUNS = "runs"  # <model-dir>/runs/<run id>.json: each run's whole configuration (trainer/run_config.py)
-
-
 def read_run_record(model_dir: str, run_id: str) -> dict | None:
     """A run's record of its configuration (any ``tf.io.gfile`` URL), or None: none written (an
     import, a run from before records), or unreadable (the trainer moves such a file aside)."""
@@ -120,6 +123,22 @@ def read_run_record(model_dir: str, run_id: str) -> dict | None:
         return record if isinstance(record.get("revisions"), list) and record["revisions"] else None
     except (tf.errors.OpError, ValueError, AttributeError):
         return None
+
+
+def recorded_runs(model_dir: str) -> dict[str, dict]:
+    """run id → record of every run the model dir records (any ``tf.io.gfile`` URL); unreadable
+    records and records without a revision are left out (``read_run_record``'s rule)."""
+    try:
+        paths = tf.io.gfile.glob(f"{model_dir.rstrip('/')}/{RUNS}/*.json")
+    except tf.errors.OpError:
+        return {}
+    found = {}
+    for path in paths:
+        run_id = path.rsplit("/", 1)[-1][:-len(".json")]
+        record = read_run_record(model_dir, run_id)
+        if record is not None:
+            found[run_id] = record
+    return found
 
 
 def read_finished(model_dir: str) -> dict | None:
@@ -233,7 +252,6 @@ def restore(checkpoint: tf.train.Checkpoint, path: str, hint: str, partial: bool
 # -- checkpoints: TensorFlow's CheckpointManager layout ------------------------------------
 
 STATE_FILE = "checkpoint"  # names the checkpoints; renamed into place after their data files
-CHECKPOINT_NAME = "ckpt"  # CheckpointManager's prefix: ckpt-<global step>
 # A checkpoint's variable: the run's training wall-clock seconds when it was saved (the trainer's
 # ``Checkpoints``), read by the evaluator for the time to each accuracy.
 TRAIN_SECONDS = "train_seconds"
@@ -242,21 +260,6 @@ TRAIN_SECONDS = "train_seconds"
 def checkpoint_name(step: int) -> str:
     """The file prefix of the checkpoint at ``step`` (``ckpt-1200``)."""
     return f"{CHECKPOINT_NAME}-{step}"
-
-
-def checkpoint_steps(model_dir: Path) -> list[int]:
-    """Steps of the complete-looking checkpoints on disk (an ``.index`` file), whether the state
-    file names them or not; ascending."""
-    steps = (checkpoint_step(p.name[:-len(".index")]) for p in model_dir.glob(f"{CHECKPOINT_NAME}-*.index"))
-    return sorted(s for s in steps if s >= 0)
-
-
-def checkpoint_step(path: str) -> int:
-    """``…/ckpt-1200`` → 1200 (CheckpointManager names checkpoints by global step); -1 otherwise."""
-    try:
-        return int(str(path).rsplit("-", 1)[1])
-    except (IndexError, ValueError):
-        return -1
 
 
 def saved_at(prefix: str) -> float:

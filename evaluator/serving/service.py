@@ -10,15 +10,21 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import json
 import logging
+import re
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from showtell.api.contract import ALL_RUNS, STOPPING
+from showtell.common import run_records
+from showtell.common.files import is_url
+from showtell.common.locks import held
 from showtell.evaluator import metric_names
 from showtell.evaluator.loop.status import Broadcast, Progress, Status
 from showtell.evaluator.records.best_export import BestExport
@@ -93,6 +99,23 @@ def decode_token(token: str) -> tuple[int, int]:
         return int(from_step), int(offset)
     except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
         raise ValueError("page_token is not one this server issued") from exc
+
+
+RUN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")  # a file name in runs/, never a path
+
+
+def encode_runs_token(offset: int) -> str:
+    return base64.urlsafe_b64encode(f"runs-v1:{offset}".encode()).decode()
+
+
+def decode_runs_token(token: str) -> int:
+    try:
+        version, offset = base64.urlsafe_b64decode(token.encode()).decode().split(":")
+        if version != "runs-v1" or int(offset) < 0:
+            raise ValueError(token)
+        return int(offset)
+    except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
+        raise ValueError("page_token is not one this server issued for ListRuns") from exc
 
 
 class MetricsService(pb_grpc.MetricsServiceServicer):
@@ -207,10 +230,26 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
         if metric not in known:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"unknown metric {metric!r}; known: {', '.join(sorted(known))}")
+        if not 0 <= request.page_size <= 1000:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "page_size must be within 1..1000 (0: 100)")
+        try:
+            offset = decode_runs_token(request.page_token) if request.page_token else 0
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        limit = request.page_size or 100
         maximize = metric not in metric_names.LOWER_IS_BETTER
-        answer = pb.ListRunsResponse()
-        for run, evaluations, newest in self.store.run_summaries():
+        records = await asyncio.to_thread(self._recorded_runs)
+        evaluated = {run: (count, newest) for run, count, newest in self.store.run_summaries()}
+        order = list(evaluated) + sorted(set(records) - set(evaluated),
+                                         key=lambda r: str(records[r]["revisions"][0].get("at", "")),
+                                         reverse=True)
+        answer = pb.ListRunsResponse(next_page_token=encode_runs_token(offset + limit)
+                                     if offset + limit < len(order) else "")
+        for run in order[offset:offset + limit]:
+            evaluations, newest = evaluated.get(run, (0, 0))
             summary = answer.runs.add(run_id=run, evaluations=evaluations, latest_step=newest)
+            if run in records:
+                self._describe(summary, records[run])
             best = self.store.best(metric, maximize, run=run)
             if best is not None:
                 summary.best_value, summary.best_step = best.metrics[metric], best.step
@@ -221,6 +260,43 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
                 if reached.train_seconds is not None:
                     summary.time_to_target.CopyFrom(duration(reached.train_seconds))
         return answer
+
+    async def GetRun(self, request, context):
+        if request.run_id and not RUN_ID.fullmatch(request.run_id):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"run_id {request.run_id[:80]!r} is not a run id (letters, digits, . _ -)")
+        run_id = request.run_id or self.status().run_id
+        from showtell.captioning.model.modeldir import read_run_record
+
+        record = await asyncio.to_thread(read_run_record, self.checkpoint_dir, run_id) if run_id else None
+        if record is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND,
+                                f"run {run_id or '(current)'}: not recorded in {self.checkpoint_dir} "
+                                "(ListRuns lists the runs)")
+        return pb.GetRunResponse(run_id=run_id, record_json=json.dumps(record))
+
+    def _recorded_runs(self) -> dict[str, dict]:
+        from showtell.captioning.model.modeldir import recorded_runs
+
+        return recorded_runs(self.checkpoint_dir)
+
+    def _describe(self, summary: pb.RunSummary, record: dict) -> None:
+        """The run's start, step, --steps and state, from its record (``showtell runs``' rules)."""
+        status = self.status()
+        current = summary.run_id == status.run_id
+        local = not is_url(self.checkpoint_dir)
+        training = current and (held(self.checkpoint_dir, "trainer") if local else True)
+        newest = status.last_seen_step if status.last_seen_step >= 0 else None
+        row = run_records.summary(summary.run_id, record, self.checkpoint_dir, current=current,
+                                  training=training, newest_checkpoint=newest)
+        if row is None:
+            return
+        summary.step, summary.steps, summary.status = row.step, row.steps or 0, row.status
+        try:
+            started = datetime.strptime(row.started, "%Y-%m-%dT%H:%M:%S%z")
+            summary.started.FromDatetime(started.astimezone(UTC).replace(tzinfo=None))
+        except ValueError:
+            pass  # a record without a readable start: the field stays unset
 
     async def GetStatus(self, request, context):
         status = self.status()

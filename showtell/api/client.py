@@ -12,6 +12,7 @@ Keepalive pings notice an evaluator that vanished without closing the connection
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -179,13 +180,26 @@ class MetricsClient:
         """What the evaluator is doing: the checkpoint it evaluates, what is pending, its errors."""
         return self.stub.GetStatus(pb.GetStatusRequest(), timeout=self.timeout).status
 
-    def runs(self, metric: str = "", target: float | None = None) -> list[pb.RunSummary]:
-        """The runs in the evaluator's history, newest first, with the best ``metric`` (default
-        exact_match) and the training time until it first reached ``target``."""
-        request = pb.ListRunsRequest(metric=metric)
-        if target is not None:
-            request.target = target
-        return list(self.stub.ListRuns(request, timeout=self.timeout).runs)
+    def runs(self, metric: str = "", target: float | None = None,
+             page_size: int = 100) -> list[pb.RunSummary]:
+        """The runs in the evaluator's history (newest first; then those its model dir records
+        with no evaluation yet), with the best ``metric`` (default exact_match) and the training
+        time until it first reached ``target``; every page."""
+        found, token = [], ""
+        while True:
+            request = pb.ListRunsRequest(metric=metric, page_size=page_size, page_token=token)
+            if target is not None:
+                request.target = target
+            page = self.stub.ListRuns(request, timeout=self.timeout)
+            found += page.runs
+            token = page.next_page_token
+            if not token:
+                return found
+
+    def run_record(self, run_id: str = "") -> tuple[str, dict]:
+        """(run id, record) of a run as its trainer recorded it (empty: the current run)."""
+        answer = self.stub.GetRun(pb.GetRunRequest(run_id=run_id), timeout=self.timeout)
+        return answer.run_id, json.loads(answer.record_json)
 
     def watch(self, *, after_step: int = -1, **options) -> WatchFollower:
         """Evaluations as they are recorded (after a replay of those after ``after_step``),

@@ -1,4 +1,4 @@
-"""``showtell metrics {latest,list,best,watch,status,health} --server HOST:PORT [--json]``.
+"""``showtell metrics {latest,list,best,watch,status,runs,health} --server HOST:PORT [--json]``.
 
 ``watch`` follows the evaluator across its restarts (reconnects with backoff, resumes after
 the last step it printed); ``status`` prints a short summary for a person.
@@ -26,7 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from showtell.api.client import MetricsClient
 from showtell.api.contract import ALL_RUNS
 from showtell.api.transport import ClientSecurity, add_client_arguments
-from showtell.common.errors import ShowtellError
+from showtell.common.errors import ShowtellError, UsageError
 from showtell.common.flags import Parser, positive_float, positive_int, run_command
 from showtell.common.logs import setup_logging
 from showtell.v1 import metrics_pb2 as pb
@@ -35,7 +35,7 @@ PROG = "showtell metrics"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("query", choices=("latest", "list", "best", "watch", "status", "health"))
+    p.add_argument("query", choices=("latest", "list", "best", "watch", "status", "runs", "health"))
     p.add_argument("--server", default=os.environ.get("SHOWTELL_SERVER") or "127.0.0.1:50051",
                    help="evaluator HOST:PORT (env SHOWTELL_SERVER; default 127.0.0.1:50051)")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -77,8 +77,13 @@ def format_evaluation(e: pb.Evaluation) -> str:
             f"{e.eval_duration.ToTimedelta().total_seconds():.1f} s, {when}{trained}{scoring})")
 
 
-def _explain(error: grpc.RpcError, server: str, security: ClientSecurity) -> ShowtellError:
+def explain(error: grpc.RpcError, server: str, security: ClientSecurity,
+            usage: tuple[grpc.StatusCode, ...] = ()) -> ShowtellError:
+    """A failed call as one line: INVALID_ARGUMENT, and the ``usage`` codes (e.g. NOT_FOUND for a
+    run id the user typed), exit 2 like a bad flag; the rest 1."""
     code = error.code()
+    if code == grpc.StatusCode.INVALID_ARGUMENT or code in usage:
+        return UsageError(f"{server}: {error.details()}")
     if code == grpc.StatusCode.UNAVAILABLE:
         hint = ("is it running, and does it serve TLS with a certificate --ca trusts?" if security.tls
                 else "is it running? (if it serves TLS, pass --ca)")
@@ -109,6 +114,16 @@ def query(args: argparse.Namespace) -> int:
                     sys.stdout.write(format_status(reply) + "\n")
             elif args.query == "best":
                 _emit(client.best(args.metric, mode=args.mode, run_id=run), args.json)
+            elif args.query == "runs":  # the evaluator's runs (showtell runs --server has more)
+                from showtell.commands.runs import from_summary, table
+
+                rows = client.runs(args.metric)
+                if args.json:
+                    for summary in rows:
+                        _emit(summary, True)
+                else:
+                    where = client.status().checkpoint_dir
+                    sys.stdout.write(table([from_summary(r, where) for r in rows], args.metric, None))
             elif args.query == "list":
                 for evaluation in client.evaluations(from_step=args.from_step, page_size=args.page_size,
                                                      run_id=run):
@@ -116,7 +131,7 @@ def query(args: argparse.Namespace) -> int:
             else:
                 watch(args, client)
         except grpc.RpcError as error:
-            raise _explain(error, args.server, security) from error
+            raise explain(error, args.server, security) from error
     return 0
 
 

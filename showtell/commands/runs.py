@@ -6,6 +6,11 @@ time it took to reach a target.
     showtell runs MODEL_DIR [MODEL_DIR ...]          a table (or --json)
     showtell runs show RUN_ID MODEL_DIR [...]        the run's whole configuration, every revision
     showtell runs diff RUN_A RUN_B MODEL_DIR [...]   the settings (and versions) that differ
+    showtell runs [show RUN | diff A B] --server HOST:PORT   the same, asked of an evaluator
+
+Model dirs are read without TensorFlow, so the light client (``pip install '.[client]'``) runs
+every form; only ``--history`` (an evaluator's SQLite history) needs the services' modules — on a
+client, ``--server`` asks the evaluator, which answers from that history and the model dir.
 """
 
 from __future__ import annotations
@@ -13,116 +18,145 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
+from datetime import UTC
 from pathlib import Path
 
-from showtell.common.errors import ShowtellError
-from showtell.common.flags import add_verbose_flag, run_command, start_command
+from showtell.common.errors import ShowtellError, UsageError
+from showtell.common.flags import add_verbose_flag, positive_float, run_command, start_command
+from showtell.common.run_records import Run, diff, find, runs_in
 
 PROG = "showtell runs"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("words", nargs="+", metavar="[show RUN | diff RUN_A RUN_B] MODEL_DIR",
-                   help="model dirs to read (after `show RUN` or `diff RUN_A RUN_B`)")
+    from showtell.api.transport import add_client_arguments
+
+    p.add_argument("words", nargs="*", metavar="[show RUN | diff RUN_A RUN_B] MODEL_DIR",
+                   help="model dirs to read (after `show RUN` or `diff RUN_A RUN_B`); none with --server")
+    p.add_argument("--server", metavar="HOST:PORT",
+                   help="ask the evaluator at HOST:PORT (ListRuns, GetRun) instead of reading model dirs")
     p.add_argument("--history", type=Path,
                    help="an evaluator's history (<work-dir>/evaluations.sqlite): best value and time "
                         "to target")
     p.add_argument("--metric", default="exact_match:max", metavar="METRIC:max|min",
-                   help="the metric whose best value is shown (default exact_match:max)")
+                   help="the metric whose best value is shown (default exact_match:max; with --server "
+                        "the metric's own direction)")
     p.add_argument("--target", default="exact_match=0.5", metavar="METRIC=X",
                    help="the training time until METRIC first reached X (default exact_match=0.5; "
                         "for a metric where lower is better, until it fell to X)")
     p.add_argument("--json", action="store_true", help="one JSON object per run")
+    p.add_argument("--timeout", type=positive_float, default=10.0, help="--server: seconds per call")
+    add_client_arguments(p)
     add_verbose_flag(p)
 
 
-@dataclass
-class Run:
-    run_id: str
-    model_dir: str
-    started: str
-    step: int
-    steps: int | None  # the last revision's --steps
-    status: str  # training | finished (reason) | stopped (reason)
-    best: float | None = None
-    best_step: int | None = None
-    target_seconds: float | None = None  # training seconds when --target was first met
-    target_step: int | None = None
-
-
 def run(args: argparse.Namespace) -> int:
-    start_command(args)  # TensorFlow reads the model dirs: its native notices hidden unless -v
+    start_command(args)
     return run_command(PROG, lambda: _run(args))
 
 
 def _run(args: argparse.Namespace) -> int:
-    words = args.words
-    if words[0] == "show":
-        if len(words) < 3:
-            raise ShowtellError("usage: showtell runs show RUN_ID MODEL_DIR [MODEL_DIR ...]")
-        print(json.dumps(_find(words[1], words[2:])[1], indent=2))
+    words = list(args.words)
+    verb = words[0] if words and words[0] in ("show", "diff") else None
+    wanted = {"show": 2, "diff": 3}.get(verb or "", 0)  # words before the model dirs
+    if args.server is not None:
+        if len(words) != wanted:
+            raise UsageError("with --server, no model dirs: showtell runs [show RUN_ID | diff RUN_A RUN_B] "
+                             "--server HOST:PORT")
+        return _ask(args, verb, words[1:])
+    if len(words) <= wanted:
+        raise UsageError({"show": "usage: showtell runs show RUN_ID MODEL_DIR [MODEL_DIR ...]",
+                          "diff": "usage: showtell runs diff RUN_A RUN_B MODEL_DIR [MODEL_DIR ...]"}.get(
+            verb or "", "usage: showtell runs MODEL_DIR [MODEL_DIR ...], or --server HOST:PORT"))
+    dirs = words[wanted:]
+    if verb == "show":
+        print(json.dumps(find(words[1], dirs), indent=2))
         return 0
-    if words[0] == "diff":
-        if len(words) < 4:
-            raise ShowtellError("usage: showtell runs diff RUN_A RUN_B MODEL_DIR [MODEL_DIR ...]")
-        for line in diff(_find(words[1], words[3:])[1], _find(words[2], words[3:])[1]):
+    if verb == "diff":
+        for line in diff(find(words[1], dirs), find(words[2], dirs)):
             print(line)
         return 0
-    runs = [r for d in words for r in runs_in(Path(d))]
+    runs = [r for d in dirs for r in runs_in(Path(d))]
     if args.history is not None:
         _score(runs, args.history, args.metric, args.target)
+    _print(runs, args)
+    return 0
+
+
+def _ask(args: argparse.Namespace, verb: str | None, run_ids: list[str]) -> int:
+    """The same answers from an evaluator over gRPC (its model dir and history)."""
+    import grpc
+
+    from showtell.api.client import MetricsClient
+    from showtell.api.transport import ClientSecurity
+    from showtell.commands.metrics import explain
+
+    security = ClientSecurity.from_args(args)
+    with MetricsClient(args.server, security=security, timeout=args.timeout) as client:
+        try:
+            if verb == "show":
+                print(json.dumps(client.run_record(run_ids[0])[1], indent=2))
+            elif verb == "diff":
+                for line in diff(client.run_record(run_ids[0])[1], client.run_record(run_ids[1])[1]):
+                    print(line)
+            else:
+                metric = args.metric.partition(":")[0]
+                target_metric, target = _target(args.target)
+                if target_metric != metric:
+                    raise UsageError(f"--target {args.target}: with --server, the target is on --metric "
+                                     f"({metric}); e.g. --target {metric}=0.5")
+                where = client.status().checkpoint_dir
+                _print([from_summary(s, where) for s in client.runs(metric, target)], args)
+        except grpc.RpcError as error:
+            raise explain(error, args.server, security, usage=(grpc.StatusCode.NOT_FOUND,)) from error
+    return 0
+
+
+def from_summary(s, model_dir: str) -> Run:
+    """A ``ListRuns`` row as ``showtell runs`` shows a model dir's."""
+    started = (s.started.ToDatetime(tzinfo=UTC).strftime("%Y-%m-%dT%H:%M:%S%z")
+               if s.HasField("started") else "")
+    return Run(s.run_id, model_dir, started, s.step or s.latest_step, s.steps or None,
+               s.status or "not recorded in the model dir",
+               best=s.best_value if s.HasField("best_value") else None,
+               best_step=s.best_step if s.HasField("best_value") else None,
+               target_seconds=s.time_to_target.ToTimedelta().total_seconds()
+               if s.HasField("time_to_target") else None,
+               target_step=s.target_step or None)
+
+
+def _print(runs: list[Run], args: argparse.Namespace) -> None:
     if args.json:
         for r in runs:
             print(json.dumps(asdict(r)))
     else:
         sys.stdout.write(table(runs, args.metric, args.target))
-    return 0
 
 
-def runs_in(model_dir: Path) -> list[Run]:
-    """The runs recorded in ``model_dir``, oldest first."""
-    from showtell.captioning.model.modeldir import RUNS, checkpoint_steps, read_run_id
-    from showtell.common.locks import held
-
-    if not model_dir.is_dir():
-        raise ShowtellError(f"{model_dir}: no such model dir")
-    current = read_run_id(str(model_dir))
-    found = []
-    for path in sorted((model_dir / RUNS).glob("*.json")):
-        record = _load(path)
-        revisions, ends = record.get("revisions", []), record.get("ends", [])
-        if not revisions:
-            continue
-        run_id = path.stem
-        last_end = ends[-1] if ends else None
-        step = max(checkpoint_steps(model_dir), default=0) if run_id == current else (
-            last_end["step"] if last_end else revisions[-1]["step"])
-        if run_id == current and held(model_dir, "trainer"):
-            status = "training"
-        elif last_end is None or last_end["at"] < revisions[-1]["at"]:
-            status = "stopped (no end recorded: killed?)"
-        else:
-            status = f"{'finished' if last_end['finished'] else 'stopped'} ({last_end['reason']})"
-        found.append(Run(run_id, str(model_dir), revisions[0]["at"], step,
-                         revisions[-1]["settings"].get("steps"), status))
-    return sorted(found, key=lambda r: r.started)
+def _target(spec: str) -> tuple[str, float]:
+    metric, _, value = spec.partition("=")
+    try:
+        return metric, float(value)
+    except ValueError:
+        raise UsageError(f"--target {spec}: expected METRIC=X, e.g. exact_match=0.5") from None
 
 
 def _score(runs: list[Run], history: Path, metric_spec: str, target_spec: str) -> None:
     """Best value and time to target, from an evaluator's history."""
-    from showtell.evaluator.metric_names import LOWER_IS_BETTER
-    from showtell.evaluator.records.store import Store
+    try:
+        from showtell.evaluator.metric_names import LOWER_IS_BETTER
+        from showtell.evaluator.records.store import Store
+    except ModuleNotFoundError as exc:
+        raise ShowtellError(f"--history needs the evaluator's modules ({exc.name} is not installed: "
+                            "this is the client alone); ask the evaluator instead: showtell runs --server "
+                            "HOST:PORT") from exc
 
     if not history.is_file():
-        raise ShowtellError(f"--history {history}: no such file (an evaluator's "
-                            "<work-dir>/evaluations.sqlite)")
+        raise UsageError(f"--history {history}: no such file (an evaluator's "
+                         "<work-dir>/evaluations.sqlite)")
     metric, _, mode = metric_spec.partition(":")
-    target_metric, _, value = target_spec.partition("=")
-    try:
-        target = float(value)
-    except ValueError:
-        raise ShowtellError(f"--target {target_spec}: expected METRIC=X, e.g. exact_match=0.5") from None
+    target_metric, target = _target(target_spec)
     lower = target_metric in LOWER_IS_BETTER
     store = Store(history)
     try:
@@ -137,47 +171,20 @@ def _score(runs: list[Run], history: Path, metric_spec: str, target_spec: str) -
         store.close()
 
 
-def table(runs: list[Run], metric: str, target: str) -> str:
-    rows = [["RUN", "STARTED", "STEP", "STATUS", f"BEST {metric}", f"TIME TO {target}", "MODEL DIR"]]
+def table(runs: list[Run], metric: str, target: str | None) -> str:
+    """The runs as aligned columns; ``target`` None: no time-to-target column."""
+    rows = [["RUN", "STARTED", "STEP", "STATUS", f"BEST {metric}",
+             *([f"TIME TO {target}"] if target else []), "MODEL DIR"]]
     for r in runs:
         best = "-" if r.best is None else f"{r.best:.4f} (step {r.best_step})"
         reached = "-" if r.target_step is None else (
             f"step {r.target_step}" if r.target_seconds is None else
             f"{_clock(r.target_seconds)} (step {r.target_step})")
-        rows.append([r.run_id, r.started, f"{r.step}/{r.steps}", r.status, best, reached, r.model_dir])
+        rows.append([r.run_id, r.started, f"{r.step}/{r.steps}", r.status, best,
+                     *([reached] if target else []), r.model_dir])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() + "\n"
                    for row in rows)
-
-
-def diff(a: dict, b: dict) -> list[str]:
-    """The settings of A's and B's last revisions that differ, then the versions."""
-    from showtell.trainer.run_config import differences
-
-    first, second = a["revisions"][-1], b["revisions"][-1]
-    lines = differences(first["settings"], second["settings"])
-    for key in ("showtell", "tensorflow", "keras", "python"):
-        old, new = first["environment"].get(key), second["environment"].get(key)
-        if old != new:
-            lines.append(f"{key}: {old} → {new}")
-    return lines or ["no setting differs"]
-
-
-def _find(run_id: str, dirs: list[str]) -> tuple[Path, dict]:
-    from showtell.captioning.model.modeldir import RUNS
-
-    for d in dirs:
-        path = Path(d) / RUNS / f"{run_id}.json"
-        if path.is_file():
-            return path, _load(path)
-    raise ShowtellError(f"run {run_id}: not recorded in {', '.join(dirs)} (showtell runs DIR lists them)")
-
-
-def _load(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ShowtellError(f"{path}: unreadable run record ({exc}); move it aside") from exc
 
 
 def _clock(seconds: float) -> str:

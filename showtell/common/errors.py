@@ -26,6 +26,13 @@ class ShowtellError(Exception):
     exit_code = 1
 
 
+class UsageError(ShowtellError):
+    """The command used wrongly (an unknown run id, words missing): exit 2, as argparse exits on a
+    bad flag — a script tells "you asked wrongly" from "it failed"."""
+
+    exit_code = 2
+
+
 class DataError(ShowtellError):
     """A dataset directory, shard, record or image that cannot be used."""
 

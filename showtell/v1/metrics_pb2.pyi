@@ -209,15 +209,19 @@ class WatchResponse(_message.Message):
     def __init__(self, evaluation: _Optional[_Union[Evaluation, _Mapping]] = ...) -> None: ...
 
 class ListRunsRequest(_message.Message):
-    __slots__ = ("metric", "target")
+    __slots__ = ("metric", "target", "page_size", "page_token")
     METRIC_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     metric: str
     target: float
-    def __init__(self, metric: _Optional[str] = ..., target: _Optional[float] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, metric: _Optional[str] = ..., target: _Optional[float] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class RunSummary(_message.Message):
-    __slots__ = ("run_id", "evaluations", "latest_step", "best_value", "best_step", "time_to_target", "target_step")
+    __slots__ = ("run_id", "evaluations", "latest_step", "best_value", "best_step", "time_to_target", "target_step", "started", "step", "steps", "status")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     EVALUATIONS_FIELD_NUMBER: _ClassVar[int]
     LATEST_STEP_FIELD_NUMBER: _ClassVar[int]
@@ -225,6 +229,10 @@ class RunSummary(_message.Message):
     BEST_STEP_FIELD_NUMBER: _ClassVar[int]
     TIME_TO_TARGET_FIELD_NUMBER: _ClassVar[int]
     TARGET_STEP_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     evaluations: int
     latest_step: int
@@ -232,10 +240,30 @@ class RunSummary(_message.Message):
     best_step: int
     time_to_target: _duration_pb2.Duration
     target_step: int
-    def __init__(self, run_id: _Optional[str] = ..., evaluations: _Optional[int] = ..., latest_step: _Optional[int] = ..., best_value: _Optional[float] = ..., best_step: _Optional[int] = ..., time_to_target: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., target_step: _Optional[int] = ...) -> None: ...
+    started: _timestamp_pb2.Timestamp
+    step: int
+    steps: int
+    status: str
+    def __init__(self, run_id: _Optional[str] = ..., evaluations: _Optional[int] = ..., latest_step: _Optional[int] = ..., best_value: _Optional[float] = ..., best_step: _Optional[int] = ..., time_to_target: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., target_step: _Optional[int] = ..., started: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., step: _Optional[int] = ..., steps: _Optional[int] = ..., status: _Optional[str] = ...) -> None: ...
 
 class ListRunsResponse(_message.Message):
-    __slots__ = ("runs",)
+    __slots__ = ("runs", "next_page_token")
     RUNS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     runs: _containers.RepeatedCompositeFieldContainer[RunSummary]
-    def __init__(self, runs: _Optional[_Iterable[_Union[RunSummary, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, runs: _Optional[_Iterable[_Union[RunSummary, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class GetRunRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class GetRunResponse(_message.Message):
+    __slots__ = ("run_id", "record_json")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    RECORD_JSON_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    record_json: str
+    def __init__(self, run_id: _Optional[str] = ..., record_json: _Optional[str] = ...) -> None: ...

@@ -59,6 +59,11 @@ class MetricsServiceStub:
                 request_serializer=showtell_dot_v1_dot_metrics__pb2.ListRunsRequest.SerializeToString,
                 response_deserializer=showtell_dot_v1_dot_metrics__pb2.ListRunsResponse.FromString,
                 _registered_method=True)
+        self.GetRun = channel.unary_unary(
+                '/showtell.v1.MetricsService/GetRun',
+                request_serializer=showtell_dot_v1_dot_metrics__pb2.GetRunRequest.SerializeToString,
+                response_deserializer=showtell_dot_v1_dot_metrics__pb2.GetRunResponse.FromString,
+                _registered_method=True)
         self.Watch = channel.unary_stream(
                 '/showtell.v1.MetricsService/Watch',
                 request_serializer=showtell_dot_v1_dot_metrics__pb2.WatchRequest.SerializeToString,
@@ -105,6 +110,14 @@ class MetricsServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetRun(self, request, context):
+        """One run's record as the trainer wrote it (<model-dir>/runs/<run id>.json: every setting as
+        resolved, a revision per resume, each start's end). NOT_FOUND when the model dir has none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Watch(self, request, context):
         """Replays recorded evaluations after `after_step`, then pushes each new one as it is
         recorded, until the client cancels.
@@ -140,6 +153,11 @@ def add_MetricsServiceServicer_to_server(servicer, server):
                     servicer.ListRuns,
                     request_deserializer=showtell_dot_v1_dot_metrics__pb2.ListRunsRequest.FromString,
                     response_serializer=showtell_dot_v1_dot_metrics__pb2.ListRunsResponse.SerializeToString,
+            ),
+            'GetRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRun,
+                    request_deserializer=showtell_dot_v1_dot_metrics__pb2.GetRunRequest.FromString,
+                    response_serializer=showtell_dot_v1_dot_metrics__pb2.GetRunResponse.SerializeToString,
             ),
             'Watch': grpc.unary_stream_rpc_method_handler(
                     servicer.Watch,
@@ -282,6 +300,33 @@ class MetricsService:
             '/showtell.v1.MetricsService/ListRuns',
             showtell_dot_v1_dot_metrics__pb2.ListRunsRequest.SerializeToString,
             showtell_dot_v1_dot_metrics__pb2.ListRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/showtell.v1.MetricsService/GetRun',
+            showtell_dot_v1_dot_metrics__pb2.GetRunRequest.SerializeToString,
+            showtell_dot_v1_dot_metrics__pb2.GetRunResponse.FromString,
             options,
             channel_credentials,
             insecure,
