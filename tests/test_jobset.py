@@ -303,3 +303,72 @@ def test_a_bad_flag_fails_the_set_at_once_and_a_lost_task_restarts_it(jobset, re
     # the checks can fail: without the set's rules, JobSet's default restarts on a bad flag too
     assert _jobset_action({"maxRestarts": 10}, "chief", "PodFailurePolicy")[0] == "RestartJobSet"
     assert _job_outcome({"backoffLimit": 0}, "trainer", 2) == "BackoffLimitExceeded"
+
+
+RECOMMENDED = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component",
+               "app.kubernetes.io/version")
+
+
+def _pod_templates(doc: dict) -> dict[str, dict]:
+    """name → pod template metadata, for the workload kinds whose pods Kustomize does not label."""
+    if doc["kind"] == "JobSet":
+        return {rj["name"]: rj["template"]["spec"]["template"].get("metadata", {})
+                for rj in doc["spec"]["replicatedJobs"]}
+    if doc["kind"] == "TFJob":
+        return {name: spec["template"].get("metadata", {})
+                for name, spec in doc["spec"]["tfReplicaSpecs"].items()}
+    return {}
+
+
+@pytest.mark.parametrize("directory", ["overlays/cpu", "overlays/gpu", "tfjob"])
+def test_every_object_and_pod_carries_the_recommended_labels(directory: str):
+    """Kubernetes' app.kubernetes.io labels on every object and every pod (the version the
+    release's), and the Service selecting the evaluator's pods by them, no other pod."""
+    documents = render(K8S / directory)
+    pods: dict[str, dict] = {}
+    for doc in documents:
+        labels = doc["metadata"].get("labels", {})
+        assert all(labels.get(k) for k in RECOMMENDED), (doc["kind"], doc["metadata"]["name"], labels)
+        assert labels["app.kubernetes.io/version"] == _version()
+        for name, metadata in _pod_templates(doc).items():
+            pod_labels = metadata.get("labels", {})
+            assert all(pod_labels.get(k) for k in RECOMMENDED), (name, pod_labels)
+            assert pod_labels["app.kubernetes.io/version"] == _version()
+            pods[name] = pod_labels
+    [service] = [d for d in documents if d["kind"] == "Service"]
+    selector = service["spec"]["selector"]
+    chosen = {name for name, labels in pods.items() if selector.items() <= labels.items()}
+    assert chosen == {"evaluator"} or chosen == {"Evaluator"}, chosen
+
+
+def test_the_prometheus_operator_component_monitors_the_pods_that_serve_metrics(tmp_path: Path):
+    """``components/prometheus-operator`` added to an overlay: its PodMonitor selects the chief's
+    and the evaluator's pods (both serve port "metrics") and copies the labels the alerts select
+    on; its PrometheusRule holds the rules Prometheus loads from deploy/monitoring/alerts.yml."""
+    import os
+
+    import yaml
+
+    user = tmp_path / "my-overlay"
+    user.mkdir()
+    (user / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(K8S / "overlays" / "cpu", user)],
+        "components": [os.path.relpath(K8S / "components" / "prometheus-operator", user)]}))
+    documents = render(user)
+    [monitor] = [d for d in documents if d["kind"] == "PodMonitor"]
+    [rule] = [d for d in documents if d["kind"] == "PrometheusRule"]
+    [jobset] = [d for d in documents if d["kind"] == "JobSet"]
+    assert monitor["metadata"]["namespace"] == rule["metadata"]["namespace"] == "showtell"
+    selected = set()
+    for rj in jobset["spec"]["replicatedJobs"]:
+        template = rj["template"]["spec"]["template"]
+        if monitor["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items():
+            ports = {p.get("name") for c in template["spec"]["containers"] for p in c.get("ports", [])}
+            if {e["port"] for e in monitor["spec"]["podMetricsEndpoints"]} <= ports:
+                selected.add(rj["name"])
+    assert selected == {"chief", "evaluator"}  # the two that serve --prometheus-port
+    assert "app.kubernetes.io/name" in monitor["spec"]["podTargetLabels"]  # → app_kubernetes_io_name
+    alerts = yaml.safe_load((ROOT / "deploy" / "monitoring" / "alerts.yml").read_text())
+    assert rule["spec"]["groups"] == alerts["groups"], "copy alerts.yml's groups into prometheusrule.yaml"
+    assert any('app_kubernetes_io_name="showtell"' in r["expr"] for r in alerts["groups"][0]["rules"])

@@ -146,7 +146,7 @@ class Trainer:
         the step and each save's figures for Prometheus (``--prometheus-port``)."""
         logs.CONTEXT["run"] = read_run_id(str(self.task.model_dir)) or ""
         if self.metrics is not None:
-            self.metrics(step)
+            self.metrics.start(step, self.task.batch_size, logs.CONTEXT["run"])
             self.task.checkpoints.on_save = self.metrics.saved
 
     def _log_shape(self) -> None:

@@ -1,19 +1,20 @@
 """The evaluator's figures for Prometheus (``--prometheus-port``): what an operator alerts on —
 how far behind the trainer it is, how long since a checkpoint came, whether evaluations fail.
 
-Two kinds of figure.  What happens once per evaluation (its duration, its images per second,
-the count by status) is observed by ``record``, one more of the controller's actions.  What is
-true at any moment (pending checkpoints, steps behind, the newest checkpoint's time, each
-run's last evaluated step, open Watch streams) is read at scrape time from the controller's
-status snapshot and the store, so it is never stale and nothing else has to write it.
-"""
+Two kinds of figure.  What happens once per evaluation (its duration, the images it covered, the
+count by status) is observed by ``record``, one more of the controller's actions: counters and a
+histogram, so ``rate()`` gives throughput over any window.  What is true at any moment (pending
+checkpoints, steps behind, the newest checkpoint's time, the current run and its last evaluated
+step, open Watch streams) is read at scrape time from the controller's status snapshot and the
+store, so it is never stale and nothing else has to write it.  Labels stay bounded: the run is
+an info metric's one changing label, not a series per run."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
 from showtell.evaluator.loop.status import Status
@@ -39,9 +40,9 @@ class EvaluatorMetrics:
                                   "Wall-clock time of each successful evaluation (restore, captions, "
                                   "scores).",
                                   buckets=DURATION_BUCKETS, registry=self.registry)
-        self.images_rate = Gauge("showtell_evaluator_images_per_second",
-                                 "Images evaluated per second in the last successful evaluation.",
-                                 registry=self.registry)
+        self.images = Counter("showtell_evaluator_images", "Validation images evaluated (captioned and "
+                              "scored) by successful evaluations; rate() is the throughput.",
+                              registry=self.registry)
         self.registry.register(_Now(status, store, streams))
 
     def record(self, record: Record) -> None:
@@ -52,8 +53,8 @@ class EvaluatorMetrics:
             return
         self.duration.observe(record.eval_seconds)
         progress = self.status().progress
-        if progress is not None and record.eval_seconds > 0:
-            self.images_rate.set(progress.done / record.eval_seconds)
+        if progress is not None:
+            self.images.inc(progress.done)
 
 
 class _Now(Collector):
@@ -64,17 +65,19 @@ class _Now(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         status = self.status()
-        last = GaugeMetricFamily("showtell_evaluator_last_evaluated_step",
-                                 "The newest global step evaluated, per training run.", labels=["run_id"])
-        evaluated = {}
-        for run, _evaluations, newest in self.store.run_summaries():
-            evaluated[run] = newest
-            last.add_metric([run], newest)
-        yield last
+        # The current run as an info metric whose label changes, not a series per run kept for the
+        # process' life (the history, ListRuns and `showtell runs` have every run).
+        yield InfoMetricFamily("showtell_evaluator_run", "The training run the model dir holds now.",
+                               value={"run_id": status.run_id or ""})
+        evaluated = {run: newest for run, _evaluations, newest in self.store.run_summaries()}
+        current = evaluated.get(status.run_id)
+        yield GaugeMetricFamily("showtell_evaluator_last_evaluated_step",
+                                "The newest global step evaluated of the current run (-1 before its first).",
+                                value=current if current is not None else -1)
         yield GaugeMetricFamily("showtell_evaluator_checkpoints_pending",
                                 "Checkpoints named by the trainer and due for evaluation.",
                                 value=len(status.pending_steps))
-        newest, current = status.last_seen_step, evaluated.get(status.run_id)
+        newest = status.last_seen_step
         behind = 0 if newest < 0 else newest - (current if current is not None else 0)
         yield GaugeMetricFamily("showtell_evaluator_steps_behind",
                                 "Global steps between the newest checkpoint and the newest one evaluated "
