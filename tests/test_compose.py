@@ -235,6 +235,18 @@ def test_the_monitoring_profile_scrapes_what_the_services_serve(compose_tools):
     assert f"{ROOT / 'deploy' / 'monitoring'}:/etc/prometheus:ro" in prometheus["volumes"]
     assert prometheus["ports"] == ["127.0.0.1:9090:9090/tcp"]
     assert scrape["rule_files"] == ["alerts.yml"] and (ROOT / "deploy" / "monitoring" / "alerts.yml").exists()
+    # Grafana beside it, its data source that Prometheus, its dashboard the one the tests query
+    # (tests/test_prometheus.py runs every panel's PromQL against a real Prometheus)
+    grafana = services["grafana"]
+    assert grafana["profiles"] == ["monitoring"] and not grafana["image"].endswith(":latest")
+    assert grafana["ports"] == ["127.0.0.1:3000:3000/tcp"]
+    provisioning = ROOT / "deploy" / "monitoring" / "grafana" / "provisioning"
+    assert f"{provisioning}:/etc/grafana/provisioning:ro" in grafana["volumes"]
+    [source] = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())["datasources"]
+    assert source["url"] == "http://prometheus:9090" and "9090:9090/tcp" in prometheus["ports"][0]
+    [provider] = yaml.safe_load((provisioning / "dashboards" / "showtell.yml").read_text())["providers"]
+    assert f"{ROOT / 'deploy' / 'monitoring' / 'grafana' / 'dashboards'}:{provider['options']['path']}:ro" \
+        in grafana["volumes"]
 
 
 DIGEST = re.compile(r"python:3\.11-slim@sha256:[0-9a-f]{64}")

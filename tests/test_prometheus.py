@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests import system_packages
 from tests.helpers import ROOT, TINY_MODEL, error_lines, free_ports, start_evaluator, wait_for
@@ -55,14 +56,14 @@ def test_a_real_prometheus_scrapes_the_trainer_and_the_evaluator(prometheus_tool
                           "--log-every-steps", "50", "--prometheus-port", str(trainer_port), log=trainer_log)
     evaluator, _ = start_evaluator(procs, model_dir, tiny_data, tmp_path / "eval", tmp_path / "eval.log",
                                    "--max-eval-examples", "4", "--prometheus-port", str(evaluator_port))
+    # the compose stack's scrape config (its jobs and labels), with this test's ports and a 1 s interval
     config = tmp_path / "prometheus.yml"
-    config.write_text(json.dumps({  # YAML's superset: JSON
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [
-            {"job_name": "showtell-trainer", "static_configs": [{"targets": [f"127.0.0.1:{trainer_port}"]}]},
-            {"job_name": "showtell-evaluator",
-             "static_configs": [{"targets": [f"127.0.0.1:{evaluator_port}"]}]},
-        ]}))
+    scrape = yaml.safe_load((ROOT / "deploy" / "monitoring" / "prometheus.yml").read_text())
+    ports = {"showtell-trainer": trainer_port, "showtell-evaluator": evaluator_port}
+    for job in scrape["scrape_configs"]:
+        job["static_configs"][0]["targets"] = [f"127.0.0.1:{ports[job['job_name']]}"]
+    config.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                                      "scrape_configs": scrape["scrape_configs"]}))
     server = procs.start_program("prometheus", f"--config.file={config}",
                                  f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                                  f"--web.listen-address=127.0.0.1:{server_port}",
@@ -80,7 +81,8 @@ def test_a_real_prometheus_scrapes_the_trainer_and_the_evaluator(prometheus_tool
     [step] = wait_for(lambda: answered("showtell_trainer_step > 0"), 60, "the trainer's step")
     assert float(step["value"][1]) > 0
     assert {r["metric"]["job"] for r in answered("up == 1")} == {"showtell-trainer", "showtell-evaluator"}
-    assert answered("showtell_trainer_examples_per_second > 0")
+    assert wait_for(lambda: answered("rate(showtell_trainer_examples_total[30s]) > 0"), 60, "a training rate")
+    assert answered('up{app_kubernetes_io_name="showtell", app_kubernetes_io_component="evaluator"} == 1')
     assert answered("showtell_trainer_last_save_duration_seconds > 0")
     assert answered("time() - showtell_evaluator_newest_checkpoint_timestamp_seconds < 600")
     assert answered("showtell_evaluator_evaluation_duration_seconds_count > 0")
@@ -91,9 +93,22 @@ def test_a_real_prometheus_scrapes_the_trainer_and_the_evaluator(prometheus_tool
         page = _page(port)
         assert str(tmp_path) not in page and os.uname().nodename not in page, page
     evaluator_page = _page(evaluator_port)
-    for name in ("showtell_evaluator_last_evaluated_step{run_id=", "showtell_evaluator_checkpoints_pending ",
-                 "showtell_evaluator_images_per_second ", "showtell_evaluator_watch_streams 0.0"):
+    for name in ("showtell_evaluator_run_info{run_id=", "showtell_evaluator_checkpoints_pending ",
+                 "showtell_evaluator_images_total ", "showtell_evaluator_watch_streams 0.0"):
         assert name in evaluator_page, name
+    # bounded labels: one series per metric name but the info metrics' changing run_id
+    assert "showtell_evaluator_last_evaluated_step{" not in evaluator_page
+    assert "showtell_trainer_run_info{run_id=" in _page(trainer_port)
+
+    # Every query of the Grafana dashboard, as Grafana sends it, answered by this Prometheus; all
+    # but the ones that need a failure or a second run have series.
+    grafana = ROOT / "deploy" / "monitoring" / "grafana"
+    dashboard = json.loads((grafana / "dashboards" / "showtell.json").read_text())
+    queries = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    assert len(queries) >= 12
+    wait_for(lambda: answered("showtell_evaluator_images_total > 0"), 120, "an evaluated image counted")
+    empty = [q for q in queries if not answered(q.replace("$__rate_interval", "1m"))]
+    assert empty == [], empty  # each has series here: the evaluations' statuses are labelled from the start
 
     for proc in (trainer, evaluator, server):
         os.kill(proc.pid, signal.SIGTERM)
