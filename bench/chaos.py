@@ -157,8 +157,9 @@ class Soak:
 
     # ---------------------------------------------------------------- faults
     def wait_moment(self, moment: str, evaluator_log: Path) -> str:
-        """Wait (up to 60 s) for the chosen moment; 'random' if it did not come.  What is returned
-        is what was seen just before the kill; ``landed`` says where the kill really fell."""
+        """Wait (up to 60 s) for the chosen moment.  What is returned is what was seen just before
+        the kill ("missed: no save within 60 s" when the moment never came — counted as a miss in
+        the summary, not as a kill at random); ``landed`` says where the kill really fell."""
         deadline = time.monotonic() + 60
         if moment == "save":
             stale = set(self.model.glob("ckpt-*_temp"))  # left by saves killed before: not this one
@@ -175,7 +176,9 @@ class Soak:
                     time.sleep(0.1)
                     return "during an evaluation"
                 time.sleep(0.02)
-        return "at a random moment"
+        else:
+            return "at a random moment"
+        return f"missed: no {moment} within 60 s"
 
     def landed(self, when: str, evaluator_log: Path) -> str:
         """Where a kill aimed at a moment fell, read right after the signal was sent, the same way
@@ -401,6 +404,7 @@ class Soak:
         return {
             "cluster": self.cluster, "seconds": self.seconds, "kills": len(self.events),
             "kills_by": _tally(f"{e['victim']} {e['signal']} {e['when']}" for e in self.events),
+            "aimed_kills_missed": sum(1 for e in self.events if e["when"].startswith("missed")),
             "restarts": len(self.events), "checkpoints_named": len(self.named), "runs": len(runs),
             "evaluated": sum(1 for rs in by_step.values() for st, _ in rs if st == "ok"),
             "skipped": skipped, "unseen_while_down": len(unseen), "trainer_resumes_checked": resumed,

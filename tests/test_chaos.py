@@ -34,6 +34,7 @@ def test_short_chaos_soak_violates_nothing(tmp_path: Path):
     # wait for a save and for an evaluation.
     landed = {what.split(" ", 2)[2] for what in figures["kills_by"]}
     assert {"during a save", "during an evaluation"} <= landed, figures["kills_by"]
+    assert figures["aimed_kills_missed"] == 0, figures["kills_by"]  # a timed-out aim is a miss
     trainer_kills = sum(n for what, n in figures["kills_by"].items() if what.startswith("trainer"))
     assert figures["trainer_resumes_checked"] + figures["trainer_killed_before_restoring"] == trainer_kills
 

@@ -51,11 +51,14 @@ time.sleep(3600)
 """
 
 
-def _received_by_clients(port: int) -> list[int]:
-    """Bytes each client connection to ``port`` has received so far (the kernel's count, ``ss``)."""
-    out = subprocess.run(["ss", "-tinH", "state", "established", f"( dport = :{port} )"],
+def _received_by_clients(port: int, pid: int) -> list[int]:
+    """Bytes each connection of process ``pid`` to ``port`` has received so far (the kernel's
+    count, ``ss``) — that process' only: the test's own channel to the port is not one of them."""
+    out = subprocess.run(["ss", "-tinpH", "state", "established", f"( dport = :{port} )"],
                          capture_output=True, text=True, check=True).stdout
-    return [int(n) for n in re.findall(r"bytes_received:(\d+)", out)]
+    entries = re.split(r"\n(?=\S)", out.strip())  # a socket per entry: its line, then its indented info
+    return [int(n) for entry in entries if f"pid={pid}," in entry
+            for n in re.findall(r"bytes_received:(\d+)", entry)]
 
 
 def _health_within_a_second(port: int) -> None:
@@ -138,11 +141,11 @@ def test_the_service_survives_hostile_clients(tiny_data: Path, tiny_model: Path,
 
         def stalled_now() -> bool:
             nonlocal stalled
-            first = _received_by_clients(port)
+            first = _received_by_clients(port, reader.pid)
             time.sleep(1.0)
-            second = _received_by_clients(port)
+            second = _received_by_clients(port, reader.pid)
             stalled = second
-            return (len(second) >= STREAMS and first == second
+            return (len(second) == STREAMS and first == second
                     and all(0 < n < replay / 2 for n in second))
 
         deadline = time.monotonic() + 60

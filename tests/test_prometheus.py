@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import tensorflow as tf
 import yaml
 
 from tests import system_packages
@@ -76,8 +77,10 @@ def test_a_real_prometheus_scrapes_the_trainer_and_the_evaluator(prometheus_tool
     ok = wait_for(lambda: answered('showtell_evaluator_evaluations_total{status="ok"} >= 2'), 240,
                   "Prometheus to see two evaluations")
     assert ok[0]["metric"]["job"] == "showtell-evaluator"
-    [behind] = wait_for(lambda: answered("showtell_evaluator_steps_behind"), 30, "steps behind")
-    assert float(behind["value"][1]) >= 0
+    # steps behind is the newest checkpoint's step less the newest evaluated, in one scrape
+    identity = ("showtell_evaluator_steps_behind == showtell_evaluator_newest_checkpoint_step"
+                " - showtell_evaluator_last_evaluated_step")
+    assert wait_for(lambda: answered(identity), 30, "steps behind = newest − last evaluated")
     [step] = wait_for(lambda: answered("showtell_trainer_step > 0"), 60, "the trainer's step")
     assert float(step["value"][1]) > 0
     assert {r["metric"]["job"] for r in answered("up == 1")} == {"showtell-trainer", "showtell-evaluator"}
@@ -110,9 +113,18 @@ def test_a_real_prometheus_scrapes_the_trainer_and_the_evaluator(prometheus_tool
     empty = [q for q in queries if not answered(q.replace("$__rate_interval", "1m"))]
     assert empty == [], empty  # each has series here: the evaluations' statuses are labelled from the start
 
-    for proc in (trainer, evaluator, server):
-        os.kill(proc.pid, signal.SIGTERM)
+    # The trainer stops (a final checkpoint at a step read from its model dir); once the evaluator
+    # has evaluated it, it is 0 steps behind that step — a known value, not just "≥ 0".
+    os.kill(trainer.pid, signal.SIGTERM)
     assert trainer.wait(timeout=120) == 143
+    final = int(tf.train.latest_checkpoint(str(model_dir)).rsplit("-", 1)[1])
+    wait_for(lambda: answered(f"showtell_evaluator_last_evaluated_step == {final}"), 180,
+             f"the evaluator to evaluate the final checkpoint (step {final})")
+    [behind] = answered("showtell_evaluator_steps_behind")
+    [newest] = answered("showtell_evaluator_newest_checkpoint_step")
+    assert (float(behind["value"][1]), float(newest["value"][1])) == (0, final)
+    for proc in (evaluator, server):
+        os.kill(proc.pid, signal.SIGTERM)
     assert evaluator.wait(timeout=120) == 0
     server.wait(timeout=60)
 

@@ -65,7 +65,8 @@ class Controller:
             chunk = 1 if first else self._chunk(step, steps)
             first = False
             logs = self.runner.train(chunk)
-            step = self.global_step()
+            before, step = step, self.global_step()
+            log.debug("steps %d → %d in one call of %d", before, step, chunk)
             for action in self.actions:
                 action(step, logs)
             halt, save = self.runner.agree([bool(self.stop), self.save_schedule.due(step)])
