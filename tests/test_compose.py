@@ -169,7 +169,7 @@ def test_presets_render_the_im2txt_recipe_as_commands_our_clis_accept(compose_to
     recipe = ROOT / "deploy" / "recipes" / f"{preset}.yaml"
     assert f"{recipe}:{RECIPE}:ro" in services["trainer"]["volumes"]  # the preset's recipe file
     trainer = _trainer(services["trainer"])
-    assert trainer.config == recipe
+    assert trainer.config == [recipe]
     assert argument_problem(trainer) is None
     # im2txt: SGD at 2.0 halved every 8 epochs, batch 32, ImageNet Inception v3 on COCO records.
     assert (trainer.optimizer, trainer.learning_rate, trainer.epochs_per_decay, trainer.batch_size) == \

@@ -9,12 +9,54 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 
 def _print(showtell_main, *argv: str) -> dict:
+    """The settings ``--print-config`` prints (YAML, dashed keys), by argument name."""
     result = showtell_main("train", *argv, "--print-config")
     assert result.returncode == 0, result.stderr[-2000:] + result.logs[-2000:]
-    return json.loads(result.stdout)["settings"]
+    printed = yaml.safe_load(result.stdout)
+    return {k.replace("-", "_"): v for k, v in printed.items() if k not in ("resolved", "environment")}
+
+
+def test_print_config_reads_back_to_the_same_settings_without_data_or_a_model_dir(tmp_path: Path,
+                                                                                   showtell_main):
+    """The round trip: what ``--print-config`` prints, ``--config`` reads back to the same settings
+    (nulls are the defaults), and prints again the same; several files merge in order; a run's
+    record is a config file too (its last revision's settings)."""
+    first = showtell_main("train", "--steps", "7", "--devices", "CPU:0", "--learning-rate", "0.01",
+                          "--print-config")
+    assert first.returncode == 0, first.stderr[-2000:]
+    printed = tmp_path / "printed.yaml"
+    printed.write_text(first.stdout)
+    assert yaml.safe_load(first.stdout)["first-save-secs"] is None  # null: the default, read back
+    again = showtell_main("train", "--config", str(printed), "--print-config")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout == first.stdout
+
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("batch-size: 8\nsteps: 3\n")
+    b.write_text("steps: 5\nsave-every-secs: null\n")  # null: never, as --save-every-secs 0 records it
+    merged = _print(showtell_main, "--config", str(a), "--config", str(b))
+    assert (merged["batch_size"], merged["steps"], merged["save_every_secs"]) == (8, 5, None)
+    assert "config" not in merged and "print_config" not in merged  # how settings came, not settings
+
+    record = tmp_path / "runs" / "r.json"  # a run's record, as the trainer writes it (abridged)
+    record.parent.mkdir()
+    record.write_text(json.dumps({"run_id": "r", "revisions": [
+        {"at": "…", "step": 0, "settings": {"steps": 2, "batch_size": 4, "devices": ["CPU:0"],
+                                           "config": ["x.yaml"], "print_config": False, "data": "d"},
+         "resolved": {"global_batch": 4}, "environment": {"python": "3.11"}},
+        {"at": "…", "step": 2,
+         "settings": {"steps": 4, "batch_size": 4, "devices": ["CPU:0"], "data": "d"}}]}))
+    repeated = _print(showtell_main, "--config", str(record), "--model-dir", str(tmp_path / "new"))
+    assert (repeated["steps"], repeated["batch_size"], repeated["devices"], repeated["data"],
+            repeated["model_dir"]) == (4, 4, "CPU:0", "d", str(tmp_path / "new"))
+    missing = showtell_main("train", "--steps", "3")
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == ("showtell train: error: the following arguments are required: --data, "
+                                      "--model-dir (see --help)")
 
 
 @pytest.mark.slow
@@ -29,7 +71,7 @@ def test_flags_override_the_file_and_the_file_the_defaults(tiny_data: Path, tmp_
     assert settings["deterministic_input"] is True and settings["train_inception"] is False
     assert settings["mixed_precision"] == "off"  # YAML 1.1 reads a bare off as false: taken as meant
     assert settings["data"] == str(tiny_data)  # a required flag given by the file
-    assert settings["save_every_secs"] == 600.0 and settings["config"] == str(config)  # a default; the file
+    assert settings["save_every_secs"] == 600.0  # a default
     assert not (tmp_path / "m").exists()
 
 
@@ -37,6 +79,7 @@ def test_flags_override_the_file_and_the_file_the_defaults(tiny_data: Path, tmp_
     ("batch_sise: 8\n", "unknown key 'batch_sise' (did you mean batch-size?); keys are the flags of "
                         "showtell train without the dashes"),
     ("batch-size: 0\n", "batch-size: must be ≥ 1 (got 0)"),
+    ("batch-size: null\n", "batch-size: expected a value (null is not one for this flag)"),
     ("batch-size: many\n", "batch-size: invalid positive integer value: 'many'"),
     ("optimizer: rmsprop\n", "optimizer: 'rmsprop' is not one of sgd, momentum, adam"),
     ("deterministic-input: sometimes\n", "deterministic-input: expected true or false (got 'sometimes')"),

@@ -207,7 +207,7 @@ def test_the_chief_trains_with_the_recipe_it_mounts(replicated, recipe):
     assert volumes[mounts["/etc/showtell"]["name"]]["configMap"]["name"] == "showtell-recipe"
     args = parse_cli("showtell.trainer.cli",
                      _expanded(chief["args"], {"JOB_NAME": "chief", "TASK": "0"}, recipe))
-    assert args.config == recipe and args.save_every_secs == 600 and args.keep == 5  # from the file
+    assert args.config == [recipe] and args.save_every_secs == 600 and args.keep == 5  # from the file
     assert str(args.model_dir) == "/checkpoints/model"  # the flags: where things are
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import tensorflow as tf
+import yaml
 
 from showtell.captioning.model.modeldir import read_run_id
 from tests.helpers import TINY_MODEL
@@ -26,6 +27,19 @@ def _train(showtell_main, data: Path, model_dir: Path, *extra: str):
     return result
 
 
+def _sections(printed: str) -> dict:
+    """``--print-config``'s YAML as the record's sections: settings (by argument name), resolved."""
+    loaded = yaml.safe_load(printed)
+    settings = {k.replace("-", "_"): v for k, v in loaded.items() if k not in ("resolved", "environment")}
+    return {"settings": settings, "resolved": loaded.get("resolved", {})}
+
+
+def _comparable(settings: dict) -> dict:
+    """Settings as a config file writes them: how they were given aside, lists as their flag's text."""
+    return {k: ",".join(map(str, v)) if isinstance(v, list) else v for k, v in settings.items()
+            if k not in ("print_config", "config")}
+
+
 def _revisions(model_dir: Path) -> list[dict]:
     run = read_run_id(str(model_dir))
     return json.loads((model_dir / "runs" / f"{run}.json").read_text())["revisions"]
@@ -36,7 +50,7 @@ def test_the_run_records_its_configuration_and_each_change(tiny_data: Path, tmp_
     printed = showtell_main("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
                             "--save-every-secs", "0", "--steps", "2", "--print-config")
     assert printed.returncode == 0 and not model_dir.exists()  # printed, nothing written
-    shown = json.loads(printed.stdout)
+    shown = _sections(printed.stdout)
     assert shown["settings"]["steps"] == 2 and shown["resolved"]["model"]["lstm_units"] == 32
     assert shown["resolved"]["uses_cache"] and shown["resolved"]["compute"]["steps_per_loop"] == 10
 
@@ -51,10 +65,18 @@ def test_the_run_records_its_configuration_and_each_change(tiny_data: Path, tmp_
     assert environment["tensorflow"] == tf.__version__ and environment["python"]
     assert len(environment["data"]["manifest_sha256"]) == 64 and len(environment["encoder_sha256"]) == 64
     for part in ("settings", "resolved"):  # what was printed is what trained
-        printed_part = {k: v for k, v in shown[part].items() if k != "print_config"}
-        trained_part = {k: v for k, v in first[part].items() if k != "print_config"}
+        printed_part = _comparable(shown[part])
+        trained_part = _comparable(first[part])
         assert printed_part == trained_part, {k: (v, trained_part.get(k)) for k, v in printed_part.items()
                                               if trained_part.get(k) != v}
+
+    # The run repeats from its record: fed back as --config (another model dir), the same settings
+    run = read_run_id(str(model_dir))
+    again = showtell_main("train", "--config", str(model_dir / "runs" / f"{run}.json"),
+                          "--model-dir", str(tmp_path / "repeat"), "--print-config")
+    assert again.returncode == 0, again.stderr[-2000:]
+    repeated = _comparable(_sections(again.stdout)["settings"])
+    assert repeated == {**_comparable(first["settings"]), "model_dir": str(tmp_path / "repeat")}
 
     _train(showtell_main, tiny_data, model_dir, "--steps", "2")  # the same settings: nothing new
     assert len(_revisions(model_dir)) == 1

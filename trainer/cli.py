@@ -8,7 +8,6 @@ how the run is distributed, and whom to follow for early stop.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -80,8 +79,9 @@ def _step_range(text: str) -> tuple[int, int]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", type=Path, required=True, help="dataset directory (from `showtell data`)")
-    p.add_argument("--model-dir", type=Path, required=True, help="checkpoints and summaries go here")
+    # required, but not by argparse: --print-config prints a config without them (run() checks)
+    p.add_argument("--data", type=Path, help="dataset directory (from `showtell data`); required")
+    p.add_argument("--model-dir", type=Path, help="checkpoints and summaries go here; required")
     p.add_argument("--image-size", type=_image_size,
                    help="model input pixels (default: the dataset's image size)")
     p.add_argument("--inception-weights", default=WEIGHTS_NONE, metavar="SOURCE",
@@ -126,12 +126,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--log-device-placement", action="store_true",
                    help="log every op's device (TensorFlow's own, very verbose)")
     p.add_argument("--print-config", action="store_true",
-                   help="print the run's whole configuration (JSON: every setting, what it resolves to, "
-                        "versions, devices, data) and exit, training and writing nothing")
+                   help="print the run's configuration as YAML --config reads back (every setting; and "
+                        "what it resolves to, when --data exists) and exit, training and writing nothing")
     p.add_argument("--profile-steps", type=_step_range, metavar="A:B",
                    help="write a TensorFlow profiler trace of global steps A to B into the model dir's "
                         "TensorBoard run (TensorBoard's Profile tab; pip install tensorboard-plugin-profile)")
-    add_config_file_flag(p)
+    add_config_file_flag(p, records=True)
     add_verbose_flag(p)
 
 
@@ -293,13 +293,27 @@ def _task(args: argparse.Namespace, cluster, name: str):
 
 
 def _print_config(args: argparse.Namespace, cluster, name: str) -> int:
-    """``--print-config``: the configuration this command would train with; nothing is written."""
-    from showtell.trainer import run_config
+    """``--print-config``: the settings as YAML that ``--config`` reads back to the same settings;
+    given a model dir and a dataset that exists, then what they resolve to (the phase, the
+    strategy, the global batch, the steps per call) and the versions, as sections ``--config``
+    passes over.  Nothing is written; neither is needed for the settings."""
+    import yaml
 
-    chosen, task = _task(args, cluster, name)
-    config = run_config.configuration(run_config.settings(args), task, chosen.name,
-                                      task.compute.loop_steps(task.uses_cache), encoder=False)
-    print(json.dumps(config, indent=2))
+    from showtell.common.flags import printable_settings
+
+    printed: dict[str, object] = printable_settings(args)
+    from showtell.captioning.data.manifest import MANIFEST
+
+    if args.model_dir is not None and args.data is not None and (args.data / MANIFEST).is_file():
+        from showtell.trainer import run_config
+
+        chosen, task = _task(args, cluster, name)
+        config = run_config.configuration(run_config.settings(args), task, chosen.name,
+                                          task.compute.loop_steps(task.uses_cache), encoder=False)
+        printed.update(resolved=config["resolved"], environment=config["environment"])
+    sys.stdout.write(f"# {PROG}: its settings (feed this file back: --config FILE); resolved and "
+                     "environment are what they came to, read by people, passed over by --config\n")
+    sys.stdout.write(yaml.safe_dump(printed, sort_keys=False, allow_unicode=True))
     return 0
 
 
@@ -337,6 +351,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def argument_problem(args: argparse.Namespace) -> str | None:
     """Flag combinations argparse cannot see."""
+    missing = [flag for flag, value in (("--data", args.data), ("--model-dir", args.model_dir))
+               if value is None]
+    if missing and not args.print_config:
+        return f"the following arguments are required: {', '.join(missing)}"
     if args.cache_variants > 1 and not args.augment:
         return "--cache-variants > 1 needs --augment true (the variants would be identical)"
     if args.stop_when and not args.evaluator:  # --evaluator alone is unused: compose always passes it

@@ -142,20 +142,35 @@ def config_from_flags(config_cls, args: argparse.Namespace, **fixed):
 
 # -- a YAML file of settings ------------------------------------------------------------
 
-def add_config_file_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, metavar="FILE",
-                        help="a YAML file of settings, keyed by flag name without the dashes "
-                             "(batch-size: 32); flags on the command line override it, it overrides "
-                             "the defaults; the run records it with every other setting")
+def add_config_file_flag(parser: argparse.ArgumentParser, records: bool = False) -> None:
+    """``--config FILE`` (repeatable); ``records``: the command writes run records and prints its
+    configuration (``train``), which this flag then also reads."""
+    also = (", or a run's record (<model-dir>/runs/<id>.json) or --print-config's output, to repeat "
+            "a run" if records else "")
+    parser.add_argument("--config", type=Path, metavar="FILE", action="append",
+                        help=f"a YAML file of settings, keyed by flag name without the dashes "
+                             f"(batch-size: 32){also}; repeat it to merge files in order (a later file "
+                             "wins); flags on the command line override them, they override the defaults")
+
+
+# What a config file may hold besides settings: a run record's or --print-config's other sections
+# (what the settings resolved to, the environment), read by people, not taken as settings.
+RECORD_SECTIONS = frozenset({"resolved", "environment", "at", "step", "command", "changed", "run_id"})
+NOT_SETTINGS = frozenset({"config", "print_config"})  # how the settings were given, not settings
 
 
 def apply_config_file(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
-    """When ``argv`` names ``--config FILE``, the file's settings become ``parser``'s defaults, each
-    checked by its flag's own type and choices: so flags given still win, and a bad file fails in
-    one line naming the file, the key and what is allowed (exit 2), before anything runs."""
-    path = _config_path(argv)
-    if path is None:
-        return
+    """Every ``--config FILE`` in ``argv``, in order (a later file's keys win), becomes ``parser``'s
+    defaults, each value checked by its flag's own type and choices: so flags given still win, and
+    a bad file fails in one line naming the file, the key and what is allowed (exit 2), before
+    anything runs.  A run's record (``runs/<id>.json``) gives its last revision's settings."""
+    defaults: dict[str, object] = {}
+    for path in _config_paths(argv):
+        defaults.update(_file_settings(parser, path))
+    parser.set_defaults(**defaults)
+
+
+def _file_settings(parser: argparse.ArgumentParser, path: str) -> dict[str, object]:
     import yaml  # here: the metrics client, which takes no --config, installs without PyYAML
 
     try:
@@ -165,31 +180,68 @@ def apply_config_file(parser: argparse.ArgumentParser, argv: Sequence[str]) -> N
     except yaml.YAMLError as exc:
         parser.error(f"--config {path}: not YAML ({str(exc).splitlines()[0]})")
     if data is None:
-        return
+        return {}
     if not isinstance(data, dict):
         parser.error(f"--config {path}: expected settings as a mapping, e.g. 'batch-size: 32'")
+    if isinstance(data.get("revisions"), list):  # a run's record: its last revision's settings
+        revisions = data["revisions"]
+        if not revisions or not isinstance(revisions[-1], dict) or not isinstance(
+                revisions[-1].get("settings"), dict):
+            parser.error(f"--config {path}: a run record without settings to repeat")
+        data = revisions[-1]["settings"]
     actions = {a.dest: a for a in parser._actions if a.option_strings and a.dest not in ("help", "config")}
-    defaults = {}
+    settings = {}
     for key, value in data.items():
-        action = actions.get(str(key).replace("-", "_"))
+        dest = str(key).replace("-", "_")
+        if dest in NOT_SETTINGS or (dest in RECORD_SECTIONS and dest not in actions):
+            continue
+        action = actions.get(dest)
         if action is None:
             names = [dest.replace("_", "-") for dest in actions]
             near = difflib.get_close_matches(str(key).replace("_", "-"), names, n=1)
             parser.error(f"--config {path}: unknown key {key!r}"
                          f"{f' (did you mean {near[0]}?)' if near else ''}; keys are the flags of "
                          f"{parser.prog} without the dashes")
-        defaults[action.dest] = _setting(parser, path, key, action, value)
+        if value is None:  # what --print-config prints for unset, "never" or "auto": None itself
+            if not _takes_none(action):
+                parser.error(f"--config {path}: {key}: expected a value (null is not one for this flag)")
+            settings[action.dest] = None
+        else:
+            settings[action.dest] = _setting(parser, path, key, action, value)
         action.required = False  # given by the file
-    parser.set_defaults(**defaults)
+    return settings
 
 
-def _config_path(argv: Sequence[str]) -> str | None:
+def _takes_none(action: argparse.Action) -> bool:
+    """Whether None is a value of this flag: its default (unset), or what its type makes of
+    ``0`` for never or of ``auto`` (``--save-every-secs 0``, ``--train-inception auto``)."""
+    name = getattr(action.type, "name", "")
+    return action.default is None or name == seconds_or_never.name or name.endswith("|auto")
+
+
+def _config_paths(argv: Sequence[str]) -> list[str]:
+    paths = []
     for i, word in enumerate(argv):
         if word == "--config" and i + 1 < len(argv):
-            return argv[i + 1]
-        if word.startswith("--config="):
-            return word.split("=", 1)[1]
-    return None
+            paths.append(argv[i + 1])
+        elif word.startswith("--config="):
+            paths.append(word.split("=", 1)[1])
+    return paths
+
+
+def printable_settings(args: argparse.Namespace) -> dict[str, object]:
+    """The settings of ``args`` as a config file holds them: dashed keys, plain values (a path as
+    text, a list as its flag writes it), unset ones null — ``--config`` reads this back to the
+    same settings."""
+    def plain(value):
+        if isinstance(value, Path):
+            return str(value)
+        if isinstance(value, (list, tuple)):
+            return ",".join(str(v) for v in value)
+        return value
+
+    return {key.replace("_", "-"): plain(value) for key, value in sorted(vars(args).items())
+            if key not in NOT_SETTINGS and key != "command"}
 
 
 def _setting(parser: argparse.ArgumentParser, path: str, key, action: argparse.Action, value):
@@ -198,6 +250,8 @@ def _setting(parser: argparse.ArgumentParser, path: str, key, action: argparse.A
         if not isinstance(value, bool):
             parser.error(f"--config {path}: {key}: expected true or false (got {value!r})")
         return value
+    if isinstance(value, list) and value and all(isinstance(v, (str, int, float)) for v in value):
+        value = ",".join(str(v) for v in value)  # a list flag (--devices GPU:0,GPU:1), as a record holds it
     if isinstance(value, (dict, list)):
         parser.error(f"--config {path}: {key}: expected one value (got {value!r})")
     if isinstance(value, bool) and action.choices is not None and "off" in action.choices:
