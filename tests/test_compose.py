@@ -576,7 +576,7 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: 
         assert record.exit_code == 0, record.output
         [revision] = json.loads(record.output)["revisions"]
         assert (revision["settings"]["batch_size"], revision["settings"]["save_every_secs"],
-                revision["settings"]["config"]) == (8, 10.0, RECIPE), revision["settings"]
+                revision["settings"]["config"]) == (8, 10.0, [RECIPE]), revision["settings"]
         # both services serve Prometheus' page on the compose network (port 9400), not on the host
         for service, figure in (("evaluator", 'showtell_evaluator_evaluations_total{status="ok"}'),
                                 ("trainer", "showtell_trainer_step")):
