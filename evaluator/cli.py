@@ -26,6 +26,7 @@ from showtell.common.flags import (
     run_command,
     start_command,
 )
+from showtell.common.intervals import with_interval
 from showtell.common.locks import DirectoryLock
 from showtell.evaluator.config import (
     EvaluationConfig,
@@ -92,6 +93,7 @@ def _limit_threads(threads: int | None) -> None:
 
 def run_once(args: argparse.Namespace) -> int:
     from showtell.captioning.model.modeldir import latest_checkpoint
+    from showtell.evaluator.scoring.bootstrap import Bootstrap
     from showtell.evaluator.scoring.evaluation import CheckpointEvaluator
     from showtell.evaluator.scoring.scorers import CaptionScorer
 
@@ -99,15 +101,16 @@ def run_once(args: argparse.Namespace) -> int:
         return CaptionScorer(meteor=args.meteor, tokenizer=args.tokenizer)
 
     evaluator = CheckpointEvaluator(args.model_dir, args.data, args.max_eval_examples, args.beam_size,
-                                    scorer=scorer, jit_compile=args.jit_compile)
+                                    scorer=scorer, jit_compile=args.jit_compile,
+                                    bootstrap=Bootstrap(args.bootstrap, args.confidence))
     try:
         result = evaluator.evaluate(args.checkpoint or latest_checkpoint(args.model_dir))
     finally:
         evaluator.close()
     if args.json:
-        sys.stdout.write(json.dumps(asdict(result)) + "\n")
+        sys.stdout.write(json.dumps({k: v for k, v in asdict(result).items() if k != "stats"}) + "\n")
         return 0
-    metrics = "  ".join(f"{k} {v:.4f}" for k, v in result.metrics.items())
+    metrics = "  ".join(f"{k} {with_interval(v, result.intervals.get(k))}" for k, v in result.metrics.items())
     sys.stdout.write(f"step {result.step}  {metrics}  ({result.examples} examples, {result.seconds:.1f} s; "
                      f"{result.scoring or 'no scorers'})\n")
     for s in result.samples:

@@ -13,6 +13,7 @@ from showtell.common.exposition import MonitoringConfig
 from showtell.common.flags import (
     boolean,
     non_negative_int,
+    open_fraction,
     option,
     positive_float,
     positive_int,
@@ -41,6 +42,10 @@ class EvaluationConfig:
                                       "cores it evaluated 0.86x as many images per CPU second; compiles "
                                       "once per batch shape and caption length)", type=boolean)
     meteor: bool = option(True, "compute METEOR when java is present", type=boolean)
+    bootstrap: int = option(1000, "resamples of the evaluated images behind each metric's confidence "
+                                  "interval (and `metrics compare`'s paired test)", type=positive_int,
+                            metavar="N")
+    confidence: float = option(0.95, "the intervals' confidence level", type=open_fraction, metavar="P")
     tokenizer: str = option("auto", "how captions are tokenized for scoring: ptb (COCO's PTBTokenizer, "
                                     "needs java; scores comparable with published ones), regex, or auto: "
                                     "ptb when java is present", choices=TOKENIZERS)

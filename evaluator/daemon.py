@@ -32,6 +32,7 @@ from showtell.evaluator.records.best_export import BestExport
 from showtell.evaluator.records.recorder import Recorder
 from showtell.evaluator.records.store import Store
 from showtell.evaluator.records.summaries import EvalSummaries
+from showtell.evaluator.scoring.bootstrap import Bootstrap
 from showtell.evaluator.scoring.evaluation import CheckpointEvaluator
 from showtell.evaluator.scoring.scorers import CaptionScorer
 from showtell.evaluator.serving.prometheus import EvaluatorMetrics
@@ -78,7 +79,7 @@ def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.Abst
     evaluator = CheckpointEvaluator(
         model_dir, config.data, None if auto else evaluation.max_eval_examples, evaluation.beam_size,
         scorer=lambda: CaptionScorer(meteor=evaluation.meteor, tokenizer=evaluation.tokenizer),
-        jit_compile=evaluation.jit_compile)
+        jit_compile=evaluation.jit_compile, bootstrap=Bootstrap(evaluation.bootstrap, evaluation.confidence))
     workdir.root.mkdir(parents=True, exist_ok=True)
     store = Store(workdir.history)
     summaries = EvalSummaries(str(workdir.summaries), evaluator.files)

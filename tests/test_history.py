@@ -52,7 +52,7 @@ def test_a_history_in_another_format_is_moved_aside_not_migrated(tmp_path: Path,
         store = Store(path)
     [line] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert line.startswith(f"{path} was written by another version of showtell (history format 0; "
-                           "this version reads 3): moved aside to ")
+                           "this version reads 4): moved aside to ")
     assert store.latest() is None
     store.add(Record(7, "ckpt-7", 0.0, 0.0, 1.0, 4, metrics={"loss": 0.5}))
     store.close()
@@ -75,14 +75,42 @@ def test_a_format_2_history_gains_the_training_time_and_keeps_its_rows(tmp_path:
     db.close()
     with caplog.at_level("INFO"):
         store = Store(path)
-    assert f"{path}: history format 2 gains train_seconds (unknown for its 1 rows)" in caplog.text
+    assert f"{path}: history format 2 gains train_seconds and intervals (none for its 1 rows)" in caplog.text
     [old] = store.after(-1, run="r")
-    assert (old.step, old.metrics, old.train_seconds) == (4, {"loss": 1.0}, None)  # kept, time unknown
+    assert (old.step, old.metrics, old.train_seconds, old.intervals) == (4, {"loss": 1.0}, None, {})
     store.add(Record(8, "/m/ckpt-8", 0.0, 0.0, 1.0, 4, metrics={"loss": 0.5}, run="r", train_seconds=151.5))
     store.close()
-    reopened = Store(path)  # format 3 now: read without a word
+    reopened = Store(path)  # format 4 now: read without a word
     assert [(r.step, r.train_seconds) for r in reopened.after(-1, run="r")] == [(4, None), (8, 151.5)]
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 3
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 4
+
+
+FORMAT_3 = FORMAT_2.replace("recorded INTEGER NOT NULL DEFAULT 1,", "recorded INTEGER NOT NULL DEFAULT 1, "
+                            "train_seconds REAL,").replace("'', 1);", "'', 1, 12.5);").replace(
+    "user_version = 2", "user_version = 3")
+
+
+def test_a_format_3_history_reads_its_old_records_without_intervals_and_never_rewrites_them(
+        tmp_path: Path, caplog):
+    path = tmp_path / "evaluations.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript(FORMAT_3)
+    before = db.execute("SELECT * FROM evaluations").fetchall()
+    db.close()
+    with caplog.at_level("INFO"):
+        store = Store(path)
+    assert f"{path}: history format 3 gains intervals (none for its 1 rows)" in caplog.text
+    [old] = store.after(-1, run="r")
+    assert (old.metrics, old.train_seconds, old.intervals, old.bootstrap) == ({"loss": 1.0}, 12.5, {}, {})
+    assert store.image_stats(old) is None
+    new = store.add(Record(8, "/m/ckpt-8", 0.0, 0.0, 1.0, 4, metrics={"loss": 0.5}, run="r",
+                           intervals={"loss": [0.4, 0.6]}, bootstrap={"samples": 10}, image_stats=b"stats"))
+    assert store.image_stats(new) == b"stats"
+    store.close()
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT * FROM evaluations WHERE step = 4").fetchall() == [(*before[0], None)]
+    [again] = Store(path).at_step("r", 8)
+    assert (again.intervals, again.bootstrap) == ({"loss": [0.4, 0.6]}, {"samples": 10})
 
 
 def test_a_second_record_of_a_checkpoint_is_counted_and_said_loudly(tmp_path: Path, caplog):

@@ -19,6 +19,7 @@ from showtell.captioning.data.records import parse_example, shard_files
 from showtell.captioning.model.network import build_model
 from showtell.captioning.model.validation import Validator, exact_match
 from showtell.common.errors import ShowtellError
+from showtell.evaluator.scoring.bootstrap import ImageStats
 from showtell.evaluator.scoring.scorers import CaptionScorer
 
 PREDICTIONS = {
@@ -52,9 +53,15 @@ def reference_meteor(java):
 def test_coco_scores_equal_pycocoevalcap(reference_meteor):
     scorer = CaptionScorer(meteor=True, tokenizer="regex")
     try:
-        got = scorer.score(PREDICTIONS, REFERENCES)
+        scored = scorer.score_images(PREDICTIONS, REFERENCES)
     finally:
         scorer.close()
+    got = scored.corpus
+    # the per-image statistics a bootstrap resamples give back every corpus score, BLEU exactly
+    rebuilt = ImageStats(np.asarray(scored.image_ids), scored.columns, scored.meteor_offset).metrics()
+    assert set(rebuilt) == set(got) and scored.image_ids == list(PREDICTIONS)
+    for name, value in got.items():
+        assert rebuilt[name][0] == pytest.approx(value, rel=1e-12, abs=1e-15), name
     # what COCO's PTBTokenizer leaves of these captions: the same words, punctuation dropped
     res = {i: [c.replace(" ,", "")] for i, c in PREDICTIONS.items()}
     gts = {i: [r.replace(" ,", "") for r in refs] for i, refs in REFERENCES.items()}
@@ -129,8 +136,9 @@ def test_perplexity_is_exp_of_mean_token_loss(tiny_data: Path):
     files = shard_files(tiny_data, "val")
     images, progress = manifest.splits["val"].images, []
     validator = Validator(model, files, vocab, batch_size=7)
-    result = validator.run(  # padded batches, a short last one
-        lambda done, total: progress.append((done, total)), split_images=images).loss
+    validation = validator.run(  # padded batches, a short last one
+        lambda done, total: progress.append((done, total)), split_images=images)
+    result = validation.loss
     assert progress == [(min(done, images), images) for done in range(7, images + 7, 7)]
     assert validator._evaluate_batch.experimental_get_tracing_count() == 1  # not again for the short one
     # --max-eval-examples auto: the cap decided from the pass's own rate after its second batch.
@@ -145,9 +153,10 @@ def test_perplexity_is_exp_of_mean_token_loss(tiny_data: Path):
     # traced once for any caption length: 40 eager passes through Inception cost 10 s)
     forward = tf.function(lambda image, words: model((image, words), training=False),
                           input_signature=[tf.TensorSpec([1, 75, 75, 3]), tf.TensorSpec([1, None], tf.int32)])
-    total, words = 0.0, 0
+    total, words, per_image = 0.0, 0, {}
     for serialized in tf.data.TFRecordDataset(files):
         record = parse_example(serialized)
+        before = (total, words)
         image = inputs.preprocess_image(inputs.decode_image(record["image_data"]), 75, False,
                                         inputs.InputConfig())
         for caption in record["captions"].to_list():
@@ -157,7 +166,13 @@ def test_perplexity_is_exp_of_mean_token_loss(tiny_data: Path):
             log_probs = logits - np.log(np.exp(logits - top).sum(-1, keepdims=True)) - top
             total -= log_probs[np.arange(len(caption) - 1), caption[1:]].sum()
             words += len(caption) - 1
+        per_image[int(record["image_id"])] = (total - before[0], words - before[1])
     assert result.words == words
+    # each image's own loss and words, what the bootstrap over images resamples
+    assert validation.image_losses.keys() == per_image.keys()
+    for image_id, (loss_sum, count) in per_image.items():
+        assert validation.image_losses[image_id][1] == count
+        assert math.isclose(validation.image_losses[image_id][0], loss_sum, rel_tol=1e-4)
     assert result.examples == manifest.splits["val"].captions
     assert math.isclose(result.loss, total / words, rel_tol=1e-4)
     assert math.isclose(result.perplexity, math.exp(total / words), rel_tol=1e-4)
@@ -166,6 +181,9 @@ def test_perplexity_is_exp_of_mean_token_loss(tiny_data: Path):
     # One batch of the whole split: XLA compiles Inception once per batch shape (7 + 1: 10 CPU-s).
     compiled = Validator(model, files, vocab, batch_size=images, jit_compile=True).run()
     assert math.isclose(compiled.loss.loss, result.loss, rel_tol=1e-4) and compiled.loss.words == words
+    for image_id, (loss_sum, count) in per_image.items():
+        assert compiled.image_losses[image_id][1] == count
+        assert math.isclose(compiled.image_losses[image_id][0], loss_sum, rel_tol=1e-4)
 
 
 def test_without_java_auto_falls_back_to_the_regex_and_says_so(monkeypatch, tmp_path: Path, caplog):

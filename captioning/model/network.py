@@ -156,6 +156,11 @@ def build_model(config: ModelConfig, precision: str = "off") -> ShowAndTell:
     return model
 
 
+def word_losses(logits: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
+    """Each word's cross-entropy (the loss before any sum)."""
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=targets, logits=logits)
+
+
 def masked_loss_sum(logits: tf.Tensor, targets: tf.Tensor, mask: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """Sum of per-word cross-entropy over real (unpadded) words, and the number of words.
 
@@ -163,6 +168,6 @@ def masked_loss_sum(logits: tf.Tensor, targets: tf.Tensor, mask: tf.Tensor) -> t
     the *global* batch — across replicas and across validation batches of different
     lengths — exactly.
     """
-    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=targets, logits=logits)
+    losses = word_losses(logits, targets)
     mask = tf.cast(mask, losses.dtype)
     return tf.reduce_sum(losses * mask), tf.reduce_sum(mask)

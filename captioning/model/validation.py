@@ -12,14 +12,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import tensorflow as tf
 
 from showtell.captioning.data import inputs
 from showtell.captioning.data.vocab import Vocabulary
 from showtell.captioning.model.inference import beam_search
-from showtell.captioning.model.network import ShowAndTell, masked_loss_sum
+from showtell.captioning.model.network import ShowAndTell, word_losses
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,9 @@ class Validation:
     loss: LossResult
     captions: dict[int, str]  # the best beam-search caption per image id
     images: int
+    # per image id: (its captions' summed cross-entropy, their words) — what a bootstrap over images
+    # resamples to put an interval on the loss (``evaluator/scoring/bootstrap.py``)
+    image_losses: dict[int, tuple[float, float]] = field(default_factory=dict)
 
 
 class Validator:
@@ -64,20 +67,26 @@ class Validator:
 
         @tf.function(jit_compile=jit_compile, autograph=False)
         def decode(embedding, owner, input_ids, target_ids, mask):
+            """Per image of the batch: its captions' summed loss and words; and its caption."""
             outputs = model.decoder_outputs(tf.gather(embedding, owner), input_ids)
+            images = tf.shape(embedding)[0]
             if jit_compile:
-                loss_sum, count = masked_loss_sum(model.logits(outputs), target_ids, mask)
+                losses = word_losses(model.logits(outputs), target_ids) * mask
+                loss_sums = tf.math.unsorted_segment_sum(tf.reduce_sum(losses, 1), owner, images)
+                counts = tf.math.unsorted_segment_sum(tf.reduce_sum(mask, 1), owner, images)
             else:
                 # Logits only where there is a word: the vocabulary-wide matmul and softmax are
                 # most of the loss's cost, and padding to the batch's longest caption would waste
                 # a third.
                 real = mask > 0
                 words = tf.boolean_mask(outputs, real)
-                loss_sum, count = masked_loss_sum(model.logits(words), tf.boolean_mask(target_ids, real),
-                                                  tf.ones(tf.shape(words)[:1]))
+                word_owner = tf.boolean_mask(tf.broadcast_to(owner[:, None], tf.shape(mask)), real)
+                losses = word_losses(model.logits(words), tf.boolean_mask(target_ids, real))
+                loss_sums = tf.math.unsorted_segment_sum(losses, word_owner, images)
+                counts = tf.math.unsorted_segment_sum(tf.ones_like(losses), word_owner, images)
             ids, _ = beam_search(model.start_state(embedding), model.step, vocab.start_id, vocab.end_id,
                                  beam_size, max_length)
-            return loss_sum, count, ids[:, 0]
+            return loss_sums, counts, ids[:, 0]
 
         def evaluate_batch(images, captions):
             embedding = encode(images)
@@ -109,17 +118,21 @@ class Validator:
                                                input_signature=[spec["image"], spec["captions"]])
         total, words, examples, unknown, images = 0.0, 0.0, 0, 0, 0
         captions: dict[int, str] = {}
+        image_losses: dict[int, tuple[float, float]] = {}
         first: tuple[float, int] | None = None  # (when the first batch was done, its images)
         for batch in inputs.checked(ds, self.files):
-            loss_sum, count, scored, best = self._evaluate_batch(batch["image"], batch["captions"])
-            total += float(loss_sum)
-            words += float(count)
+            loss_sums, counts, scored, best = self._evaluate_batch(batch["image"], batch["captions"])
+            loss_sums, counts = loss_sums.numpy().astype(float), counts.numpy().astype(float)
+            total += float(loss_sums.sum())
+            words += float(counts.sum())
             examples += int(scored)
             images += int(batch["image"].shape[0])
             if "unknown" in batch:
                 unknown += int(tf.reduce_sum(batch["unknown"]))
-            for image_id, ids in zip(batch["image_id"].numpy(), best.numpy(), strict=True):
+            for image_id, ids, loss_sum, count in zip(batch["image_id"].numpy(), best.numpy(), loss_sums,
+                                                      counts, strict=True):
                 captions[int(image_id)] = self.vocab.decode(ids)
+                image_losses[int(image_id)] = (float(loss_sum), float(count))
             if limit is not None:
                 now = time.monotonic()
                 if first is None:
@@ -136,7 +149,7 @@ class Validator:
         loss = total / max(words, 1.0)
         result = LossResult(loss=loss, perplexity=math.exp(min(loss, 50.0)), examples=examples,
                             words=int(words), unknown_words=unknown)
-        return Validation(loss=result, captions=captions, images=images)
+        return Validation(loss=result, captions=captions, images=images, image_losses=image_losses)
 
 
 def exact_match(predictions: Mapping[int, str], references: Mapping[int, Sequence[str]]) -> float:

@@ -84,7 +84,10 @@ class Attempts:
             result = self.evaluator.evaluate(pinned, step=step, progress=progress, images=images)
             return Record(step, prefix, mtime, time.time(), result.seconds, result.examples,
                           metrics=result.metrics, samples=result.samples, run=run, scoring=result.scoring,
-                          train_seconds=result.train_seconds)
+                          train_seconds=result.train_seconds,
+                          intervals={k: list(v) for k, v in result.intervals.items()},
+                          bootstrap=result.bootstrap,
+                          image_stats=result.stats.to_bytes() if result.stats is not None else b"")
         except ModelDirIncomplete as exc:  # e.g. showtell-model.json not synced yet
             return NotArrived(checkpoint, str(exc), mtime)
         except ShowtellError as exc:

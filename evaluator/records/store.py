@@ -15,8 +15,14 @@ keeps reads cheap while a write is in progress from another process (e.g. a back
 A history that is not a sound SQLite database (overwritten, truncated by a disk), or one in
 another format than ``FORMAT`` (written by another version), is moved aside with one loud log
 line, and a fresh one starts: the evaluator keeps serving instead of crash-looping, and the
-checkpoints the state file names are evaluated again — with one exception: a format-2 history
-gains the ``train_seconds`` column (its rows: unknown), the one change since.
+checkpoints the state file names are evaluated again — with two exceptions, the changes since: a
+format-2 history gains the ``train_seconds`` column (its rows: unknown), and a format-2 or -3 one
+the ``intervals`` column and the ``image_stats`` table (its rows: none) — columns added, no row
+rewritten.
+
+Each evaluation's per-image statistics (``evaluator/scoring/bootstrap.py``: what its intervals and
+any later paired comparison resample) are kept in ``image_stats``, written in the same transaction
+as its row, compressed (≈ 14 numbers an image) and read only when a comparison asks for them.
 """
 
 from __future__ import annotations
@@ -34,8 +40,9 @@ from pathlib import Path
 
 from showtell.api.contract import ALL_RUNS
 
-FORMAT = 3  # PRAGMA user_version of a history this version reads and writes
+FORMAT = 4  # PRAGMA user_version of a history this version reads and writes
 ADD_TRAIN_SECONDS = "ALTER TABLE evaluations ADD COLUMN train_seconds REAL"  # format 2 → 3
+ADD_INTERVALS = "ALTER TABLE evaluations ADD COLUMN intervals TEXT"  # format 3 → 4 (+ image_stats)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS evaluations (
     run TEXT NOT NULL,
@@ -52,6 +59,14 @@ CREATE TABLE IF NOT EXISTS evaluations (
     scoring TEXT NOT NULL,
     recorded INTEGER NOT NULL DEFAULT 1,
     train_seconds REAL,
+    intervals TEXT,
+    PRIMARY KEY (run, step, checkpoint)
+);
+CREATE TABLE IF NOT EXISTS image_stats (
+    run TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    checkpoint TEXT NOT NULL,
+    stats BLOB NOT NULL,
     PRIMARY KEY (run, step, checkpoint)
 );
 """
@@ -77,6 +92,9 @@ class Record:
     scoring: str = ""  # the tokenizer and scorers behind the caption metrics
     recorded: int = 1  # times this checkpoint was recorded: more than 1 is a defect (see the module)
     train_seconds: float | None = None  # the run's training seconds at this checkpoint (None: unknown)
+    intervals: dict[str, list[float]] = field(default_factory=dict)  # metric → [lower, upper]; {}: none
+    bootstrap: dict = field(default_factory=dict)  # how they were drawn: samples, confidence, seed
+    image_stats: bytes = field(default=b"", repr=False)  # written with the row; not read back with it
 
     @classmethod
     def skipped(cls, step: int, checkpoint: str, reason: str, *, run: str, mtime: float = 0.0) -> Record:
@@ -119,10 +137,12 @@ class Store:
                 raise sqlite3.DatabaseError("; ".join(problems[:3]))
             tables = db.execute("SELECT COUNT(*) FROM sqlite_master WHERE type='table'").fetchone()[0]
             version = db.execute("PRAGMA user_version").fetchone()[0]
-            if tables and version == 2:
-                db.execute(ADD_TRAIN_SECONDS)
-                log.info("%s: history format 2 gains train_seconds (unknown for its %d rows)", self.path,
-                         db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0])
+            if tables and version in (2, 3):
+                rows = db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+                for added in (ADD_TRAIN_SECONDS, ADD_INTERVALS)[version - 2:]:
+                    db.execute(added)
+                log.info("%s: history format %d gains %s (none for its %d rows)", self.path, version,
+                         "train_seconds and intervals" if version == 2 else "intervals", rows)
             elif tables and version != FORMAT:
                 raise OtherFormat(f"history format {version}; this version reads {FORMAT}")
             db.executescript(SCHEMA)
@@ -153,15 +173,28 @@ class Store:
             raise ValueError(f"status {record.status!r}")
         key = (record.run, record.step, record.checkpoint)
         with self._lock:
-            cursor = self._db.execute(
-                "INSERT OR IGNORE INTO evaluations VALUES (?,?,?,?,?,?,?,?,?,?,?,?,1,?)",
-                (*key, record.checkpoint_mtime, record.evaluated_at,
-                 record.eval_seconds, record.num_examples, json.dumps(record.metrics),
-                 json.dumps(record.samples), record.status, record.reason, record.scoring,
-                 record.train_seconds),
-            )
-            if cursor.rowcount == 1:
-                return dataclasses.replace(record, rowid=cursor.lastrowid)
+            intervals = json.dumps({"bounds": record.intervals, "bootstrap": record.bootstrap}) \
+                if record.intervals else None
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                cursor = self._db.execute(
+                    "INSERT OR IGNORE INTO evaluations VALUES (?,?,?,?,?,?,?,?,?,?,?,?,1,?,?)",
+                    (*key, record.checkpoint_mtime, record.evaluated_at,
+                     record.eval_seconds, record.num_examples, json.dumps(record.metrics),
+                     json.dumps(record.samples), record.status, record.reason, record.scoring,
+                     record.train_seconds, intervals),
+                )
+                added = cursor.rowcount == 1
+                rowid = cursor.lastrowid
+                if added and record.image_stats:
+                    self._db.execute("INSERT OR REPLACE INTO image_stats VALUES (?,?,?,?)",
+                                     (*key, record.image_stats))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            if added:
+                return dataclasses.replace(record, rowid=rowid, image_stats=b"")
             where = "WHERE run=? AND step=? AND checkpoint=?"
             self._db.execute(f"UPDATE evaluations SET recorded = recorded + 1 {where}", key)
             times = self._db.execute(f"SELECT recorded FROM evaluations {where}", key).fetchone()[0]
@@ -169,6 +202,18 @@ class Store:
                   "should never do (a bug: please report it); the first record is kept",
                   record.checkpoint, record.step, record.run, times)
         return None
+
+    def image_stats(self, record: Record) -> bytes | None:
+        """The per-image statistics stored with ``record`` (None: recorded before they were kept,
+        or not a successful evaluation)."""
+        with self._lock:
+            row = self._db.execute("SELECT stats FROM image_stats WHERE run=? AND step=? AND checkpoint=?",
+                                   (record.run, record.step, record.checkpoint)).fetchone()
+        return bytes(row[0]) if row else None
+
+    def at_step(self, run: str, step: int) -> list[Record]:
+        """The run's records of ``step`` (more than one only if two checkpoints shared a step)."""
+        return self._select("WHERE step = ?", (step,), order="evaluated_at DESC", run=run)
 
     def has(self, run: str, step: int, checkpoint: str) -> bool:
         with self._lock:
@@ -279,8 +324,10 @@ class Store:
 
 def _record(row: tuple) -> Record:
     (rowid, run, step, checkpoint, checkpoint_mtime, evaluated_at, eval_seconds, num_examples, metrics,
-     samples, status, reason, scoring, recorded, train_seconds) = row
+     samples, status, reason, scoring, recorded, train_seconds, intervals) = row
+    drawn = json.loads(intervals) if intervals else {}
     return Record(step=step, checkpoint=checkpoint, checkpoint_mtime=checkpoint_mtime,
                   evaluated_at=evaluated_at, eval_seconds=eval_seconds, num_examples=num_examples,
                   metrics=json.loads(metrics), samples=json.loads(samples), status=status, reason=reason,
-                  rowid=rowid, run=run, scoring=scoring, recorded=recorded, train_seconds=train_seconds)
+                  rowid=rowid, run=run, scoring=scoring, recorded=recorded, train_seconds=train_seconds,
+                  intervals=drawn.get("bounds", {}), bootstrap=drawn.get("bootstrap", {}))

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 
 from showtell.captioning.data import inputs
@@ -30,7 +31,9 @@ from showtell.captioning.model.network import build_model
 from showtell.captioning.model.validation import Validator, exact_match
 from showtell.common.errors import ModelDirError
 from showtell.evaluator import metric_names as names
-from showtell.evaluator.scoring.scorers import CaptionScorer
+from showtell.evaluator.scoring import bootstrap
+from showtell.evaluator.scoring.bootstrap import Bootstrap, ImageStats
+from showtell.evaluator.scoring.scorers import CaptionScorer, ImageScores
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,9 @@ class EvalResult:
     samples: list[dict] = field(default_factory=list)
     scoring: str = ""  # the tokenizer and scorers behind the caption metrics (CaptionScorer.scoring)
     train_seconds: float | None = None  # the trainer's training seconds at this checkpoint (if it says)
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # metric → (lower, upper)
+    bootstrap: dict = field(default_factory=dict)  # how the intervals were drawn (Bootstrap.as_dict)
+    stats: ImageStats | None = field(default=None, repr=False)  # per image: what the intervals resample
 
 
 def train_seconds(path: str) -> float | None:
@@ -59,10 +65,11 @@ def train_seconds(path: str) -> float | None:
 class CheckpointEvaluator:
     def __init__(self, model_dir: str, data_dir: Path, max_examples: int | None = None,
                  beam_size: int = 3, samples: int = 5,
-                 scorer: Callable[[], CaptionScorer] | None = None, jit_compile: bool = False) -> None:
+                 scorer: Callable[[], CaptionScorer] | None = None, jit_compile: bool = False,
+                 bootstrap: Bootstrap | None = None) -> None:
         """``scorer`` makes the caption scorer when the first evaluation (or ``open``) needs it:
         METEOR's JVM takes seconds to start, so the service starts it on its evaluation thread,
-        not before its server answers."""
+        not before its server answers.  ``bootstrap``: how each metric's interval is drawn."""
         self.model_dir, self.data_dir = model_dir, data_dir
         self.manifest, self.data_vocab = load_dataset(data_dir)
         self.files = shard_files(data_dir, "val")
@@ -71,6 +78,7 @@ class CheckpointEvaluator:
         self.references = inputs.load_references(self.files, self.data_vocab)
         self.max_examples, self.beam_size, self.samples = max_examples, beam_size, samples
         self.jit_compile = jit_compile
+        self.bootstrap = bootstrap or Bootstrap()
         self._make_scorer = scorer
         self.scorer: CaptionScorer | None = None
         self._key: tuple | None = None
@@ -142,11 +150,36 @@ class CheckpointEvaluator:
                    names.EXACT_MATCH: exact_match(captions, self.references)}
         if validator.id_map is not None:  # another vocabulary: say how much of it the model lacks
             metrics[names.UNKNOWN_REFERENCE_WORDS] = float(loss.unknown_words)
+        stats = self._image_stats(validation)
         if self.scorer is not None:
-            metrics.update(self.scorer.score(captions, self.references))
+            scored = self.scorer.score_images(captions, self.references)
+            metrics.update(scored.corpus)
+            stats = _with_scores(stats, scored)
+        intervals = bootstrap.intervals(stats, self.bootstrap) if len(stats) else {}
         shown = [{"image_id": i, "caption": c, "references": self.references.get(i, [])}
                  for i, c in list(captions.items())[: self.samples]]
         return EvalResult(step=checkpoint_step(path) if step is None else step, checkpoint=path,
                           metrics=metrics, examples=loss.examples, seconds=time.monotonic() - started,
                           samples=shown, scoring=self.scorer.scoring if self.scorer is not None else "",
-                          train_seconds=train_seconds(path))
+                          train_seconds=train_seconds(path), intervals=intervals,
+                          bootstrap=self.bootstrap.as_dict() if intervals else {}, stats=stats)
+
+    def _image_stats(self, validation) -> ImageStats:
+        """Each image's loss and words, and whether its caption is one of its references."""
+        ids = list(validation.image_losses)
+        losses = np.asarray([validation.image_losses[i] for i in ids], dtype=np.float64).reshape(len(ids), 2)
+        exact = [float(validation.captions.get(i) in self.references.get(i, ())) for i in ids]
+        return ImageStats(image_ids=np.asarray(ids, dtype=np.int64),
+                          columns={bootstrap.LOSS_SUM: losses[:, 0], bootstrap.WORDS: losses[:, 1],
+                                   bootstrap.EXACT: np.asarray(exact, dtype=np.float64)})
+
+
+def _with_scores(stats: ImageStats, scored: ImageScores) -> ImageStats:
+    """``stats`` with the caption scores' per-image columns; images without references (scored by
+    no caption metric) are left out of all columns, so every column has the same rows."""
+    if not scored.image_ids:
+        return stats
+    rows = {int(i): n for n, i in enumerate(stats.image_ids)}
+    keep = np.asarray([rows[i] for i in scored.image_ids])
+    columns = {k: np.asarray(v)[keep] for k, v in stats.columns.items()} | scored.columns
+    return ImageStats(image_ids=stats.image_ids[keep], columns=columns, meteor_offset=scored.meteor_offset)

@@ -22,9 +22,11 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from pycocoevalcap.bleu.bleu import Bleu
+import numpy as np
+from pycocoevalcap.bleu.bleu_scorer import BleuScorer
 from pycocoevalcap.cider.cider import Cider
 from pycocoevalcap.rouge.rouge import Rouge
 from pycocoevalcap.tokenizer import ptbtokenizer
@@ -33,6 +35,7 @@ from showtell.captioning.data.vocab import tokenize
 from showtell.common.errors import ShowtellError
 from showtell.evaluator import metric_names as names
 from showtell.evaluator.config import TOKENIZERS
+from showtell.evaluator.scoring import bootstrap
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +71,27 @@ def ptb_tokenize(sentences: Sequence[str]) -> list[str]:
         raise RuntimeError(f"PTBTokenizer returned {len(lines)} lines for {len(sentences)} sentences")
     drop = set(ptbtokenizer.PUNCTUATIONS)
     return [" ".join(w for w in line.rstrip().split(" ") if w not in drop) for line in lines[:len(sentences)]]
+
+
+@dataclass(frozen=True)
+class ImageScores:
+    """``corpus``: the scores; ``columns``: per image of ``image_ids`` (in order), what they are
+    made of (``evaluator/scoring/bootstrap.py`` names them)."""
+
+    corpus: dict[str, float]
+    image_ids: list[int]
+    columns: dict[str, np.ndarray]
+    meteor_offset: float = 0.0
+
+
+def _bleu_columns(scorer: BleuScorer) -> dict[str, np.ndarray]:
+    """Each image's BLEU statistics from a scored ``BleuScorer``: candidate length, the reference
+    length closest to it (the ``closest`` option pycocoevalcap's Bleu uses), n-gram guesses and matches."""
+    rows = [(c["testlen"], min((abs(r - c["testlen"]), r) for r in c["reflen"])[1], *c["guess"],
+             *c["correct"]) for c in scorer.ctest]
+    table = np.asarray(rows, dtype=np.float64).reshape(len(rows), 10)
+    keys = (bootstrap.BLEU_TESTLEN, bootstrap.BLEU_REFLEN, *bootstrap.BLEU_GUESS, *bootstrap.BLEU_CORRECT)
+    return {k: table[:, n] for n, k in enumerate(keys)}
 
 
 class CaptionScorer:
@@ -114,22 +138,36 @@ class CaptionScorer:
     def score(self, predictions: Mapping[int, str], references: Mapping[int, Sequence[str]]
               ) -> dict[str, float]:
         """Corpus-level scores of one caption per image against all its references."""
+        return self.score_images(predictions, references).corpus
+
+    def score_images(self, predictions: Mapping[int, str], references: Mapping[int, Sequence[str]]
+                     ) -> ImageScores:
+        """Corpus-level scores, and each image's share of them (what a bootstrap resamples)."""
         ids = [i for i in predictions if references.get(i)]
         if not ids:
-            return {}
+            return ImageScores({}, ids, {})
         captions, refs = self._tokenized([predictions[i] for i in ids],
                                          [r for i in ids for r in references[i]])
         res = {i: [caption or EMPTY] for i, caption in zip(ids, captions, strict=True)}
         refs_left = iter(refs)
         gts = {i: [next(refs_left) for _ in references[i]] for i in ids}
-        bleu, _ = Bleu(4).compute_score(gts, res, verbose=0)
-        scores = {name: float(b) for name, b in zip(names.BLEU, bleu, strict=True)}
-        scores[names.ROUGE_L] = float(Rouge().compute_score(gts, res)[0])
-        scores[names.CIDER] = float(Cider().compute_score(gts, res)[0])
+        bleu = BleuScorer(n=4)
+        for i in ids:  # as pycocoevalcap's Bleu(4).compute_score, keeping the scorer's per-image counts
+            bleu += (res[i][0], gts[i])
+        corpus, _ = bleu.compute_score(option="closest", verbose=0)
+        scores = {name: float(b) for name, b in zip(names.BLEU, corpus, strict=True)}
+        columns = _bleu_columns(bleu)
+        rouge, columns[names.ROUGE_L] = Rouge().compute_score(gts, res)
+        cider, columns[names.CIDER] = Cider().compute_score(gts, res)
+        scores[names.ROUGE_L], scores[names.CIDER] = float(rouge), float(cider)
+        offset = 0.0
         if self._meteor is not None:
             with self._lock:
-                scores[names.METEOR] = float(self._meteor.compute_score(gts, res)[0])
-        return scores
+                meteor, per_image = self._meteor.compute_score(gts, res)
+            scores[names.METEOR], columns[names.METEOR] = float(meteor), np.asarray(per_image)
+            offset = float(meteor) - float(np.mean(per_image))
+        return ImageScores(scores, ids, {k: np.asarray(v, dtype=np.float64) for k, v in columns.items()},
+                           meteor_offset=offset)
 
     def close(self) -> None:
         """Stop METEOR's JVM (pycocoevalcap only does so in ``__del__``)."""

@@ -89,6 +89,14 @@ def fraction(text: str) -> float:
     return value
 
 
+@flag_type("fraction")
+def open_fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, both excluded (got {text})")
+    return value
+
+
 @flag_type("true|false")
 def boolean(text: str) -> bool:
     lowered = text.lower()

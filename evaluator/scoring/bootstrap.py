@@ -1,0 +1,217 @@
+"""Confidence intervals and paired comparisons by bootstrap over images.
+
+An evaluation on a few hundred images moves by several points between neighbouring checkpoints
+from which images happen to be easy; a point value cannot say whether a difference is more than
+that.  Resampling the *images* (with replacement, ``samples`` times) and recomputing each metric
+gives its spread; resampling the same images for two evaluations gives the spread of their
+difference (Koehn 2004's paired bootstrap, sacreBLEU's ``--paired-bs``).
+
+Nothing is re-scored: every metric is a function of per-image sufficient statistics summed over
+the images (``ImageStats``), so a resample is a weighted sum — a matrix product of resample counts
+[samples × images] with the statistics [images × columns]:
+
+* loss: each image's summed cross-entropy and its words (a ratio of sums, as the point value);
+  perplexity is exp of that;
+* BLEU-n: each image's candidate length, closest reference length, n-gram guesses and matches —
+  combined exactly as pycocoevalcap's corpus BLEU (its smoothing constants included);
+* exact match, ROUGE-L, CIDEr: per-image values, averaged (CIDEr's document frequencies are the
+  whole evaluation's, held fixed, as in the point value);
+* METEOR: per-image values averaged, shifted by the point value's difference from their mean —
+  METEOR's corpus score is its JVM's aggregate of fragment statistics, which no sum reproduces.
+
+Intervals are percentile intervals; a comparison's p-value is the share of resampled differences,
+centred on their mean, at least as far from 0 as the observed one (two-sided; +1 smoothed).  The
+resample counts come from a seeded generator, so a record's interval can be recomputed.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from showtell.evaluator import metric_names as names
+
+DEFAULT_SAMPLES = 1000
+DEFAULT_CONFIDENCE = 0.95
+DEFAULT_SEED = 0
+CHUNK = 250  # resamples built at once: [CHUNK × images] counts stay ~10 MB at 5,000 images
+
+LOSS_SUM, WORDS, EXACT = "loss_sum", "words", "exact"
+BLEU_TESTLEN, BLEU_REFLEN = "bleu_testlen", "bleu_reflen"
+BLEU_GUESS = tuple(f"bleu_guess{n}" for n in range(1, 5))
+BLEU_CORRECT = tuple(f"bleu_correct{n}" for n in range(1, 5))
+MEANS = (names.ROUGE_L, names.CIDER, names.METEOR)  # per-image values whose mean is the metric
+TINY, SMALL = 1e-15, 1e-9  # pycocoevalcap's BLEU smoothing
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """How intervals are drawn: ``samples`` resamples, ``confidence`` two-sided, ``seed``."""
+
+    samples: int = DEFAULT_SAMPLES
+    confidence: float = DEFAULT_CONFIDENCE
+    seed: int = DEFAULT_SEED
+
+    def __post_init__(self) -> None:
+        if self.samples < 1:
+            raise ValueError(f"bootstrap samples {self.samples}: must be ≥ 1")
+        if not 0.0 < self.confidence < 1.0:
+            raise ValueError(f"confidence {self.confidence}: must be between 0 and 1")
+
+    def as_dict(self) -> dict:
+        return {"samples": self.samples, "confidence": self.confidence, "seed": self.seed}
+
+
+@dataclass(frozen=True)
+class ImageStats:
+    """One evaluation's sufficient statistics, one row per image (``image_ids`` in order)."""
+
+    image_ids: np.ndarray  # int64 [images]
+    columns: Mapping[str, np.ndarray] = field(default_factory=dict)  # float64 [images] each
+    meteor_offset: float = 0.0  # the corpus METEOR minus the mean of the per-image ones
+
+    def __len__(self) -> int:
+        return len(self.image_ids)
+
+    def metrics(self, counts: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """Every metric these statistics give, once per row of ``counts`` ([resamples × images]:
+        how often each image is drawn); without ``counts``, the evaluation itself (one row)."""
+        keys = sorted(self.columns)
+        table = np.stack([np.asarray(self.columns[k], dtype=np.float64) for k in keys], axis=1)
+        if counts is None:
+            counts = np.ones((1, len(self)))
+        sums = dict(zip(keys, (counts @ table).T, strict=True))
+        drawn = counts.sum(axis=1)
+        out: dict[str, np.ndarray] = {}
+        if LOSS_SUM in sums:
+            loss = sums[LOSS_SUM] / np.maximum(sums[WORDS], 1.0)
+            out[names.LOSS], out[names.PERPLEXITY] = loss, np.exp(np.minimum(loss, 50.0))
+        if EXACT in sums:
+            out[names.EXACT_MATCH] = sums[EXACT] / drawn
+        if BLEU_TESTLEN in sums:
+            out.update(_bleu(sums))
+        for name in MEANS:
+            if name in sums:
+                out[name] = sums[name] / drawn + (self.meteor_offset if name == names.METEOR else 0.0)
+        return out
+
+    def to_bytes(self) -> bytes:
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, image_ids=self.image_ids, meteor_offset=np.float64(self.meteor_offset),
+                            **{f"column_{k}": v for k, v in self.columns.items()})
+        return buffer.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ImageStats:
+        with np.load(io.BytesIO(data)) as saved:
+            columns = {k.removeprefix("column_"): saved[k] for k in saved.files if k.startswith("column_")}
+            offset = float(saved["meteor_offset"])
+            return cls(image_ids=saved["image_ids"], meteor_offset=offset, columns=columns)
+
+
+def _bleu(sums: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """pycocoevalcap's corpus BLEU-1..4 (``BleuScorer.compute_score``) from summed statistics."""
+    out, product = {}, 1.0
+    ratio = (sums[BLEU_TESTLEN] + TINY) / (sums[BLEU_REFLEN] + SMALL)
+    brevity = np.where(ratio < 1, np.exp(1 - 1 / np.maximum(ratio, TINY)), 1.0)
+    for k, name in enumerate(names.BLEU):
+        product = product * (sums[BLEU_CORRECT[k]] + TINY) / (sums[BLEU_GUESS[k]] + SMALL)
+        out[name] = product ** (1.0 / (k + 1)) * brevity
+    return out
+
+
+def resample_counts(images: int, bootstrap: Bootstrap) -> np.ndarray:
+    """[samples × images]: how often each image is drawn in each resample (each row sums to
+    ``images``) — the same for the same size and seed, so two evaluations of the same images share
+    them (pairing) and a record's interval can be drawn again."""
+    rng = np.random.default_rng(bootstrap.seed)
+    rows = []
+    for start in range(0, bootstrap.samples, CHUNK):
+        size = min(CHUNK, bootstrap.samples - start)
+        drawn = rng.integers(0, images, size=(size, images))
+        flat = (drawn + images * np.arange(size)[:, None]).ravel()
+        rows.append(np.bincount(flat, minlength=size * images).reshape(size, images).astype(np.float64))
+    return np.concatenate(rows)
+
+
+def _bounds(values: np.ndarray, confidence: float) -> tuple[float, float]:
+    alpha = 1.0 - confidence
+    lower, upper = np.quantile(values, [alpha / 2, 1 - alpha / 2])
+    return float(lower), float(upper)
+
+
+def intervals(stats: ImageStats, bootstrap: Bootstrap) -> dict[str, tuple[float, float]]:
+    """Each metric's percentile interval over ``bootstrap.samples`` resamples of the images."""
+    if len(stats) == 0:
+        return {}
+    drawn = _resampled(stats, resample_counts(len(stats), bootstrap))
+    return {name: _bounds(values, bootstrap.confidence) for name, values in drawn.items()
+            if np.all(np.isfinite(values))}
+
+
+def _resampled(stats: ImageStats, counts: np.ndarray) -> dict[str, np.ndarray]:
+    out: dict[str, list[np.ndarray]] = {}
+    for start in range(0, len(counts), CHUNK):
+        for name, values in stats.metrics(counts[start:start + CHUNK]).items():
+            out.setdefault(name, []).append(values)
+    return {name: np.concatenate(parts) for name, parts in out.items()}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """B − A of one metric on the same images: the difference, its interval and p-value."""
+
+    metric: str
+    a: float
+    b: float
+    difference: float
+    lower: float
+    upper: float
+    p_value: float
+
+    @property
+    def significant(self) -> bool:
+        """The interval excludes 0."""
+        return self.lower > 0 or self.upper < 0
+
+
+class NotPaired(ValueError):
+    """The two evaluations were not of the same images."""
+
+
+def compare(a: ImageStats, b: ImageStats, bootstrap: Bootstrap) -> list[Comparison]:
+    """Every metric both evaluations have, B − A, by paired bootstrap: each resample draws the
+    same images for both.  Raises ``NotPaired`` unless both scored the same images."""
+    if len(a) != len(b) or not np.array_equal(np.sort(a.image_ids), np.sort(b.image_ids)):
+        raise NotPaired(f"not the same images ({len(a)} and {len(b)} evaluated"
+                        + (", different ones)" if len(a) == len(b) else ")"))
+    b = _aligned(b, a.image_ids)
+    counts = resample_counts(len(a), bootstrap)
+    point_a, point_b = a.metrics(), b.metrics()
+    drawn_a, drawn_b = _resampled(a, counts), _resampled(b, counts)
+    found = []
+    for name in sorted(set(point_a) & set(point_b)):
+        observed = float(point_b[name][0] - point_a[name][0])
+        deltas = drawn_b[name] - drawn_a[name]
+        if not (math.isfinite(observed) and np.all(np.isfinite(deltas))):
+            continue
+        lower, upper = _bounds(deltas, bootstrap.confidence)
+        centred = np.abs(deltas - deltas.mean())
+        p_value = (int(np.sum(centred >= abs(observed) - 1e-12)) + 1) / (len(deltas) + 1)
+        found.append(Comparison(name, float(point_a[name][0]), float(point_b[name][0]), observed,
+                                lower, upper, p_value))
+    return found
+
+
+def _aligned(stats: ImageStats, order: np.ndarray) -> ImageStats:
+    """``stats`` with its rows in ``order``'s image order."""
+    if np.array_equal(stats.image_ids, order):
+        return stats
+    where = {int(i): row for row, i in enumerate(stats.image_ids)}
+    rows = np.array([where[int(i)] for i in order])
+    return ImageStats(image_ids=stats.image_ids[rows], meteor_offset=stats.meteor_offset,
+                      columns={k: np.asarray(v)[rows] for k, v in stats.columns.items()})

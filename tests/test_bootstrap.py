@@ -1,0 +1,133 @@
+"""Intervals and paired comparisons by bootstrap over images (``evaluator/scoring/bootstrap.py``):
+right on data whose answer is known, in-process (numpy only)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from showtell.evaluator.scoring import bootstrap
+from showtell.evaluator.scoring.bootstrap import Bootstrap, ImageStats, NotPaired, compare, intervals
+
+
+def _exact(values) -> ImageStats:
+    values = np.asarray(values, dtype=np.float64)
+    return ImageStats(np.arange(len(values)), {bootstrap.EXACT: values})
+
+
+def test_the_interval_is_the_textbook_percentile_bootstrap_of_a_mean():
+    """scipy is not installed here, so the reference is Efron's percentile bootstrap written out:
+    draw images with replacement, take the mean, take the quantiles."""
+    values = np.random.default_rng(5).random(37)
+    drawn = Bootstrap(samples=600, confidence=0.9, seed=11)
+    rng = np.random.default_rng(11)
+    means = values[rng.integers(0, 37, size=(600, 37))].mean(axis=1)
+    expected = np.quantile(means, [0.05, 0.95])
+    stats = ImageStats(np.arange(37), {"rouge_l": values})
+    assert intervals(stats, drawn)["rouge_l"] == pytest.approx(tuple(expected), rel=1e-12)
+    # the same seed, the same interval (a record can be recomputed); another seed, another
+    assert intervals(stats, drawn) == intervals(stats, drawn)
+    assert intervals(stats, Bootstrap(600, 0.9, seed=12)) != intervals(stats, drawn)
+
+
+def test_a_hand_checked_case():
+    """Two images, one right: a resample's mean is 0, ½ or 1 with chances ¼, ½, ¼ — so the 95 %
+    interval is [0, 1] and the 40 % one (quantiles 0.3 and 0.7) is [½, ½]."""
+    stats = _exact([0.0, 1.0])
+    assert intervals(stats, Bootstrap(4000, 0.95))["exact_match"] == (0.0, 1.0)
+    assert intervals(stats, Bootstrap(4000, 0.40))["exact_match"] == (0.5, 0.5)
+    counts = bootstrap.resample_counts(2, Bootstrap(4000))
+    assert counts.shape == (4000, 2) and set(counts.sum(axis=1)) == {2.0}  # each resample: two images
+    assert abs((counts[:, 0] == 1).mean() - 0.5) < 0.03  # one of each half the time
+
+
+def _covered(trials: int, make, truth: float, metric: str, seed: int = 0) -> int:
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for trial in range(trials):
+        low, high = intervals(make(rng), Bootstrap(samples=400, seed=trial))[metric]
+        hits += low <= truth <= high
+    return hits
+
+
+def _within_binomial(hits: int, trials: int, p: float) -> bool:
+    """``hits`` of ``trials`` is within 3.5 standard deviations of ``p``."""
+    return abs(hits / trials - p) <= 3.5 * np.sqrt(p * (1 - p) / trials)
+
+
+def test_95_percent_intervals_cover_a_known_rate_about_95_percent_of_the_time():
+    """Exact match of 150 images, each right with chance 0.3: ≈ 95 % of the intervals hold 0.3."""
+    trials = 300
+    hits = _covered(trials, lambda rng: _exact(rng.random(150) < 0.3), 0.3, "exact_match")
+    assert _within_binomial(hits, trials, 0.95), f"{hits}/{trials} intervals covered the truth"
+
+
+def test_the_loss_interval_resamples_images_not_words():
+    """A loss whose images differ in difficulty (each image's words share it): its words are not
+    independent, and an interval must resample whole images to cover the true mean loss, 2.0."""
+    def make(rng):
+        words = rng.integers(5, 40, size=120).astype(float)
+        difficulty = rng.gamma(2.0, 1.0, size=120)  # mean 2, shared by an image's words
+        sums = np.array([rng.exponential(d, int(n)).sum() for d, n in zip(difficulty, words, strict=True)])
+        return ImageStats(np.arange(120), {bootstrap.LOSS_SUM: sums, bootstrap.WORDS: words})
+
+    trials = 250
+    hits = _covered(trials, make, 2.0, "loss", seed=1)
+    # the ratio estimator's small bias lowers coverage a little below 0.95 at 120 images
+    assert _within_binomial(hits, trials, 0.94), f"{hits}/{trials} intervals covered the truth"
+
+
+def _same_model_twice(rng, images: int = 150) -> tuple[ImageStats, ImageStats]:
+    """Two checkpoints as good as each other: every image has its own chance of being right,
+    each checkpoint gets it right with that chance, independently."""
+    chance = rng.beta(2, 3, size=images)
+    ids = np.arange(images)
+    return (ImageStats(ids, {bootstrap.EXACT: (rng.random(images) < chance).astype(float)}),
+            ImageStats(ids, {bootstrap.EXACT: (rng.random(images) < chance).astype(float)}))
+
+
+def test_the_paired_test_on_two_equally_good_checkpoints_is_wrong_about_5_percent_of_the_time():
+    rng = np.random.default_rng(3)
+    trials, wrong, small_p = 300, 0, 0
+    for trial in range(trials):
+        a, b = _same_model_twice(rng)
+        [found] = compare(a, b, Bootstrap(samples=400, seed=trial))
+        wrong += found.significant
+        small_p += found.p_value <= 0.05
+    assert _within_binomial(wrong, trials, 0.05), f"{wrong}/{trials} called significant"
+    assert _within_binomial(small_p, trials, 0.05), f"{small_p}/{trials} with p ≤ 0.05"
+
+
+def test_the_paired_test_sees_a_real_improvement_an_unpaired_look_misses():
+    """B gets right every image A gets right and 8 % more: the paired interval excludes 0 although
+    the two evaluations' own intervals overlap."""
+    rng = np.random.default_rng(4)
+    chance = rng.beta(2, 3, size=200)
+    a = (rng.random(200) < chance).astype(float)
+    b = np.where(rng.random(200) < 0.08, 1.0, a)
+    drawn = Bootstrap(samples=1000)
+    [found] = compare(_exact(a), _exact(b), drawn)
+    assert found.difference == pytest.approx(b.mean() - a.mean()) and found.difference > 0
+    assert found.significant and found.lower > 0 and found.p_value < 0.01
+    low_b, _ = intervals(_exact(b), drawn)["exact_match"]
+    _, high_a = intervals(_exact(a), drawn)["exact_match"]
+    assert low_b < high_a  # unpaired, they overlap
+
+
+def test_compare_pairs_images_by_id_and_refuses_different_images():
+    a = ImageStats(np.array([3, 1, 2]), {bootstrap.EXACT: np.array([1.0, 0.0, 0.0])})
+    shuffled = ImageStats(np.array([1, 2, 3]), {bootstrap.EXACT: np.array([0.0, 0.0, 1.0])})
+    for found in compare(a, shuffled, Bootstrap(200)):
+        assert (found.difference, found.lower, found.upper) == (0.0, 0.0, 0.0)  # the same, once aligned
+    with pytest.raises(NotPaired, match=r"not the same images \(3 and 2 evaluated\)"):
+        compare(a, _exact([1.0, 0.0]), Bootstrap(200))
+    with pytest.raises(NotPaired, match="different ones"):
+        compare(a, ImageStats(np.array([1, 2, 9]), a.columns), Bootstrap(200))
+
+
+def test_image_stats_round_trip_through_bytes():
+    stats = ImageStats(np.array([4, 9]), {bootstrap.LOSS_SUM: np.array([3.0, 4.5]),
+                                          bootstrap.WORDS: np.array([2.0, 3.0])}, meteor_offset=0.25)
+    again = ImageStats.from_bytes(stats.to_bytes())
+    assert again.image_ids.tolist() == [4, 9] and again.meteor_offset == 0.25
+    assert again.metrics()["loss"][0] == stats.metrics()["loss"][0] == 7.5 / 5
