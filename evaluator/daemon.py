@@ -110,7 +110,8 @@ def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.Abst
                                 also=(FINISHED, METADATA))
     service = MetricsService(store=store, status=lambda: controller.status, broadcast=broadcast,
                              policy=config.watch.policy, checkpoint_dir=model_dir, observer=watcher.kind,
-                             exporter=exporter, max_streams=serving.max_streams)
+                             exporter=exporter, max_streams=serving.max_streams,
+                             bootstrap=evaluator.bootstrap)
     service.attach(loop)
     try:
         server = MetricsServer(service, serving.host, serving.port, security=security,

@@ -41,6 +41,7 @@ from showtell.common.flags import (
     run_command,
     start_command,
 )
+from showtell.common.intervals import with_interval
 from showtell.common.locks import DirectoryLock
 from showtell.evaluator.records.workdir import WorkDir
 from showtell.v1 import metrics_pb2 as pb
@@ -383,7 +384,7 @@ class _Demo:
         finally:
             store.close()
         self.console.say("demo", f"the last demo's run {run} reached "
-                                 + (f"exact match {best.metrics['exact_match']:.2f} (step {best.step})"
+                                 + (f"exact match {_recorded_exact_match(best)} (step {best.step})"
                                     if best else "no evaluation")
                                  + f"; it is kept in {self.base / 'model-previous'}")
         shutil.rmtree(self.base / "model-previous", ignore_errors=True)
@@ -555,9 +556,10 @@ def _summary(seen: list[pb.Evaluation], work: WorkDir, console: _Console) -> Non
     curves: dict[str, list[str]] = {}  # per run (the preview's, then the finished encoder's), in order
     for e in seen:
         if e.status == pb.Evaluation.STATUS_OK and "exact_match" in e.metrics:
-            curves.setdefault(e.run_id, []).append(f"{e.global_step}: {e.metrics['exact_match']:.2f}")
+            curves.setdefault(e.run_id, []).append(f"{e.global_step}: {_exact_match(e)}")
     for run, curve in curves.items():
-        console.say("summary", f"exact match by step (run {run or '-'}): " + ", ".join(curve))
+        console.say("summary", f"exact match by step, with 95 % intervals (run {run or '-'}): "
+                    + ", ".join(curve))
     if curves:
         console.say("summary", time_to_target([e for e in seen if e.run_id == list(curves)[-1]]))
     console.say("summary", f"{len(seen)} evaluations; history in {work.history}")
@@ -574,7 +576,17 @@ def time_to_target(evaluations: list[pb.Evaluation], target: float = TARGET_EXAC
                    f"(step {e.global_step})"
     best = max(ok, key=lambda e: e.metrics["exact_match"], default=None)
     return f"exact match {target:g} not reached" + (
-        f" (best {best.metrics['exact_match']:.2f} at step {best.global_step})" if best else "")
+        f" (best {_exact_match(best)} at step {best.global_step})" if best else "")
+
+
+def _recorded_exact_match(record) -> str:
+    return with_interval(record.metrics["exact_match"], record.intervals.get("exact_match"), digits=2)
+
+
+def _exact_match(e: pb.Evaluation) -> str:
+    """``0.77 (0.69–0.85)``: the value and, when recorded, its interval."""
+    bounds = e.intervals.get("exact_match")
+    return with_interval(e.metrics["exact_match"], (bounds.lower, bounds.upper) if bounds else None, digits=2)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -85,6 +85,25 @@ def test_policy_all_evaluates_every_checkpoint_once_in_order_and_streams_live(
         {("ptb", ("bleu", "rouge_l", "cider"))}
     latest = stub.GetLatest(pb.GetLatestRequest(), timeout=10).evaluation
     assert latest.global_step == 6
+    # every metric with its interval, drawn as the evaluator's defaults say, the value inside it
+    # (exact match, a share, may sit on a bound); the streamed records carry them too
+    for e in [*records, *streamed]:
+        assert set(e.intervals) == set(e.metrics), e.global_step
+        assert (e.bootstrap.samples, e.bootstrap.confidence, e.bootstrap.seed) == (1000, 0.95, 0)
+        for name, value in e.metrics.items():
+            assert e.intervals[name].lower - 1e-9 <= value <= e.intervals[name].upper + 1e-9, name
+    assert any(e.intervals["loss"].upper > e.intervals["loss"].lower for e in records)
+    # the same 8 images at steps 2 and 6: a paired comparison (and a step never evaluated, refused)
+    compared = stub.Compare(pb.CompareRequest(a=pb.EvaluationRef(step=2), b=pb.EvaluationRef(step=6)),
+                            timeout=30)
+    assert compared.images == 8 and {c.metric for c in compared.comparisons} == set(records[0].metrics)
+    by_name = {c.metric: c for c in compared.comparisons}
+    loss_change = records[2].metrics["loss"] - records[0].metrics["loss"]
+    assert by_name["loss"].difference == pytest.approx(loss_change, rel=1e-6)
+    assert not by_name["loss"].higher_is_better and by_name["cider"].higher_is_better
+    with pytest.raises(grpc.RpcError) as never:
+        stub.Compare(pb.CompareRequest(a=pb.EvaluationRef(step=3), b=pb.EvaluationRef(step=6)), timeout=30)
+    assert never.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "step 3 of run" in never.value.details()
     best = stub.GetBest(pb.GetBestRequest(metric="loss"), timeout=10).evaluation
     assert best.metrics["loss"] == min(e.metrics["loss"] for e in records)
     best_cider = stub.GetBest(pb.GetBestRequest(metric="cider", mode=pb.GetBestRequest.MODE_MAX),
@@ -113,6 +132,8 @@ def test_policy_all_evaluates_every_checkpoint_once_in_order_and_streams_live(
     # one run directory, the run's own (its HParams session and scalars are that run's)
     assert [p.name for p in (tmp_path / "work" / "eval").iterdir()] == [records[0].run_id]
     pictures = _summary_images(tmp_path / "work" / "eval" / records[0].run_id)
+    scalars = _scalar_tags(tmp_path / "work" / "eval" / records[0].run_id)
+    assert {"cider", "cider/lower", "cider/upper", "loss/lower", "loss/upper"} <= scalars
     ids = [s.image_id for s in records[0].samples]
     assert ids and set(pictures) == {f"samples/image_{i}" for i in ids}
     expected = sample_images.panel_size(TINY_DATA.image_size, TINY_DATA.image_size)
@@ -121,6 +142,15 @@ def test_policy_all_evaluates_every_checkpoint_once_in_order_and_streams_live(
         assert all(image.shape == (*expected, 3) for image in by_step.values()), tag
         band = by_step[6][-sample_images.band_height():]
         assert (band < 100).any() and (band == 255).mean() > 0.5, "the caption band holds dark text on white"
+
+
+def _scalar_tags(logdir: Path) -> set[str]:
+    """The scalar tags TensorBoard finds (tf.summary writes scalars as tensors)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(logdir), size_guidance={"tensors": 0})
+    events.Reload()
+    return {tag for tag in events.Tags()["tensors"] if not tag.startswith("samples")}
 
 
 def _summary_images(logdir: Path) -> dict[str, dict[int, np.ndarray]]:

@@ -16,12 +16,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
 
 from showtell.api.contract import ALL_RUNS
 from showtell.common import processes
 from showtell.evaluator.loop.status import Broadcast, Progress, Status
 from showtell.evaluator.records.store import Record, Store
+from showtell.evaluator.scoring import bootstrap
+from showtell.evaluator.scoring.bootstrap import Bootstrap, ImageStats, intervals
 from showtell.evaluator.serving.server import MetricsServer
 from showtell.evaluator.serving.service import MetricsService
 from showtell.v1 import metrics_pb2 as pb
@@ -356,3 +359,68 @@ def test_the_client_alone_installs_without_tensorflow_and_queries_an_evaluator(s
     assert service.returncode == 1 and len(service.stderr.strip().splitlines()) == 1, service.stderr
     assert service.stderr.startswith("showtell train: error: ") and "'showtell[cpu]'" in service.stderr
     assert not (tmp_path / "m2").exists()
+
+
+def _with_stats(step: int, right, ids=None) -> Record:
+    """Run "cmp"'s evaluation at ``step``: exact match per image (``right``), stats kept."""
+    right = np.asarray(right, dtype=float)
+    stats = ImageStats(np.arange(len(right)) if ids is None else np.asarray(ids), {bootstrap.EXACT: right})
+    drawn = Bootstrap(samples=500)
+    bounds = {k: list(v) for k, v in intervals(stats, drawn).items()}
+    return Record(step, f"/c/ckpt-{step}", 1.0, 2.0, 0.5, len(right), metrics={"exact_match": right.mean()},
+                  run="cmp", intervals=bounds, bootstrap=drawn.as_dict(), image_stats=stats.to_bytes())
+
+
+def test_compare_two_evaluations_of_the_same_images_and_refuse_what_cannot_be(served: Served,
+                                                                               showtell_main):
+    rng = np.random.default_rng(7)
+    before = (rng.random(300) < 0.4).astype(float)
+    after = np.where(rng.random(300) < 0.15, 1.0, before)  # right wherever step 10 was, and more
+    for record in (_with_stats(10, before), _with_stats(20, after),
+                   _with_stats(30, before, ids=np.arange(300) + 1000),  # other images
+                   replace(_with_stats(5, before), image_stats=b"", intervals={}, bootstrap={})):  # older
+        served.record(record)
+    latest = showtell_main("metrics", "latest", "--server", served.target, "--run", "cmp")
+    low, high = served.store.at_step("cmp", 30)[0].intervals["exact_match"]
+    assert f"exact_match {before.mean():.4f} ({low:.4f}–{high:.4f})" in latest.stdout
+
+    answer = showtell_main("metrics", "compare", "cmp:10", "cmp:20", "--server", served.target, "--json")
+    assert answer.returncode == 0, answer.stderr
+    reply = json.loads(answer.stdout)
+    [m] = reply["comparisons"]
+    assert (reply["a"]["global_step"], reply["b"]["global_step"], reply["images"]) == ("10", "20", "300")
+    assert m["difference"] == pytest.approx(after.mean() - before.mean()) and m["significant"]
+    assert 0 < m["interval"]["lower"] < m["difference"] < m["interval"]["upper"] and m["p_value"] < 0.01
+    assert reply["bootstrap"] == {"samples": 1000, "confidence": 0.95, "seed": "0"}  # the evaluator's own
+    text = showtell_main("metrics", "compare", "cmp:10", "cmp:best", "--metric", "exact_match",
+                         "--bootstrap", "200", "--confidence", "0.9", "--server", served.target)
+    assert text.returncode == 0, text.stderr
+    assert ("B step 20 of run cmp against A step 10 of run cmp: 300 images, 200 paired resamples, 90 %"
+            in text.stdout)
+    assert text.stdout.rstrip().endswith("B better")
+    same = json.loads(showtell_main("metrics", "compare", "cmp:20", "cmp:20", "--server", served.target,
+                                    "--json").stdout)["comparisons"][0]
+    assert (same["difference"], same["significant"]) == (0.0, False)
+
+    def refused(*refs: str) -> list[str]:
+        result = showtell_main("metrics", "compare", *refs, "--server", served.target)
+        assert result.returncode == 2, result.stdout
+        return error_lines(result.stderr)
+
+    where = f"showtell metrics: error: {served.target}: "
+    assert refused("cmp:10", "cmp:30") == [
+        where + "step 10 and step 30 were not the same images (300 and 300 evaluated, different ones): a "
+        "paired comparison needs evaluations of the same images (the same set and size)"]
+    assert refused("cmp:10", "cmp:99") == [where + "b: step 99 of run cmp was never evaluated"]
+    assert refused("nobody:1", "cmp:10") == [where + "a: step 1 of run nobody was never evaluated"]
+    assert refused("cmp:5", "cmp:10") == [where + "a: step 5 (run cmp) was recorded before per-image "
+                                          "statistics were kept: it cannot be compared"]
+    assert refused("cmp:10", "cmp:best") == [
+        where + "b: run cmp has no successful evaluation with 'cider'"]
+    assert refused("cmp:10") == [
+        "showtell metrics: error: compare takes two evaluations, A and B (got 1): "
+        "e.g. `showtell metrics compare 800 1200` or `compare RUN_A:best RUN_B:best`"]
+    assert refused("cmp:ten", "cmp:10") == [
+        "showtell metrics: error: compare: 'cmp:ten' is not STEP, RUN:STEP, best or RUN:best"]
+    assert refused("../x:1", "cmp:10") == [
+        where + "a: run_id '../x' is not a run id (letters, digits, . _ -)"]

@@ -10,6 +10,7 @@ from typing import Any
 import tensorflow as tf
 
 from showtell.captioning.model.modeldir import read_run_record
+from showtell.common.intervals import with_interval
 from showtell.evaluator.records.best_export import BestExport
 from showtell.evaluator.records.store import Record
 from showtell.evaluator.records.summaries import EvalSummaries
@@ -20,7 +21,8 @@ log = logging.getLogger(__name__)
 def log_record(record: Record) -> None:
     """One line per record: its status and metrics, or why it failed or was skipped."""
     log.info("step %d: %s %s", record.step, record.status,
-             " ".join(f"{k} {v:.4f}" for k, v in sorted(record.metrics.items())) or record.reason,
+             " ".join(f"{k} {with_interval(v, record.intervals.get(k))}"
+                      for k, v in sorted(record.metrics.items())) or record.reason,
              extra={"run": record.run, "step": record.step})
 
 

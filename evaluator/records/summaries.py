@@ -72,6 +72,9 @@ class EvalSummaries:
         with writer.as_default(step=record.step):
             for name, value in record.metrics.items():
                 tf.summary.scalar(name, value)
+            for name, (lower, upper) in record.intervals.items():  # the interval, in the metric's group
+                tf.summary.scalar(f"{name}/lower", lower)
+                tf.summary.scalar(f"{name}/upper", upper)
             if record.scoring:  # which tokenizer and scorers: PTB scores compare with published ones
                 tf.summary.text("scoring", record.scoring)
             if record.samples:

@@ -29,6 +29,8 @@ from showtell.evaluator import metric_names
 from showtell.evaluator.loop.status import Broadcast, Progress, Status
 from showtell.evaluator.records.best_export import BestExport
 from showtell.evaluator.records.store import Record, Store
+from showtell.evaluator.scoring import bootstrap
+from showtell.evaluator.scoring.bootstrap import Bootstrap, ImageStats
 from showtell.evaluator.serving.feed import StreamFeed
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
@@ -80,7 +82,14 @@ def to_proto(record: Record) -> pb.Evaluation:
         run_id=record.run,
         scoring=scoring(record.scoring),
         train_time=duration(record.train_seconds),
+        intervals={k: pb.Interval(lower=low, upper=high) for k, (low, high) in record.intervals.items()},
+        bootstrap=_bootstrap_proto(record.bootstrap) if record.intervals else None,
     )
+
+
+def _bootstrap_proto(drawn: dict) -> pb.Bootstrap:
+    return pb.Bootstrap(samples=int(drawn.get("samples", 0)), confidence=float(drawn.get("confidence", 0.0)),
+                        seed=int(drawn.get("seed", 0)))
 
 
 def watch_message(record: Record) -> pb.WatchResponse:
@@ -135,12 +144,14 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
       observer: how the model dir is watched (inotify, polling, gfile-polling).
       exporter: ``--export-best``, if any (GetBest names the export of the best evaluation).
       max_streams: concurrent ``Watch`` streams served; beyond it RESOURCE_EXHAUSTED.
+      bootstrap: ``Compare``'s resamples and confidence when a request leaves them 0.
     """
 
     def __init__(self, *, store: Store, status: Callable[[], Status], broadcast: Broadcast, policy: str,
                  checkpoint_dir: str, observer: str, exporter: BestExport | None = None,
-                 max_streams: int = 10_000) -> None:
+                 max_streams: int = 10_000, bootstrap: Bootstrap | None = None) -> None:
         self.store, self.status, self.broadcast, self.policy = store, status, broadcast, policy
+        self.bootstrap = bootstrap or Bootstrap()
         self.exporter = exporter
         self.checkpoint_dir, self.observer = checkpoint_dir, observer
         self.max_streams = max_streams
@@ -274,6 +285,65 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
                                 f"run {run_id or '(current)'}: not recorded in {self.checkpoint_dir} "
                                 "(ListRuns lists the runs)")
         return pb.GetRunResponse(run_id=run_id, record_json=json.dumps(record))
+
+    async def Compare(self, request, context):
+        if request.samples < 0 or not 0 <= request.confidence < 1:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "samples must be ≥ 0 and confidence "
+                                "within (0, 1) (0: the evaluator's own)")
+        drawn = Bootstrap(samples=request.samples or self.bootstrap.samples,
+                          confidence=request.confidence or self.bootstrap.confidence,
+                          seed=self.bootstrap.seed)
+        found = []
+        for name, ref in (("a", request.a), ("b", request.b)):
+            record, problem = self._resolve(ref)
+            if problem is None:
+                data = self.store.image_stats(record)
+                if data is None:
+                    problem = (f"step {record.step} (run {record.run}) was recorded before per-image "
+                               "statistics were kept: it cannot be compared")
+            if problem is not None:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: {problem}")
+            found.append((record, data))
+        (record_a, data_a), (record_b, data_b) = found
+        stats_a, stats_b = ImageStats.from_bytes(data_a), ImageStats.from_bytes(data_b)
+        try:
+            comparisons = await asyncio.to_thread(bootstrap.compare, stats_a, stats_b, drawn)
+        except bootstrap.NotPaired as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"step {record_a.step} and step {record_b.step} were {exc}: a paired "
+                                "comparison needs evaluations of the same images (the same set and size)")
+        return pb.CompareResponse(
+            a=to_proto(record_a), b=to_proto(record_b), images=len(stats_a),
+            bootstrap=_bootstrap_proto(drawn.as_dict()),
+            comparisons=[pb.MetricComparison(
+                metric=c.metric, a=c.a, b=c.b, difference=c.difference,
+                interval=pb.Interval(lower=c.lower, upper=c.upper), p_value=c.p_value,
+                significant=c.significant, higher_is_better=c.metric not in metric_names.LOWER_IS_BETTER)
+                for c in comparisons])
+
+    def _resolve(self, ref: pb.EvaluationRef) -> tuple[Record | None, str | None]:
+        """The record ``ref`` names, or why there is none (one line)."""
+        if ref.run_id and ref.run_id != ALL_RUNS and not RUN_ID.fullmatch(ref.run_id):
+            return None, f"run_id {ref.run_id[:80]!r} is not a run id (letters, digits, . _ -)"
+        run = self._run(ref.run_id)
+        if run == ALL_RUNS:
+            return None, "name one run (run_id '*' means every run)"
+        which = ref.WhichOneof("at")
+        if which is None:
+            return None, "name a step or best=METRIC"
+        if which == "best":
+            known = metric_names.ALL | self.store.metric_names()
+            if ref.best not in known:
+                return None, f"unknown metric {ref.best!r}; known: {', '.join(sorted(known))}"
+            record = self.store.best(ref.best, ref.best not in metric_names.LOWER_IS_BETTER, run=run)
+            return (record, None) if record is not None else \
+                (None, f"run {run} has no successful evaluation with {ref.best!r}")
+        records = self.store.at_step(run, ref.step)
+        if not records:
+            return None, f"step {ref.step} of run {run} was never evaluated"
+        if records[0].status != "ok":
+            return None, f"step {ref.step} of run {run} was {records[0].status}: {records[0].reason}"
+        return records[0], None
 
     def _recorded_runs(self) -> dict[str, dict]:
         from showtell.captioning.model.modeldir import recorded_runs

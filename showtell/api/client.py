@@ -201,7 +201,29 @@ class MetricsClient:
         answer = self.stub.GetRun(pb.GetRunRequest(run_id=run_id), timeout=self.timeout)
         return answer.run_id, json.loads(answer.record_json)
 
+    def compare(self, a: pb.EvaluationRef, b: pb.EvaluationRef, *, samples: int = 0,
+                confidence: float = 0.0) -> pb.CompareResponse:
+        """B − A of every metric on the same images, with paired-bootstrap intervals and p-values
+        (``samples`` and ``confidence`` 0: the evaluator's own)."""
+        request = pb.CompareRequest(a=a, b=b, samples=samples, confidence=confidence)
+        return self.stub.Compare(request, timeout=self.timeout)
+
     def watch(self, *, after_step: int = -1, **options) -> WatchFollower:
         """Evaluations as they are recorded (after a replay of those after ``after_step``),
         across the evaluator's restarts: iterate it; ``close()`` it from another thread."""
         return WatchFollower(target=self.target, security=self.security, after_step=after_step, **options)
+
+
+def evaluation_ref(text: str, metric: str) -> pb.EvaluationRef:
+    """``STEP``, ``RUN:STEP``, ``best`` or ``RUN:best`` (the run's best by ``metric``) as an
+    ``EvaluationRef``; no run: the model dir's current one.  ``ValueError`` says what is wrong."""
+    run, _, at = text.rpartition(":")
+    if at == "best":
+        return pb.EvaluationRef(run_id=run, best=metric)
+    try:
+        step = int(at)
+    except ValueError:
+        raise ValueError(f"{text!r} is not STEP, RUN:STEP, best or RUN:best") from None
+    if step < 0:
+        raise ValueError(f"{text!r}: a step is ≥ 0")
+    return pb.EvaluationRef(run_id=run, step=step)

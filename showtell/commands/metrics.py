@@ -1,4 +1,7 @@
-"""``showtell metrics {latest,list,best,watch,status,runs,health} --server HOST:PORT [--json]``.
+"""``showtell metrics {latest,list,best,watch,status,runs,compare,health} --server HOST:PORT [--json]``.
+
+``compare A B`` puts two evaluations of the same images side by side: each metric's B − A with
+its paired-bootstrap interval and p-value, computed by the evaluator from what it kept per image.
 
 ``watch`` follows the evaluator across its restarts (reconnects with backoff, resumes after
 the last step it printed); ``status`` prints a short summary for a person.
@@ -23,11 +26,12 @@ import grpc
 from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from showtell.api.client import MetricsClient
+from showtell.api.client import MetricsClient, evaluation_ref
 from showtell.api.contract import ALL_RUNS
 from showtell.api.transport import ClientSecurity, add_client_arguments
 from showtell.common.errors import ShowtellError, UsageError
-from showtell.common.flags import Parser, positive_float, positive_int, run_command
+from showtell.common.flags import Parser, open_fraction, positive_float, positive_int, run_command
+from showtell.common.intervals import with_interval
 from showtell.common.logs import setup_logging
 from showtell.v1 import metrics_pb2 as pb
 
@@ -35,12 +39,19 @@ PROG = "showtell metrics"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("query", choices=("latest", "list", "best", "watch", "status", "runs", "health"))
+    p.add_argument("query", choices=("latest", "list", "best", "watch", "status", "runs", "compare",
+                                     "health"))
+    p.add_argument("refs", nargs="*", metavar="A B",
+                   help="compare: two evaluations, each STEP, RUN:STEP, best or RUN:best (best by --metric)")
     p.add_argument("--server", default=os.environ.get("SHOWTELL_SERVER") or "127.0.0.1:50051",
                    help="evaluator HOST:PORT (env SHOWTELL_SERVER; default 127.0.0.1:50051)")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.add_argument("--timeout", type=positive_float, default=10.0, help="seconds per call (not watch)")
-    p.add_argument("--metric", default="cider", help="best: which metric (default cider)")
+    p.add_argument("--metric", default="cider", help="best, compare's best: which metric (default cider)")
+    p.add_argument("--bootstrap", type=positive_int, metavar="N",
+                   help="compare: resamples (default: the evaluator's --bootstrap)")
+    p.add_argument("--confidence", type=open_fraction, metavar="P",
+                   help="compare: the intervals' confidence (default: the evaluator's --confidence)")
     p.add_argument("--mode", choices=("max", "min"), help="best: direction (default: by metric)")
     p.add_argument("--from-step", type=int, default=0, help="list: first step")
     p.add_argument("--page-size", type=positive_int, default=100, help="list: evaluations per call")
@@ -68,13 +79,48 @@ def format_evaluation(e: pb.Evaluation) -> str:
     status = pb.Evaluation.Status.Name(e.status).removeprefix("STATUS_").lower()
     if e.status != pb.Evaluation.STATUS_OK:
         return f"step {e.global_step:>7}  {status}: {e.reason}"
-    metrics = "  ".join(f"{k} {v:.4f}" for k, v in sorted(e.metrics.items()))
+    metrics = "  ".join(f"{k} {with_interval(v, _bounds(e, k))}" for k, v in sorted(e.metrics.items()))
     scoring = f"; tokenizer={e.scoring.tokenizer} scorers={','.join(e.scoring.scorers)}" \
         if e.HasField("scoring") else ""
     trained = f", after {_duration(e.train_time.ToTimedelta().total_seconds())} of training" \
         if e.HasField("train_time") else ""
     return (f"step {e.global_step:>7}  {metrics}  ({e.num_examples} examples, "
             f"{e.eval_duration.ToTimedelta().total_seconds():.1f} s, {when}{trained}{scoring})")
+
+
+def _bounds(e: pb.Evaluation, metric: str) -> tuple[float, float] | None:
+    return (e.intervals[metric].lower, e.intervals[metric].upper) if metric in e.intervals else None
+
+
+def _compare_refs(args: argparse.Namespace) -> tuple[pb.EvaluationRef, pb.EvaluationRef]:
+    if len(args.refs) != 2:
+        raise UsageError(f"compare takes two evaluations, A and B (got {len(args.refs)}): e.g. "
+                         "`showtell metrics compare 800 1200` or `compare RUN_A:best RUN_B:best`")
+    try:
+        return evaluation_ref(args.refs[0], args.metric), evaluation_ref(args.refs[1], args.metric)
+    except ValueError as exc:
+        raise UsageError(f"compare: {exc}") from None
+
+
+def format_comparison(c: pb.CompareResponse) -> str:
+    """B against A, a line per metric: both values, B − A with its paired interval, the p-value
+    and the verdict (better, worse, or no difference beyond noise)."""
+    def name(e: pb.Evaluation) -> str:
+        return f"step {e.global_step} of run {e.run_id or '-'}"
+
+    level = f"{c.bootstrap.confidence * 100:g} %"
+    lines = [f"B {name(c.b)} against A {name(c.a)}: {c.images} images, {c.bootstrap.samples} paired "
+             f"resamples, {level} intervals",
+             f"  {'metric':<24}{'A':>10}{'B':>10}{'B − A':>10}  {'interval of B − A':<22}{'p':>7}"]
+    for m in c.comparisons:
+        if m.significant:
+            verdict = "B better" if (m.difference > 0) == m.higher_is_better else "B worse"
+        else:
+            verdict = "no difference beyond noise"
+        interval = f"({m.interval.lower:+.4f}–{m.interval.upper:+.4f})"
+        lines.append(f"  {m.metric:<24}{m.a:>10.4f}{m.b:>10.4f}{m.difference:>+10.4f}  {interval:<22}"
+                     f"{m.p_value:>7.3f}  {verdict}")
+    return "\n".join(lines)
 
 
 def explain(error: grpc.RpcError, server: str, security: ClientSecurity,
@@ -104,7 +150,13 @@ def query(args: argparse.Namespace) -> int:
             if args.query == "health":
                 return health(client.channel, args.timeout)
             run = ALL_RUNS if args.run == "all" else args.run
-            if args.query == "latest":
+            if args.refs and args.query != "compare":
+                raise UsageError(f"{args.query} takes no positional arguments (got {' '.join(args.refs)})")
+            if args.query == "compare":
+                a, b = _compare_refs(args)
+                reply = client.compare(a, b, samples=args.bootstrap or 0, confidence=args.confidence or 0.0)
+                _emit(reply, True) if args.json else sys.stdout.write(format_comparison(reply) + "\n")
+            elif args.query == "latest":
                 _emit(client.latest(run), args.json)
             elif args.query == "status":
                 reply = client.status()

@@ -22,7 +22,7 @@ class SampleCaption(_message.Message):
     def __init__(self, image_id: _Optional[int] = ..., caption: _Optional[str] = ..., references: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Evaluation(_message.Message):
-    __slots__ = ("global_step", "checkpoint_path", "checkpoint_mtime", "evaluated_at", "eval_duration", "num_examples", "metrics", "samples", "status", "reason", "export_path", "run_id", "scoring", "train_time")
+    __slots__ = ("global_step", "checkpoint_path", "checkpoint_mtime", "evaluated_at", "eval_duration", "num_examples", "metrics", "samples", "status", "reason", "export_path", "run_id", "scoring", "train_time", "intervals", "bootstrap")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATUS_UNSPECIFIED: _ClassVar[Evaluation.Status]
@@ -40,6 +40,13 @@ class Evaluation(_message.Message):
         key: str
         value: float
         def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class IntervalsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Interval
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Interval, _Mapping]] = ...) -> None: ...
     GLOBAL_STEP_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_PATH_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_MTIME_FIELD_NUMBER: _ClassVar[int]
@@ -54,6 +61,8 @@ class Evaluation(_message.Message):
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     SCORING_FIELD_NUMBER: _ClassVar[int]
     TRAIN_TIME_FIELD_NUMBER: _ClassVar[int]
+    INTERVALS_FIELD_NUMBER: _ClassVar[int]
+    BOOTSTRAP_FIELD_NUMBER: _ClassVar[int]
     global_step: int
     checkpoint_path: str
     checkpoint_mtime: _timestamp_pb2.Timestamp
@@ -68,7 +77,27 @@ class Evaluation(_message.Message):
     run_id: str
     scoring: Scoring
     train_time: _duration_pb2.Duration
-    def __init__(self, global_step: _Optional[int] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_mtime: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., evaluated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., eval_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., num_examples: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., samples: _Optional[_Iterable[_Union[SampleCaption, _Mapping]]] = ..., status: _Optional[_Union[Evaluation.Status, str]] = ..., reason: _Optional[str] = ..., export_path: _Optional[str] = ..., run_id: _Optional[str] = ..., scoring: _Optional[_Union[Scoring, _Mapping]] = ..., train_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    intervals: _containers.MessageMap[str, Interval]
+    bootstrap: Bootstrap
+    def __init__(self, global_step: _Optional[int] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_mtime: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., evaluated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., eval_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., num_examples: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., samples: _Optional[_Iterable[_Union[SampleCaption, _Mapping]]] = ..., status: _Optional[_Union[Evaluation.Status, str]] = ..., reason: _Optional[str] = ..., export_path: _Optional[str] = ..., run_id: _Optional[str] = ..., scoring: _Optional[_Union[Scoring, _Mapping]] = ..., train_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., intervals: _Optional[_Mapping[str, Interval]] = ..., bootstrap: _Optional[_Union[Bootstrap, _Mapping]] = ...) -> None: ...
+
+class Interval(_message.Message):
+    __slots__ = ("lower", "upper")
+    LOWER_FIELD_NUMBER: _ClassVar[int]
+    UPPER_FIELD_NUMBER: _ClassVar[int]
+    lower: float
+    upper: float
+    def __init__(self, lower: _Optional[float] = ..., upper: _Optional[float] = ...) -> None: ...
+
+class Bootstrap(_message.Message):
+    __slots__ = ("samples", "confidence", "seed")
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    samples: int
+    confidence: float
+    seed: int
+    def __init__(self, samples: _Optional[int] = ..., confidence: _Optional[float] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class Scoring(_message.Message):
     __slots__ = ("tokenizer", "scorers")
@@ -267,3 +296,59 @@ class GetRunResponse(_message.Message):
     run_id: str
     record_json: str
     def __init__(self, run_id: _Optional[str] = ..., record_json: _Optional[str] = ...) -> None: ...
+
+class EvaluationRef(_message.Message):
+    __slots__ = ("run_id", "step", "best")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    BEST_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    step: int
+    best: str
+    def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., best: _Optional[str] = ...) -> None: ...
+
+class CompareRequest(_message.Message):
+    __slots__ = ("a", "b", "samples", "confidence")
+    A_FIELD_NUMBER: _ClassVar[int]
+    B_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    a: EvaluationRef
+    b: EvaluationRef
+    samples: int
+    confidence: float
+    def __init__(self, a: _Optional[_Union[EvaluationRef, _Mapping]] = ..., b: _Optional[_Union[EvaluationRef, _Mapping]] = ..., samples: _Optional[int] = ..., confidence: _Optional[float] = ...) -> None: ...
+
+class MetricComparison(_message.Message):
+    __slots__ = ("metric", "a", "b", "difference", "interval", "p_value", "significant", "higher_is_better")
+    METRIC_FIELD_NUMBER: _ClassVar[int]
+    A_FIELD_NUMBER: _ClassVar[int]
+    B_FIELD_NUMBER: _ClassVar[int]
+    DIFFERENCE_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    P_VALUE_FIELD_NUMBER: _ClassVar[int]
+    SIGNIFICANT_FIELD_NUMBER: _ClassVar[int]
+    HIGHER_IS_BETTER_FIELD_NUMBER: _ClassVar[int]
+    metric: str
+    a: float
+    b: float
+    difference: float
+    interval: Interval
+    p_value: float
+    significant: bool
+    higher_is_better: bool
+    def __init__(self, metric: _Optional[str] = ..., a: _Optional[float] = ..., b: _Optional[float] = ..., difference: _Optional[float] = ..., interval: _Optional[_Union[Interval, _Mapping]] = ..., p_value: _Optional[float] = ..., significant: _Optional[bool] = ..., higher_is_better: _Optional[bool] = ...) -> None: ...
+
+class CompareResponse(_message.Message):
+    __slots__ = ("a", "b", "comparisons", "images", "bootstrap")
+    A_FIELD_NUMBER: _ClassVar[int]
+    B_FIELD_NUMBER: _ClassVar[int]
+    COMPARISONS_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    BOOTSTRAP_FIELD_NUMBER: _ClassVar[int]
+    a: Evaluation
+    b: Evaluation
+    comparisons: _containers.RepeatedCompositeFieldContainer[MetricComparison]
+    images: int
+    bootstrap: Bootstrap
+    def __init__(self, a: _Optional[_Union[Evaluation, _Mapping]] = ..., b: _Optional[_Union[Evaluation, _Mapping]] = ..., comparisons: _Optional[_Iterable[_Union[MetricComparison, _Mapping]]] = ..., images: _Optional[int] = ..., bootstrap: _Optional[_Union[Bootstrap, _Mapping]] = ...) -> None: ...

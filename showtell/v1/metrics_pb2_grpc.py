@@ -64,6 +64,11 @@ class MetricsServiceStub:
                 request_serializer=showtell_dot_v1_dot_metrics__pb2.GetRunRequest.SerializeToString,
                 response_deserializer=showtell_dot_v1_dot_metrics__pb2.GetRunResponse.FromString,
                 _registered_method=True)
+        self.Compare = channel.unary_unary(
+                '/showtell.v1.MetricsService/Compare',
+                request_serializer=showtell_dot_v1_dot_metrics__pb2.CompareRequest.SerializeToString,
+                response_deserializer=showtell_dot_v1_dot_metrics__pb2.CompareResponse.FromString,
+                _registered_method=True)
         self.Watch = channel.unary_stream(
                 '/showtell.v1.MetricsService/Watch',
                 request_serializer=showtell_dot_v1_dot_metrics__pb2.WatchRequest.SerializeToString,
@@ -118,6 +123,16 @@ class MetricsServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Compare(self, request, context):
+        """Two evaluations of the same images compared metric by metric: B − A with its paired-bootstrap
+        interval and p-value (the same resampled images for both). INVALID_ARGUMENT when either was
+        never evaluated, has no per-image statistics (recorded before they were kept), or when the
+        two did not evaluate the same images.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Watch(self, request, context):
         """Replays recorded evaluations after `after_step`, then pushes each new one as it is
         recorded, until the client cancels.
@@ -158,6 +173,11 @@ def add_MetricsServiceServicer_to_server(servicer, server):
                     servicer.GetRun,
                     request_deserializer=showtell_dot_v1_dot_metrics__pb2.GetRunRequest.FromString,
                     response_serializer=showtell_dot_v1_dot_metrics__pb2.GetRunResponse.SerializeToString,
+            ),
+            'Compare': grpc.unary_unary_rpc_method_handler(
+                    servicer.Compare,
+                    request_deserializer=showtell_dot_v1_dot_metrics__pb2.CompareRequest.FromString,
+                    response_serializer=showtell_dot_v1_dot_metrics__pb2.CompareResponse.SerializeToString,
             ),
             'Watch': grpc.unary_stream_rpc_method_handler(
                     servicer.Watch,
@@ -327,6 +347,33 @@ class MetricsService:
             '/showtell.v1.MetricsService/GetRun',
             showtell_dot_v1_dot_metrics__pb2.GetRunRequest.SerializeToString,
             showtell_dot_v1_dot_metrics__pb2.GetRunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Compare(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/showtell.v1.MetricsService/Compare',
+            showtell_dot_v1_dot_metrics__pb2.CompareRequest.SerializeToString,
+            showtell_dot_v1_dot_metrics__pb2.CompareResponse.FromString,
             options,
             channel_credentials,
             insecure,
