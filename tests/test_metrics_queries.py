@@ -280,10 +280,12 @@ def test_runs_over_grpc_list_show_and_diff_as_from_a_model_dir(served: Served, s
     shown = showtell_main("runs", "show", "old", "--server", served.target)
     assert json.loads(shown.stdout) == RECORDS["old"]
     differ = showtell_main("runs", "diff", "old", "fresh", "--server", served.target)
-    assert differ.stdout.splitlines() == ["--learning-rate: 0.001 → 0.01", "--lstm-units: 512 → unset"]
-    # the same from the model dir, read without the evaluator: the same lines
+    assert differ.stdout.splitlines() == ["--learning-rate: 0.001 → 0.01", "--lstm-units: 512 → unset",
+                                          "best by exact_match: not compared (a: run old has no successful "
+                                          "evaluation with 'exact_match')"]
+    # the same from the model dir, read without the evaluator: the same settings
     local = showtell_main("runs", "diff", "old", "fresh", str(tmp_path / "m"))
-    assert local.stdout == differ.stdout
+    assert local.stdout.splitlines() == differ.stdout.splitlines()[:2]
     for words, expected in (
             (("runs", "show", "nope", "--server", served.target),
              f"showtell runs: error: {served.target}: run nope: not recorded in {tmp_path / 'm'} "
@@ -380,6 +382,17 @@ def test_compare_two_evaluations_of_the_same_images_and_refuse_what_cannot_be(se
                    _with_stats(30, before, ids=np.arange(300) + 1000),  # other images
                    replace(_with_stats(5, before), image_stats=b"", intervals={}, bootstrap={})):  # older
         served.record(record)
+    served.record(replace(_with_stats(10, before), run="cmp2"))
+    for run in ("cmp", "cmp2"):
+        (Path(served.store.path).parent / "m" / "runs" / f"{run}.json").write_text(json.dumps(
+            {"run_id": run, "revisions": [_revision("2026-11-04T10:00:00+0000", 0, seed=len(run))]}))
+    differ = showtell_main("runs", "diff", "cmp", "cmp2", "--metric", "exact_match", "--server",
+                           served.target)
+    assert differ.returncode == 0, differ.stderr
+    lines = differ.stdout.splitlines()
+    assert lines[:2] == ["--seed: 3 → 4", "best by exact_match, compared:"]
+    assert lines[2].startswith("B step 10 of run cmp2 against A step 20 of run cmp: 300 images")
+    assert lines[-1].startswith("  exact_match") and lines[-1].endswith("B worse")
     latest = showtell_main("metrics", "latest", "--server", served.target, "--run", "cmp")
     low, high = served.store.at_step("cmp", 30)[0].intervals["exact_match"]
     assert f"exact_match {before.mean():.4f} ({low:.4f}–{high:.4f})" in latest.stdout

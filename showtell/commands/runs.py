@@ -6,7 +6,8 @@ time it took to reach a target.
     showtell runs MODEL_DIR [MODEL_DIR ...]          a table (or --json)
     showtell runs show RUN_ID MODEL_DIR [...]        the run's whole configuration, every revision
     showtell runs diff RUN_A RUN_B MODEL_DIR [...]   the settings (and versions) that differ
-    showtell runs [show RUN | diff A B] --server HOST:PORT   the same, asked of an evaluator
+    showtell runs [show RUN | diff A B] --server HOST:PORT   the same, asked of an evaluator;
+        diff adds the runs' best evaluations (by --metric) compared on the same images
 
 Model dirs are read without TensorFlow, so the light client (``pip install '.[client]'``) runs
 every form; only ``--history`` (an evaluator's SQLite history) needs the services' modules — on a
@@ -100,6 +101,7 @@ def _ask(args: argparse.Namespace, verb: str | None, run_ids: list[str]) -> int:
             elif verb == "diff":
                 for line in diff(client.run_record(run_ids[0])[1], client.run_record(run_ids[1])[1]):
                     print(line)
+                print(_best_compared(client, run_ids, args.metric.partition(":")[0]))
             else:
                 metric = args.metric.partition(":")[0]
                 target_metric, target = _target(args.target)
@@ -111,6 +113,23 @@ def _ask(args: argparse.Namespace, verb: str | None, run_ids: list[str]) -> int:
         except grpc.RpcError as error:
             raise explain(error, args.server, security, usage=(grpc.StatusCode.NOT_FOUND,)) from error
     return 0
+
+
+def _best_compared(client, run_ids: list[str], metric: str) -> str:
+    """The two runs' best evaluations by ``metric`` compared on the same images (paired
+    bootstrap), or the one line saying why they cannot be."""
+    import grpc
+
+    from showtell.commands.metrics import format_comparison
+    from showtell.v1 import metrics_pb2 as pb
+
+    a, b = (pb.EvaluationRef(run_id=run, best=metric) for run in run_ids)
+    try:
+        return f"best by {metric}, compared:\n" + format_comparison(client.compare(a, b))
+    except grpc.RpcError as error:
+        if error.code() != grpc.StatusCode.INVALID_ARGUMENT:
+            raise
+        return f"best by {metric}: not compared ({error.details()})"
 
 
 def from_summary(s, model_dir: str) -> Run:
