@@ -87,6 +87,11 @@ class ExportConfig:
         None, "export each better evaluation's model as a SavedModel version <work-dir>/export/best/<step>/, "
               "TensorFlow Serving's layout (e.g. cider:max, loss:min)", metavar="METRIC[:max|min]")
     export_keep: int = option(3, "export versions kept, newest first", type=positive_int, metavar="K")
+    export_best_when: str = option(
+        "better", "better: export each evaluation better on the metric; significant: only one better "
+                  "beyond noise (the paired interval of the difference from the export excludes 0 — fewer, "
+                  "surer versions; small real gains wait until they add up)",
+        choices=("better", "significant"))
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,9 @@ def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.Abst
     summaries = EvalSummaries(str(workdir.summaries), evaluator.files)
     exporter = None
     if config.export.export_best:
-        exporter = BestExport.parse(config.export.export_best, workdir.exports, config.export.export_keep)
+        exporter = BestExport.parse(config.export.export_best, workdir.exports, config.export.export_keep,
+                                    when=config.export.export_best_when, stats_of=store.image_stats_at,
+                                    bootstrap=evaluator.bootstrap)
     # Reading the newest version first also removes what a crashed export left.
     if exporter is not None and exporter.current() is not None:
         log.info("--export-best: newest export %s", exporter.describe())

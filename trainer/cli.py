@@ -107,6 +107,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "or 'loss<=2.1'")
     e.add_argument("--patience", type=positive_int, default=1,
                    help="consecutive qualifying evaluations needed (default 1)")
+    e.add_argument("--stop-when-by", choices=("value", "interval"), default="value",
+                   help="value: the metric itself meets the target (default); interval: its confidence "
+                        "interval's far bound does — met beyond noise, later and surer")
     e.add_argument("--evaluator", metavar="HOST:PORT", help="the evaluator's gRPC address for --stop-when")
     add_client_arguments(e, prefix="evaluator-", what="--evaluator")
     d = p.add_argument_group("distribution (tf.distribute)")
@@ -323,7 +326,7 @@ def _early_stop(args: argparse.Namespace, stop):
         return None
     from showtell.trainer.early_stop import EarlyStop, StopWhen
 
-    return EarlyStop(StopWhen.parse(args.stop_when, args.patience), args.evaluator, stop,
+    return EarlyStop(StopWhen.parse(args.stop_when, args.patience, args.stop_when_by), args.evaluator, stop,
                      ClientSecurity.from_args(args, prefix="evaluator_")).start()
 
 

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 _CONDITION = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(>=|<=)\s*(-?[0-9.]+(?:[eE][-+]?\d+)?)\s*$")
 _OPS = {">=": operator.ge, "<=": operator.le}
+STOP_WHEN_BY = ("value", "interval")
 MAX_BACKOFF_SECS = 30.0
 
 
@@ -36,16 +37,32 @@ class StopWhen:
     op: str
     target: float
     patience: int = 1
+    by: str = "value"  # or "interval": the interval's far bound must meet the target
 
     @classmethod
-    def parse(cls, text: str, patience: int = 1) -> StopWhen:
+    def parse(cls, text: str, patience: int = 1, by: str = "value") -> StopWhen:
         match = _CONDITION.match(text)
         if not match:
             raise ShowtellError(f"--stop-when '{text}': expected METRIC>=X or METRIC<=X, e.g. 'cider>=0.9'")
-        return cls(match.group(1), match.group(2), float(match.group(3)), patience)
+        if by not in STOP_WHEN_BY:
+            raise ShowtellError(f"--stop-when-by {by}: choose one of {', '.join(STOP_WHEN_BY)}")
+        return cls(match.group(1), match.group(2), float(match.group(3)), patience, by)
 
     def met(self, value: float) -> bool:
         return _OPS[self.op](value, self.target)
+
+    def judged(self, evaluation) -> float | None:
+        """What is held against the target: the value, or with ``by`` interval the bound that must
+        clear it (the lower one for ``>=``, the upper for ``<=``) — met only beyond noise.  None:
+        the evaluation does not say (no such metric, or no interval recorded)."""
+        if self.metric not in evaluation.metrics:
+            return None
+        if self.by == "value":
+            return evaluation.metrics[self.metric]
+        bounds = evaluation.intervals.get(self.metric)
+        if bounds is None:
+            return None
+        return bounds.lower if self.op == ">=" else bounds.upper
 
     def __str__(self) -> str:
         return f"{self.metric}{self.op}{self.target:g}"
@@ -96,16 +113,21 @@ class EarlyStop:
     def _consider(self, evaluation) -> bool:
         """Count a successful evaluation toward (or reset) the streak; True once stopped."""
         ok = evaluation.status == metrics_pb2.Evaluation.STATUS_OK
-        value = evaluation.metrics.get(self.condition.metric) if ok else None
+        value = self.condition.judged(evaluation) if ok else None
         if value is None:
+            if ok and self.condition.metric in evaluation.metrics:  # by interval, and none recorded
+                log.warning("early stop: step %d has no interval on %s (an evaluator from before "
+                            "intervals?): it does not count toward --stop-when-by interval",
+                            evaluation.global_step, self.condition.metric)
             return False  # failed/skipped, or no such metric: neither counts nor resets
+        what = self.condition.metric + (" (interval's bound)" if self.condition.by == "interval" else "")
         self.streak = self.streak + 1 if self.condition.met(value) else 0
-        log.info("early stop: step %d %s %.6g (%d/%d)", evaluation.global_step, self.condition.metric, value,
+        log.info("early stop: step %d %s %.6g (%d/%d)", evaluation.global_step, what, value,
                  self.streak, self.condition.patience)
         if self.streak < self.condition.patience:
             return False
         self.triggered_by = evaluation.global_step
-        reason = (f"early stop: {self.condition.metric} {value:.6g} meets {self.condition} at the evaluation "
+        reason = (f"early stop: {what} {value:.6g} meets {self.condition} at the evaluation "
                   f"of step {evaluation.global_step} ({self.streak} consecutive)")
         log.info("%s", reason)
         self.stop.request(reason, final=True)

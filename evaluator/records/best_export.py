@@ -8,6 +8,12 @@ with a ``showtell-export.json`` naming step, metric, value and checkpoint.  A se
 itself; the last ``--export-keep`` versions stay, so a bad one can be rolled back.  A version
 appears only by a rename once complete, and a restart reads the newest one's record, so only a
 better evaluation ever adds a version.
+
+``--export-best-when significant`` asks more than a better number: the new evaluation must beat
+the exported one beyond noise — the paired-bootstrap interval of their difference on the same
+images (``evaluator/scoring/bootstrap.py``) must exclude 0 in the better direction.  Fewer, surer
+versions; an improvement smaller than the noise of the evaluation set is never exported, and two
+evaluations of different images are never compared (the export stays).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +30,8 @@ from showtell.captioning.model import export
 from showtell.common.errors import ShowtellError
 from showtell.evaluator.metric_names import LOWER_IS_BETTER
 from showtell.evaluator.records.store import Record
+from showtell.evaluator.scoring import bootstrap
+from showtell.evaluator.scoring.bootstrap import Bootstrap, ImageStats
 
 log = logging.getLogger(__name__)
 
@@ -34,24 +43,31 @@ class BestExport:
       maximize: whether larger is better.
       base: ``<work-dir>/export/best``; each export is a numeric version directory in it.
       keep: how many versions stay (the oldest go first).
+      when: ``better`` (the value) or ``significant`` (beyond noise: see the module).
+      stats_of: ``(run, step, checkpoint)`` → that evaluation's per-image statistics (``significant``).
+      bootstrap: how the paired comparison resamples (``significant``).
     """
 
     metric: str
     maximize: bool
     base: Path
     keep: int = 3
+    when: str = "better"
+    stats_of: Callable[[str | None, int, str], bytes | None] | None = None
+    bootstrap: Bootstrap = field(default_factory=Bootstrap)
     _info: dict | None = field(default=None, init=False, repr=False)
     _loaded: bool = field(default=False, init=False, repr=False)
 
     @classmethod
-    def parse(cls, spec: str, base: Path, keep: int = 3) -> BestExport:
-        """``--export-best METRIC[:max|min]``, its versions under ``base``."""
+    def parse(cls, spec: str, base: Path, keep: int = 3, **options) -> BestExport:
+        """``--export-best METRIC[:max|min]``, its versions under ``base``; ``options``: the
+        fields after ``keep``."""
         metric, _, mode = spec.partition(":")
         if not metric or mode not in ("", "max", "min"):
             raise ShowtellError(f"--export-best {spec}: expected METRIC[:max|min], e.g. cider:max or "
                                 "loss:min")
         maximize = mode == "max" if mode else metric not in LOWER_IS_BETTER
-        return cls(metric, maximize, base, keep)
+        return cls(metric, maximize, base, keep, **options)
 
     @property
     def mode(self) -> str:
@@ -90,8 +106,15 @@ class BestExport:
             better = value > info["value"] if self.maximize else value < info["value"]
             if not better:
                 return False
+            if self.when == "significant":
+                why_not = self._not_beyond_noise(info, record)
+                if why_not:
+                    log.info("--export-best-when significant: step %d's %s %.6g is better than the export's "
+                             "(step %d, %.6g) but %s; the export stays", record.step, self.metric, value,
+                             info["step"], info["value"], why_not)
+                    return False
         info = {"step": record.step, "metric": self.metric, "mode": self.mode, "value": value,
-                "checkpoint": record.checkpoint}
+                "checkpoint": record.checkpoint, "run": record.run}
         version = export.export(model, vocab, self.base / str(record.step), info)
         self._info = json.loads((version / export.INFO).read_text())
         log.info("exported step %d (%s %.6g) to %s", record.step, self.metric, value, version)
@@ -99,6 +122,28 @@ class BestExport:
             shutil.rmtree(self.base / str(old), ignore_errors=True)
             log.info("removed export version %d (--export-keep %d)", old, self.keep)
         return True
+
+    def _not_beyond_noise(self, info: dict, record: Record) -> str:
+        """Empty when ``record`` beats the export ``info`` names beyond noise; else why not."""
+        if self.stats_of is None:
+            return "no per-image statistics are at hand"
+        exported = self.stats_of(info.get("run"), info["step"], info["checkpoint"])
+        new = self.stats_of(record.run, record.step, record.checkpoint)
+        if exported is None or new is None:
+            whose = "export's" if exported is None else "new"
+            return f"the {whose} evaluation has no per-image statistics"
+        try:
+            found = {c.metric: c for c in bootstrap.compare(ImageStats.from_bytes(exported),
+                                                            ImageStats.from_bytes(new), self.bootstrap)}
+        except bootstrap.NotPaired as exc:
+            return f"the two were {exc}"
+        gain = found.get(self.metric)
+        if gain is None:
+            return f"{self.metric} has no interval"
+        beyond = gain.lower > 0 if self.maximize else gain.upper < 0
+        level = f"{self.bootstrap.confidence * 100:g} %"
+        return "" if beyond else (f"the {level} interval of the difference ({gain.lower:+.6g}…"
+                                  f"{gain.upper:+.6g}) includes 0")
 
     def _tidy(self) -> None:
         """Before the first export of this process: a crashed export's temporary directory goes

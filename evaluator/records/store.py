@@ -211,6 +211,17 @@ class Store:
                                    (record.run, record.step, record.checkpoint)).fetchone()
         return bytes(row[0]) if row else None
 
+    def image_stats_at(self, run: str | None, step: int, checkpoint: str) -> bytes | None:
+        """``image_stats`` of the evaluation of ``checkpoint`` at ``step`` — of ``run``, or when
+        None (an export recorded before it named its run) the newest such evaluation of any run."""
+        where, args = "step=? AND checkpoint=?", (step, checkpoint)
+        if run is not None:
+            where, args = f"run=? AND {where}", (run, *args)
+        with self._lock:
+            row = self._db.execute(f"SELECT stats FROM image_stats WHERE {where} ORDER BY rowid DESC LIMIT 1",
+                                   args).fetchone()
+        return bytes(row[0]) if row else None
+
     def at_step(self, run: str, step: int) -> list[Record]:
         """The run's records of ``step`` (more than one only if two checkpoints shared a step)."""
         return self._select("WHERE step = ?", (step,), order="evaluated_at DESC", run=run)
