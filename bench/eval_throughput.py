@@ -11,6 +11,9 @@ it) — in one run of this script.
   checkpoint.  The scorer is kept across passes as the evaluator keeps it (references tokenized
   once) and tokenizes each pass's captions afresh, as it does at every checkpoint: one JVM per
   pass, whose CPU (a child process's) is counted;
+* the intervals: the evaluator pass draws every metric's interval (1,000 resamples of its images,
+  as ``CheckpointEvaluator`` does), and their CPU at 5,000 images is timed apart and reported as a
+  share of a 5,000-image evaluation's CPU (issue 54's budget: ≤ 5 %);
 * ``--levers``: the evaluator again with each speed lever alone (XLA for its step), in the same
   rounds.
 
@@ -41,6 +44,7 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import numpy as np
 import tensorflow as tf
 from rounds import alternate, ratio, spread
 
@@ -51,6 +55,8 @@ from showtell.captioning.data.records import ShardedWriter, parse_example, shard
 from showtell.captioning.data.vocab import Vocabulary
 from showtell.captioning.model.network import build_model
 from showtell.captioning.model.validation import Validator
+from showtell.evaluator.scoring import bootstrap
+from showtell.evaluator.scoring.bootstrap import Bootstrap, ImageStats
 from showtell.evaluator.scoring.scorers import CaptionScorer, ptb_tokenize
 
 COCO_VOCABULARY = 12000
@@ -75,14 +81,34 @@ def forward_pass(model, files: list[str], batch_size: int) -> Callable[[], int]:
     return one_pass
 
 
-def evaluator_pass(validator: Validator, scorer: CaptionScorer, references) -> Callable[[], int]:
-    """Everything an evaluation does after the restore: validation, then caption scoring."""
+def evaluator_pass(validator: Validator, scorer: CaptionScorer, references,
+                   kept: list[ImageStats]) -> Callable[[], int]:
+    """Everything an evaluation does after the restore: validation, caption scoring, and each
+    metric's interval by bootstrap over the images (its per-image statistics kept in ``kept``)."""
     def one_pass() -> int:
         result = validator.run()
-        scorer.score(result.captions, references)
+        scored = scorer.score_images(result.captions, references)
+        stats = ImageStats(np.asarray(scored.image_ids), scored.columns | {
+            bootstrap.LOSS_SUM: np.asarray([result.image_losses[i][0] for i in scored.image_ids]),
+            bootstrap.WORDS: np.asarray([result.image_losses[i][1] for i in scored.image_ids])})
+        bootstrap.intervals(stats, Bootstrap())
+        kept[:] = [stats]
         return result.images
 
     return one_pass
+
+
+def bootstrap_cost(stats: ImageStats, images: int, rounds: int) -> dict[str, float]:
+    """CPU seconds of the default intervals (1,000 resamples) over ``images`` images: this
+    evaluation's per-image statistics repeated to that many rows (median of ``rounds``)."""
+    rows = np.arange(images) % len(stats)
+    tiled = ImageStats(np.arange(images), {k: np.asarray(v)[rows] for k, v in stats.columns.items()})
+    costs = []
+    for _ in range(rounds):
+        before = cpu_seconds()
+        bootstrap.intervals(tiled, Bootstrap())
+        costs.append(cpu_seconds() - before)
+    return spread(costs, 3)
 
 
 def coco_like(files: list[str], out: Path) -> list[str]:
@@ -157,15 +183,16 @@ def main() -> int:
         model = build_model(ModelConfig(vocab_size=len(big), image_size=args.image_size))
         references = inputs.load_references(files, vocab)
         scorer = CaptionScorer(meteor=False, tokenizer="ptb")
-        paths = {"forward": timed(forward_pass(model, files, args.batch_size))}
+        paths, kept = {"forward": timed(forward_pass(model, files, args.batch_size))}, []
         for name, jit in (("evaluator", False), ("evaluator_xla", True))[:2 if args.levers else 1]:
             validator = Validator(model, files, big, batch_size=args.batch_size, beam_size=args.beam_size,
                                   jit_compile=jit)
-            paths[name] = timed(evaluator_pass(validator, scorer, references))
+            paths[name] = timed(evaluator_pass(validator, scorer, references, kept))
         measured = alternate(paths, rounds=args.rounds, warm=WARM_PASSES)
         captions = [c for caps in references.values() for c in caps]
         at_size = tokenizer_cost(captions[:args.images], 3)
         at_coco = tokenizer_cost([captions[i % len(captions)] for i in range(COCO_EVALUATION)], 3)
+        intervals_at_coco = bootstrap_cost(kept[0], COCO_EVALUATION, 3)
     rates = {name: {"wall": [r[0] for r in runs], "cpu": [r[1] for r in runs]}
              for name, runs in measured.items()}
     tokenizer = [r[2] for r in measured["evaluator"]]
@@ -195,6 +222,11 @@ def main() -> int:
         str(args.images): round(statistics.median(tokenizer) / (args.images / statistics.median(
             rates["evaluator"]["cpu"])), 4),
         str(COCO_EVALUATION): round(at_coco["median"] * statistics.median(at_5000) / COCO_EVALUATION, 5)}
+    # The intervals (1,000 resamples, every metric) of a 5,000-image evaluation, against the CPU
+    # of that evaluation at this run's median rate (the 5,000-image figure above).
+    report["bootstrap_cpu_sec_at_5000_images"] = intervals_at_coco
+    report["bootstrap_share_of_a_5000_image_evaluation"] = round(
+        intervals_at_coco["median"] * statistics.median(at_5000) / COCO_EVALUATION, 5)
     evaluator = statistics.median(rates["evaluator"]["wall"])
     report["minutes_per_5000_images"] = round(COCO_EVALUATION / evaluator / 60, 1)
     report["max_eval_examples_for_half_of_10_minutes"] = int(evaluator * 300)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,7 @@ FORMAT_2 = """CREATE TABLE evaluations (run TEXT NOT NULL, step INTEGER NOT NULL
     reason TEXT NOT NULL, scoring TEXT NOT NULL, recorded INTEGER NOT NULL DEFAULT 1,
     PRIMARY KEY (run, step, checkpoint));
 INSERT INTO evaluations VALUES ('r', 4, '/m/ckpt-4', 0, 0, 1, 4, '{"loss": 1.0}', '[]', 'ok', '', '', 1);
+INSERT INTO evaluations VALUES ('r', 2, '/m/ckpt-2', 0, 0, 1, 4, '{"loss": 2.0}', '[]', 'ok', '', '', 1);
 PRAGMA user_version = 2;"""
 
 
@@ -75,19 +77,46 @@ def test_a_format_2_history_gains_the_training_time_and_keeps_its_rows(tmp_path:
     db.close()
     with caplog.at_level("INFO"):
         store = Store(path)
-    assert f"{path}: history format 2 gains train_seconds and intervals (none for its 1 rows)" in caplog.text
-    [old] = store.after(-1, run="r")
-    assert (old.step, old.metrics, old.train_seconds, old.intervals) == (4, {"loss": 1.0}, None, {})
+    assert (f"{path}: history format 2 carried into format 4 (2 rows kept as they were; intervals and "
+            "evaluation sets from now on)") in caplog.text
+    old = store.after(-1, run="r")
+    assert [(r.step, r.rowid, r.metrics, r.train_seconds, r.intervals, r.eval_set) for r in old] == [
+        (2, 2, {"loss": 2.0}, None, {}, "val"), (4, 1, {"loss": 1.0}, None, {}, "val")]  # arrival order kept
     store.add(Record(8, "/m/ckpt-8", 0.0, 0.0, 1.0, 4, metrics={"loss": 0.5}, run="r", train_seconds=151.5))
     store.close()
     reopened = Store(path)  # format 4 now: read without a word
-    assert [(r.step, r.train_seconds) for r in reopened.after(-1, run="r")] == [(4, None), (8, 151.5)]
+    assert [(r.step, r.train_seconds) for r in reopened.after(-1, run="r")] == [
+        (2, None), (4, None), (8, 151.5)]
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 4
+
+
+def test_a_checkpoints_sets_are_recorded_together_and_read_per_set(tmp_path: Path):
+    store = Store(tmp_path / "evaluations.sqlite")
+    unseen = Record(6, "/m/ckpt-6", 0.0, 0.0, 1.0, 4, metrics={"loss": 2.5}, run="r", eval_set="unseen",
+                    image_stats=b"u")
+    stored = store.add(Record(6, "/m/ckpt-6", 0.0, 0.0, 1.0, 4, metrics={"loss": 1.5}, run="r",
+                              image_stats=b"v", also=(unseen,)))
+    assert [(r.eval_set, r.metrics["loss"]) for r in (stored, *stored.also)] == [
+        ("val", 1.5), ("unseen", 2.5)]
+    assert stored.also[0].rowid == stored.rowid + 1 and store.has("r", 6, "/m/ckpt-6")
+    assert store.latest("r").metrics == {"loss": 1.5} and store.latest("r", eval_set="unseen").metrics == {
+        "loss": 2.5}
+    assert store.best("loss", False, run="r", eval_set="unseen").eval_set == "unseen"
+    assert (store.image_stats(stored), store.image_stats(stored.also[0])) == (b"v", b"u")
+    assert [r.eval_set for r in store.page(0, 0, 10, run="r", eval_set="*")] == ["unseen", "val"]
+    assert [r.eval_set for r in store.arrived_after(0)] == ["val", "unseen"]  # Watch's feed: every set
+    assert store.counts() == (1, 0)  # one checkpoint evaluated
+    # a failing insert of the second set leaves neither (one transaction)
+    with pytest.raises(TypeError):  # the second row cannot be written (its metrics are not JSON)
+        store.add(Record(8, "/m/ckpt-8", 0.0, 0.0, 1.0, 4, run="r",
+                         also=(replace(unseen, step=8, checkpoint="/m/ckpt-8", metrics={"loss": object()}),)))
+    assert not store.has("r", 8, "/m/ckpt-8")
+    store.close()
 
 
 FORMAT_3 = FORMAT_2.replace("recorded INTEGER NOT NULL DEFAULT 1,", "recorded INTEGER NOT NULL DEFAULT 1, "
                             "train_seconds REAL,").replace("'', 1);", "'', 1, 12.5);").replace(
-    "user_version = 2", "user_version = 3")
+    "user_version = 2", "user_version = 3").replace("'', 1);\nINSERT", "'', 1, 12.5);\nINSERT")
 
 
 def test_a_format_3_history_reads_its_old_records_without_intervals_and_never_rewrites_them(
@@ -95,12 +124,12 @@ def test_a_format_3_history_reads_its_old_records_without_intervals_and_never_re
     path = tmp_path / "evaluations.sqlite"
     db = sqlite3.connect(path)
     db.executescript(FORMAT_3)
-    before = db.execute("SELECT * FROM evaluations").fetchall()
+    before = db.execute("SELECT rowid, * FROM evaluations ORDER BY step").fetchall()
     db.close()
     with caplog.at_level("INFO"):
         store = Store(path)
-    assert f"{path}: history format 3 gains intervals (none for its 1 rows)" in caplog.text
-    [old] = store.after(-1, run="r")
+    assert f"{path}: history format 3 carried into format 4 (2 rows kept as they were" in caplog.text
+    [_, old] = store.after(-1, run="r")
     assert (old.metrics, old.train_seconds, old.intervals, old.bootstrap) == ({"loss": 1.0}, 12.5, {}, {})
     assert store.image_stats(old) is None
     new = store.add(Record(8, "/m/ckpt-8", 0.0, 0.0, 1.0, 4, metrics={"loss": 0.5}, run="r",
@@ -108,7 +137,9 @@ def test_a_format_3_history_reads_its_old_records_without_intervals_and_never_re
     assert store.image_stats(new) == b"stats"
     store.close()
     db = sqlite3.connect(path)
-    assert db.execute("SELECT * FROM evaluations WHERE step = 4").fetchall() == [(*before[0], None)]
+    # every old row as it was (its rowid too), no interval, the default set
+    assert db.execute("SELECT rowid, * FROM evaluations WHERE step < 8 ORDER BY step").fetchall() == [
+        (*row, None, "val") for row in before]
     [again] = Store(path).at_step("r", 8)
     assert (again.intervals, again.bootstrap) == ({"loss": [0.4, 0.6]}, {"samples": 10})
 
