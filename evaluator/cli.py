@@ -29,12 +29,14 @@ from showtell.common.flags import (
 from showtell.common.intervals import with_interval
 from showtell.common.locks import DirectoryLock
 from showtell.evaluator.config import (
+    EvalSet,
     EvaluationConfig,
     EvaluatorConfig,
     ExportConfig,
     Finish,
     ServeConfig,
     WatchConfig,
+    eval_set_problem,
 )
 from showtell.evaluator.records.workdir import WorkDir
 
@@ -46,6 +48,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the trainer's model directory: local or NFS; a tf.io.gfile URL (gs://…) is "
                         "polled, a path tested here only as file://")
     p.add_argument("--data", type=Path, required=True, help="dataset directory (its val split is used)")
+    p.add_argument("--eval-set", action="append", type=_eval_set, default=[],
+                   metavar="NAME=PATH[:EXAMPLES]",
+                   help="also evaluate each checkpoint on this dataset's validation split (its first "
+                        "EXAMPLES images), as a set of its own: its metrics, intervals, best and best export "
+                        "(repeat for more; --data's split is the set named val)")
     p.add_argument("--work-dir", type=Path,
                    help="evaluator state: history, pins, summaries (default: <model-dir>-eval)")
     for config_cls in (ServeConfig, WatchConfig, EvaluationConfig, ExportConfig, MonitoringConfig):
@@ -67,7 +74,8 @@ def config_from_args(args: argparse.Namespace) -> EvaluatorConfig:
         work=WorkDir(args.work_dir) if args.work_dir else WorkDir.beside(model_dir),
         evaluation=config_from_flags(EvaluationConfig, args), watch=config_from_flags(WatchConfig, args),
         serve=config_from_flags(ServeConfig, args), export=config_from_flags(ExportConfig, args),
-        finish=config_from_flags(Finish, args), monitoring=config_from_flags(MonitoringConfig, args))
+        finish=config_from_flags(Finish, args), monitoring=config_from_flags(MonitoringConfig, args),
+        eval_sets=tuple(args.eval_set))
 
 
 def argument_problem(args: argparse.Namespace) -> str | None:
@@ -77,6 +85,9 @@ def argument_problem(args: argparse.Namespace) -> str | None:
                 "evaluates one checkpoint")
     if not args.once and (args.checkpoint or args.json):
         return "--checkpoint and --json go with --once"
+    problem = eval_set_problem(args.eval_set)
+    if problem:
+        return problem
     if args.once and args.max_eval_examples == "auto":
         return ("--max-eval-examples auto fits evaluations between the trainer's checkpoints; with --once "
                 "pass a number of images or leave it out (all)")
@@ -102,20 +113,30 @@ def run_once(args: argparse.Namespace) -> int:
 
     evaluator = CheckpointEvaluator(args.model_dir, args.data, args.max_eval_examples, args.beam_size,
                                     scorer=scorer, jit_compile=args.jit_compile,
-                                    bootstrap=Bootstrap(args.bootstrap, args.confidence))
+                                    bootstrap=Bootstrap(args.bootstrap, args.confidence),
+                                    sets=args.eval_set)
     try:
         result = evaluator.evaluate(args.checkpoint or latest_checkpoint(args.model_dir))
     finally:
         evaluator.close()
-    if args.json:
-        sys.stdout.write(json.dumps({k: v for k, v in asdict(result).items() if k != "stats"}) + "\n")
-        return 0
-    metrics = "  ".join(f"{k} {with_interval(v, result.intervals.get(k))}" for k, v in result.metrics.items())
-    sys.stdout.write(f"step {result.step}  {metrics}  ({result.examples} examples, {result.seconds:.1f} s; "
-                     f"{result.scoring or 'no scorers'})\n")
-    for s in result.samples:
-        sys.stdout.write(f"  {s['caption']!r}  refs: {' | '.join(s['references'])}\n")
+    for one in (result, *result.others):  # a line (or JSON object) per evaluation set
+        if args.json:
+            fields = {k: v for k, v in asdict(one).items() if k not in ("stats", "others")}
+            sys.stdout.write(json.dumps(fields) + "\n")
+            continue
+        metrics = "  ".join(f"{k} {with_interval(v, one.intervals.get(k))}" for k, v in one.metrics.items())
+        sys.stdout.write(f"step {one.step} {one.eval_set}  {metrics}  ({one.examples} examples, "
+                         f"{one.seconds:.1f} s; {one.scoring or 'no scorers'})\n")
+        for s in one.samples:
+            sys.stdout.write(f"  {s['caption']!r}  refs: {' | '.join(s['references'])}\n")
     return 0
+
+
+def _eval_set(text: str) -> EvalSet:
+    try:
+        return EvalSet.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--eval-set {text}: ")) from None
 
 
 def run(args: argparse.Namespace) -> int:

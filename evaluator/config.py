@@ -5,6 +5,8 @@ it sees ``argparse``."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +27,59 @@ if TYPE_CHECKING:
     from showtell.evaluator.records.store import Record
 
 POLICIES = ("latest", "all")
+SET_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")  # a label, a TensorBoard tag prefix, a directory name
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    """One evaluation set: a dataset's validation split under a name (``--eval-set NAME=PATH[:N]``;
+    the default one is ``--data``'s, named ``val``), its first ``max_examples`` images (None: all)."""
+
+    name: str
+    data: Path
+    max_examples: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> EvalSet:
+        """``NAME=PATH[:EXAMPLES]``; ``ValueError`` says what is wrong."""
+        name, equals, rest = text.partition("=")
+        if not equals or not rest:
+            raise ValueError(f"--eval-set {text}: expected NAME=PATH[:EXAMPLES], e.g. unseen=data/unseen:500")
+        if not SET_NAME.fullmatch(name):
+            raise ValueError(f"--eval-set {text}: the name {name!r} must be a letter then letters, digits, "
+                             "_ or - (32 at most)")
+        path, colon, examples = rest.rpartition(":")
+        if colon and examples.isdigit():
+            if int(examples) < 1:
+                raise ValueError(f"--eval-set {text}: EXAMPLES must be ≥ 1")
+            return cls(name, Path(path), int(examples))
+        return cls(name, Path(rest))
+
+
+def eval_set_problem(sets: Sequence[EvalSet]) -> str | None:
+    """What is wrong with ``--eval-set``s (one line), before anything starts: a name used twice
+    or the default's, a path with no validation records."""
+    from showtell.api.contract import DEFAULT_SET
+    from showtell.captioning.data.manifest import load_dataset
+    from showtell.common.errors import DataError
+
+    seen: set[str] = set()
+    for spec in sets:
+        where = f"--eval-set {spec.name}={spec.data}"
+        if spec.name == DEFAULT_SET:
+            return f"{where}: {DEFAULT_SET!r} is the name of --data's validation split; choose another name"
+        if spec.name in seen:
+            return f"{where}: the name {spec.name!r} is given twice; each set needs its own"
+        seen.add(spec.name)
+        try:
+            manifest, _ = load_dataset(spec.data)
+        except (DataError, OSError) as exc:
+            return f"{where}: {str(exc).splitlines()[0]}"
+        split = manifest.splits.get("val")
+        if split is None or not split.images or not list(spec.data.glob("val-?????-of-?????")):
+            return (f"{where}: no validation records (val-NNNNN-of-NNNNN shards) there; build one with "
+                    f"`showtell data synthetic --out {spec.data}` or point at a dataset directory")
+    return None
 TOKENIZERS = ("auto", "ptb", "regex")
 
 
@@ -147,3 +202,4 @@ class EvaluatorConfig:
     export: ExportConfig = ExportConfig()
     finish: Finish = Finish()
     monitoring: MonitoringConfig = field(default_factory=MonitoringConfig)
+    eval_sets: tuple[EvalSet, ...] = ()  # besides --data's (named val)

@@ -17,6 +17,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
+from showtell.api.contract import DEFAULT_SET
 from showtell.api.transport import LoadedSecurity
 from showtell.captioning.model.modeldir import FINISHED, METADATA
 from showtell.common.errors import ShowtellError
@@ -32,7 +33,7 @@ from showtell.evaluator.records.best_export import BestExport
 from showtell.evaluator.records.recorder import Recorder
 from showtell.evaluator.records.store import Store
 from showtell.evaluator.records.summaries import EvalSummaries
-from showtell.evaluator.scoring.bootstrap import Bootstrap
+from showtell.evaluator.scoring.bootstrap import Bootstrap, export_judge
 from showtell.evaluator.scoring.evaluation import CheckpointEvaluator
 from showtell.evaluator.scoring.scorers import CaptionScorer
 from showtell.evaluator.serving.prometheus import EvaluatorMetrics
@@ -79,15 +80,21 @@ def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.Abst
     evaluator = CheckpointEvaluator(
         model_dir, config.data, None if auto else evaluation.max_eval_examples, evaluation.beam_size,
         scorer=lambda: CaptionScorer(meteor=evaluation.meteor, tokenizer=evaluation.tokenizer),
-        jit_compile=evaluation.jit_compile, bootstrap=Bootstrap(evaluation.bootstrap, evaluation.confidence))
+        jit_compile=evaluation.jit_compile, bootstrap=Bootstrap(evaluation.bootstrap, evaluation.confidence),
+        sets=config.eval_sets)
     workdir.root.mkdir(parents=True, exist_ok=True)
     store = Store(workdir.history)
     summaries = EvalSummaries(str(workdir.summaries), evaluator.files)
-    exporter = None
+    exporters: dict[str, BestExport] = {}  # each evaluation set's own
     if config.export.export_best:
-        exporter = BestExport.parse(config.export.export_best, workdir.exports, config.export.export_keep,
-                                    when=config.export.export_best_when, stats_of=store.image_stats_at,
-                                    bootstrap=evaluator.bootstrap)
+        for name in (DEFAULT_SET, *(s.name for s in config.eval_sets)):
+            exporter = BestExport.parse(config.export.export_best, workdir.exports_of(name),
+                                        config.export.export_keep, when=config.export.export_best_when)
+            exporter.judge = export_judge(
+                lambda run, step, ckpt, name=name: store.image_stats_at(run, step, ckpt, name),
+                exporter.metric, exporter.maximize, evaluator.bootstrap)
+            exporters[name] = exporter
+    exporter = exporters.get(DEFAULT_SET)
     # Reading the newest version first also removes what a crashed export left.
     if exporter is not None and exporter.current() is not None:
         log.info("--export-best: newest export %s", exporter.describe())
@@ -95,11 +102,12 @@ def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.Abst
     # Watch streams hear of a record first; the summaries (drawing sample images) and an export
     # follow on the same thread.
     actions = [broadcast.notify, log_record, WriteSummaries(summaries), HParamsSession(model_dir, summaries)]
-    if exporter is not None:
-        actions.append(ExportBest(exporter, evaluator))
+    if exporters:
+        actions.append(ExportBest(exporters, evaluator))
     if endpoint is not None:
         figures = EvaluatorMetrics(registry=endpoint.registry, status=lambda: controller.status, store=store,
-                                   streams=lambda: service.streams)
+                                   streams=lambda: service.streams,
+                                   sets=(DEFAULT_SET, *(s.name for s in config.eval_sets)))
         actions.append(figures.record)
     controller = EvalController(model_dir=model_dir, evaluator=evaluator, store=store,
                                 recorder=Recorder(store=store, work_root=workdir.root), pins=workdir.pins,
@@ -113,7 +121,8 @@ def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.Abst
     service = MetricsService(store=store, status=lambda: controller.status, broadcast=broadcast,
                              policy=config.watch.policy, checkpoint_dir=model_dir, observer=watcher.kind,
                              exporter=exporter, max_streams=serving.max_streams,
-                             bootstrap=evaluator.bootstrap)
+                             bootstrap=evaluator.bootstrap,
+                             eval_sets=(DEFAULT_SET, *(s.name for s in config.eval_sets)))
     service.attach(loop)
     try:
         server = MetricsServer(service, serving.host, serving.port, security=security,

@@ -28,10 +28,11 @@ from tests.helpers import (
 pytestmark = pytest.mark.e2e
 
 
-def _all(stub) -> list[pb.Evaluation]:
+def _all(stub, eval_set: str = "") -> list[pb.Evaluation]:
     out, token = [], ""
     while True:
-        page = stub.ListEvaluations(pb.ListEvaluationsRequest(page_size=2, page_token=token), timeout=10)
+        request = pb.ListEvaluationsRequest(page_size=2, page_token=token, eval_set=eval_set)
+        page = stub.ListEvaluations(request, timeout=10)
         out += page.evaluations
         token = page.next_page_token
         if not token:
@@ -42,7 +43,8 @@ def test_policy_all_evaluates_every_checkpoint_once_in_order_and_streams_live(
         tiny_data: Path, tmp_path: Path, procs):
     model_dir = tmp_path / "model"
     _, port = start_evaluator(procs, model_dir, tiny_data, tmp_path / "work", tmp_path / "eval.log",
-                              "--policy", "all", "--max-eval-examples", "8")
+                              "--policy", "all", "--max-eval-examples", "8",
+                              "--eval-set", f"small={tiny_data}:4")  # a second set: 4 images
     channel, stub = metrics_stub(port)
     with pytest.raises(grpc.RpcError) as missing:
         stub.GetLatest(pb.GetLatestRequest(), timeout=10)
@@ -75,6 +77,22 @@ def test_policy_all_evaluates_every_checkpoint_once_in_order_and_streams_live(
 
     records = _all(stub)
     assert [e.global_step for e in records] == [2, 4, 6]  # each once, in step order
+    # the second set: a record of its own per checkpoint, its own label; Watch (above) and the
+    # default listing are the val set's alone
+    everything = list(_all(stub, eval_set="*"))
+    assert sorted((e.global_step, e.eval_set) for e in everything) == [
+        (step, name) for step in (2, 4, 6) for name in ("small", "val")]
+    small = [e for e in everything if e.eval_set == "small"]
+    assert {e.num_examples for e in small} == {4 * 3}
+    assert all(set(e.intervals) == set(e.metrics) for e in small)
+    assert stub.GetLatest(pb.GetLatestRequest(eval_set="small"), timeout=10).evaluation.num_examples == 12
+    on_small = pb.CompareRequest(a=pb.EvaluationRef(step=2, eval_set="small"),
+                                 b=pb.EvaluationRef(step=6, eval_set="small"))
+    assert stub.Compare(on_small, timeout=30).images == 4
+    with pytest.raises(grpc.RpcError) as unknown:
+        stub.GetLatest(pb.GetLatestRequest(eval_set="nope"), timeout=10)
+    assert unknown.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert unknown.value.details() == "eval_set 'nope' is not one of this evaluator's: val, small"
     assert all(e.status == pb.Evaluation.STATUS_OK for e in records)
     assert [e.global_step for e in streamed] == [2, 4, 6]
     assert {"loss", "perplexity", "bleu4", "cider", "rouge_l"} <= set(records[0].metrics)
@@ -110,7 +128,8 @@ def test_policy_all_evaluates_every_checkpoint_once_in_order_and_streams_live(
                               timeout=10).evaluation
     assert best_cider.metrics["cider"] == max(e.metrics["cider"] for e in records)
     status = stub.GetStatus(pb.GetStatusRequest(), timeout=10).status
-    assert (status.last_seen_step, status.evaluations, status.failures) == (6, 3, 0)
+    assert (status.last_seen_step, status.evaluations, status.failures) == (6, 3, 0)  # checkpoints
+    assert list(status.eval_sets) == ["val", "small"]
     assert status.observer == "inotify" and status.policy == "all"
     # health, reflection, and the CLI client (--json keeps proto field names)
     from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -133,7 +152,8 @@ def test_policy_all_evaluates_every_checkpoint_once_in_order_and_streams_live(
     assert [p.name for p in (tmp_path / "work" / "eval").iterdir()] == [records[0].run_id]
     pictures = _summary_images(tmp_path / "work" / "eval" / records[0].run_id)
     scalars = _scalar_tags(tmp_path / "work" / "eval" / records[0].run_id)
-    assert {"cider", "cider/lower", "cider/upper", "loss/lower", "loss/upper"} <= scalars
+    assert {"cider", "cider/lower", "cider/upper", "loss/lower", "loss/upper", "small/cider",
+            "small/cider/lower"} <= scalars
     ids = [s.image_id for s in records[0].samples]
     assert ids and set(pictures) == {f"samples/image_{i}" for i in ids}
     expected = sample_images.panel_size(TINY_DATA.image_size, TINY_DATA.image_size)

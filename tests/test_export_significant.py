@@ -15,7 +15,7 @@ from showtell.captioning.model.network import build_model
 from showtell.evaluator.records.best_export import BestExport
 from showtell.evaluator.records.store import Record, Store
 from showtell.evaluator.scoring import bootstrap
-from showtell.evaluator.scoring.bootstrap import Bootstrap, ImageStats
+from showtell.evaluator.scoring.bootstrap import Bootstrap, ImageStats, export_judge
 
 pytestmark = pytest.mark.slow
 
@@ -40,8 +40,8 @@ def test_only_a_gain_beyond_noise_is_exported(tiny_data: Path, tmp_path: Path, c
     vocab = Vocabulary.load(tiny_data / "vocab.txt")
     model = build_model(ModelConfig(vocab_size=len(vocab.words), image_size=75, embedding_size=16,
                                     lstm_units=16))
-    exporter = BestExport.parse("exact_match", tmp_path / "export", when="significant",
-                               stats_of=store.image_stats_at, bootstrap=Bootstrap(samples=1000))
+    exporter = BestExport.parse("exact_match", tmp_path / "export", when="significant")
+    exporter.judge = export_judge(store.image_stats_at, "exact_match", True, Bootstrap(samples=1000))
     with caplog.at_level("INFO"):
         exported = [exporter.consider(record, model, vocab) for record in records]
     assert exported == [True, False, True, False]

@@ -9,6 +9,7 @@ to look again or record it skipped.  The work dir's own trouble (a full disk) ra
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import time
@@ -82,12 +83,18 @@ class Attempts:
         try:
             log.info("evaluating %s (step %d)", prefix, step)
             result = self.evaluator.evaluate(pinned, step=step, progress=progress, images=images)
-            return Record(step, prefix, mtime, time.time(), result.seconds, result.examples,
-                          metrics=result.metrics, samples=result.samples, run=run, scoring=result.scoring,
-                          train_seconds=result.train_seconds,
-                          intervals={k: list(v) for k, v in result.intervals.items()},
-                          bootstrap=result.bootstrap,
-                          image_stats=result.stats.to_bytes() if result.stats is not None else b"")
+            now = time.time()
+
+            def record(one: EvalResult) -> Record:
+                return Record(step, prefix, mtime, now, one.seconds, one.examples, metrics=one.metrics,
+                              samples=one.samples, run=run, scoring=one.scoring,
+                              train_seconds=one.train_seconds, bootstrap=one.bootstrap,
+                              intervals={k: list(v) for k, v in one.intervals.items()},
+                              image_stats=one.stats.to_bytes() if one.stats is not None else b"",
+                              eval_set=one.eval_set)
+
+            # every set's record, stored in one transaction with the default set's
+            return dataclasses.replace(record(result), also=tuple(map(record, result.others)))
         except ModelDirIncomplete as exc:  # e.g. showtell-model.json not synced yet
             return NotArrived(checkpoint, str(exc), mtime)
         except ShowtellError as exc:

@@ -9,6 +9,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from showtell.api.contract import DEFAULT_SET
 from showtell.captioning.model.modeldir import read_run_record
 from showtell.common.intervals import with_interval
 from showtell.evaluator.records.best_export import BestExport
@@ -20,7 +21,8 @@ log = logging.getLogger(__name__)
 
 def log_record(record: Record) -> None:
     """One line per record: its status and metrics, or why it failed or was skipped."""
-    log.info("step %d: %s %s", record.step, record.status,
+    where = "" if record.eval_set == DEFAULT_SET else f" ({record.eval_set})"
+    log.info("step %d%s: %s %s", record.step, where, record.status,
              " ".join(f"{k} {with_interval(v, record.intervals.get(k))}"
                       for k, v in sorted(record.metrics.items())) or record.reason,
              extra={"run": record.run, "step": record.step})
@@ -77,17 +79,19 @@ def session_hparams(revision: dict) -> dict[str, bool | int | float | str]:
 
 
 class ExportBest:
-    """``--export-best``: consider the model just evaluated (still in the evaluator's memory);
-    a failed export is logged and the previous one stays."""
+    """``--export-best``: consider the model just evaluated (still in the evaluator's memory)
+    for each evaluation set's own export (``exporters``: set name → its ``BestExport``); a failed
+    export is logged and the previous one stays."""
 
-    def __init__(self, exporter: BestExport, evaluator: Any) -> None:
-        self.exporter, self.evaluator = exporter, evaluator
+    def __init__(self, exporters: dict[str, BestExport], evaluator: Any) -> None:
+        self.exporters, self.evaluator = exporters, evaluator
 
     def __call__(self, record: Record) -> None:
-        if record.status != "ok":
+        exporter = self.exporters.get(record.eval_set)
+        if record.status != "ok" or exporter is None:
             return
         try:
-            self.exporter.consider(record, self.evaluator.model, self.evaluator.vocab)
+            exporter.consider(record, self.evaluator.model, self.evaluator.vocab)
         except (OSError, ValueError, tf.errors.OpError) as exc:
             log.error("--export-best: exporting step %d failed (%s); the previous export stays",
                       record.step, exc)

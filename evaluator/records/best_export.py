@@ -30,8 +30,6 @@ from showtell.captioning.model import export
 from showtell.common.errors import ShowtellError
 from showtell.evaluator.metric_names import LOWER_IS_BETTER
 from showtell.evaluator.records.store import Record
-from showtell.evaluator.scoring import bootstrap
-from showtell.evaluator.scoring.bootstrap import Bootstrap, ImageStats
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +42,8 @@ class BestExport:
       base: ``<work-dir>/export/best``; each export is a numeric version directory in it.
       keep: how many versions stay (the oldest go first).
       when: ``better`` (the value) or ``significant`` (beyond noise: see the module).
-      stats_of: ``(run, step, checkpoint)`` → that evaluation's per-image statistics (``significant``).
-      bootstrap: how the paired comparison resamples (``significant``).
+      judge: ``significant``'s test, ``(export's info, record) → why it is not beyond noise``, empty
+        when it is (``bootstrap.export_judge``: the scoring layer's, given by the daemon).
     """
 
     metric: str
@@ -53,8 +51,7 @@ class BestExport:
     base: Path
     keep: int = 3
     when: str = "better"
-    stats_of: Callable[[str | None, int, str], bytes | None] | None = None
-    bootstrap: Bootstrap = field(default_factory=Bootstrap)
+    judge: Callable[[dict, Record], str] | None = None
     _info: dict | None = field(default=None, init=False, repr=False)
     _loaded: bool = field(default=False, init=False, repr=False)
 
@@ -107,7 +104,7 @@ class BestExport:
             if not better:
                 return False
             if self.when == "significant":
-                why_not = self._not_beyond_noise(info, record)
+                why_not = self.judge(info, record) if self.judge else "no per-image statistics are at hand"
                 if why_not:
                     log.info("--export-best-when significant: step %d's %s %.6g is better than the export's "
                              "(step %d, %.6g) but %s; the export stays", record.step, self.metric, value,
@@ -122,28 +119,6 @@ class BestExport:
             shutil.rmtree(self.base / str(old), ignore_errors=True)
             log.info("removed export version %d (--export-keep %d)", old, self.keep)
         return True
-
-    def _not_beyond_noise(self, info: dict, record: Record) -> str:
-        """Empty when ``record`` beats the export ``info`` names beyond noise; else why not."""
-        if self.stats_of is None:
-            return "no per-image statistics are at hand"
-        exported = self.stats_of(info.get("run"), info["step"], info["checkpoint"])
-        new = self.stats_of(record.run, record.step, record.checkpoint)
-        if exported is None or new is None:
-            whose = "export's" if exported is None else "new"
-            return f"the {whose} evaluation has no per-image statistics"
-        try:
-            found = {c.metric: c for c in bootstrap.compare(ImageStats.from_bytes(exported),
-                                                            ImageStats.from_bytes(new), self.bootstrap)}
-        except bootstrap.NotPaired as exc:
-            return f"the two were {exc}"
-        gain = found.get(self.metric)
-        if gain is None:
-            return f"{self.metric} has no interval"
-        beyond = gain.lower > 0 if self.maximize else gain.upper < 0
-        level = f"{self.bootstrap.confidence * 100:g} %"
-        return "" if beyond else (f"the {level} interval of the difference ({gain.lower:+.6g}…"
-                                  f"{gain.upper:+.6g}) includes 0")
 
     def _tidy(self) -> None:
         """Before the first export of this process: a crashed export's temporary directory goes

@@ -38,7 +38,8 @@ class Recorder:
         self.closed = False
 
     def record(self, record: Record, actions: Sequence[Action] = ()) -> Record | None:
-        """Store ``record`` and tell ``actions`` about the stored version (with its rowid).  None
+        """Store ``record`` (and its other sets' records, ``also``) and tell ``actions`` about each
+        stored version (with its rowid).  None
         when nothing new was stored: closed (the evaluator is stopping) or already recorded (the
         store logs that error).  The work dir's trouble raises (``OSError``, ``sqlite3.Error``)."""
         with self._lock:
@@ -48,8 +49,9 @@ class Recorder:
                 return None
             stored = self.store.add(record)
             if stored is not None:
-                for action in actions:
-                    action(stored)
+                for one in (stored, *stored.also):  # the default set's record, then the other sets'
+                    for action in actions:
+                        action(one)
             return stored
 
     def trouble(self, step: int, exc: Exception) -> str:

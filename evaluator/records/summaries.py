@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from showtell.api.contract import DEFAULT_SET
 from showtell.evaluator.records import sample_images
 from showtell.evaluator.records.store import Record
 
@@ -69,12 +70,17 @@ class EvalSummaries:
 
     def write(self, record: Record) -> None:
         writer = self.writer(record.run)
+        # the default set's tags are the metrics' names; another set's are under its name
+        prefix = "" if record.eval_set == DEFAULT_SET else f"{record.eval_set}/"
         with writer.as_default(step=record.step):
             for name, value in record.metrics.items():
-                tf.summary.scalar(name, value)
+                tf.summary.scalar(prefix + name, value)
             for name, (lower, upper) in record.intervals.items():  # the interval, in the metric's group
-                tf.summary.scalar(f"{name}/lower", lower)
-                tf.summary.scalar(f"{name}/upper", upper)
+                tf.summary.scalar(f"{prefix}{name}/lower", lower)
+                tf.summary.scalar(f"{prefix}{name}/upper", upper)
+            if prefix:  # pictures and samples: the default set's
+                writer.flush()
+                return
             if record.scoring:  # which tokenizer and scorers: PTB scores compare with published ones
                 tf.summary.text("scoring", record.scoring)
             if record.samples:

@@ -42,6 +42,13 @@ class WorkDir:
         """``--export-best``'s SavedModel versions (TensorFlow Serving's layout)."""
         return self.root / "export" / "best"
 
+    def exports_of(self, eval_set: str) -> Path:
+        """An evaluation set's best exports: the default set's are ``exports``; another set's,
+        ``export/best-<set>`` beside them."""
+        from showtell.api.contract import DEFAULT_SET
+
+        return self.exports if eval_set == DEFAULT_SET else self.exports.with_name(f"best-{eval_set}")
+
     @property
     def auto_sizes(self) -> Path:
         """``--max-eval-examples auto``'s size per run (``evaluator/loop/sizing.py``)."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -215,3 +215,32 @@ def _aligned(stats: ImageStats, order: np.ndarray) -> ImageStats:
     rows = np.array([where[int(i)] for i in order])
     return ImageStats(image_ids=stats.image_ids[rows], meteor_offset=stats.meteor_offset,
                       columns={k: np.asarray(v)[rows] for k, v in stats.columns.items()})
+
+
+def export_judge(stats_of: Callable[[str | None, int, str], bytes | None], metric: str, maximize: bool,
+                 drawn: Bootstrap) -> Callable[[dict, object], str]:
+    """``--export-best-when significant``'s test for ``BestExport``: ``(export's info, record)`` →
+    why the record does not beat the export beyond noise, empty when it does (the paired interval
+    of the difference on ``metric`` excludes 0 in the better direction).  ``stats_of(run, step,
+    checkpoint)``: an evaluation's stored per-image statistics."""
+    def judge(info: dict, record) -> str:
+        exported = stats_of(info.get("run"), info["step"], info["checkpoint"])
+        new = stats_of(record.run, record.step, record.checkpoint)
+        if exported is None or new is None:
+            whose = "export's" if exported is None else "new"
+            return f"the {whose} evaluation has no per-image statistics"
+        try:
+            found = {c.metric: c for c in compare(ImageStats.from_bytes(exported), ImageStats.from_bytes(new),
+                                                  drawn)}
+        except NotPaired as exc:
+            return f"the two were {exc}"
+        gain = found.get(metric)
+        if gain is None:
+            return f"{metric} has no interval"
+        if gain.lower > 0 if maximize else gain.upper < 0:
+            return ""
+        return (f"the {drawn.confidence * 100:g} % interval of the difference ({gain.lower:+.6g}…"
+                f"{gain.upper:+.6g}) includes 0")
+
+    return judge
+

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
+from showtell.api.contract import DEFAULT_SET
 from showtell.captioning.data import inputs
 from showtell.captioning.data.manifest import VOCAB, load_dataset
 from showtell.captioning.data.records import shard_files
@@ -31,6 +32,7 @@ from showtell.captioning.model.network import build_model
 from showtell.captioning.model.validation import Validator, exact_match
 from showtell.common.errors import ModelDirError
 from showtell.evaluator import metric_names as names
+from showtell.evaluator.config import EvalSet
 from showtell.evaluator.scoring import bootstrap
 from showtell.evaluator.scoring.bootstrap import Bootstrap, ImageStats
 from showtell.evaluator.scoring.scorers import CaptionScorer, ImageScores
@@ -51,6 +53,8 @@ class EvalResult:
     intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # metric → (lower, upper)
     bootstrap: dict = field(default_factory=dict)  # how the intervals were drawn (Bootstrap.as_dict)
     stats: ImageStats | None = field(default=None, repr=False)  # per image: what the intervals resample
+    eval_set: str = DEFAULT_SET
+    others: list[EvalResult] = field(default_factory=list)  # the other sets' results (--eval-set)
 
 
 def train_seconds(path: str) -> float | None:
@@ -62,20 +66,39 @@ def train_seconds(path: str) -> float | None:
         return None
 
 
+class _Loaded:
+    """An evaluation set as read once: its shards, references, vocabulary and validator."""
+
+    def __init__(self, spec: EvalSet) -> None:
+        self.spec = spec
+        self.manifest, self.vocab = load_dataset(spec.data)
+        self.files = shard_files(spec.data, "val")
+        # References as text: scored against the model's captions word for word, whatever ids
+        # either vocabulary gives the words.
+        self.references = inputs.load_references(self.files, self.vocab)
+        self.validator: Validator | None = None
+        self.unknown_words: list[str] = []
+
+    @property
+    def split_images(self) -> int:
+        split = self.manifest.splits.get("val")
+        return split.images if split else 0
+
+
 class CheckpointEvaluator:
     def __init__(self, model_dir: str, data_dir: Path, max_examples: int | None = None,
                  beam_size: int = 3, samples: int = 5,
                  scorer: Callable[[], CaptionScorer] | None = None, jit_compile: bool = False,
-                 bootstrap: Bootstrap | None = None) -> None:
+                 bootstrap: Bootstrap | None = None, sets: Sequence[EvalSet] = ()) -> None:
         """``scorer`` makes the caption scorer when the first evaluation (or ``open``) needs it:
         METEOR's JVM takes seconds to start, so the service starts it on its evaluation thread,
-        not before its server answers.  ``bootstrap``: how each metric's interval is drawn."""
+        not before its server answers.  ``bootstrap``: how each metric's interval is drawn.
+        ``sets``: evaluation sets besides ``data_dir``'s (``DEFAULT_SET``), each evaluated after it."""
         self.model_dir, self.data_dir = model_dir, data_dir
-        self.manifest, self.data_vocab = load_dataset(data_dir)
-        self.files = shard_files(data_dir, "val")
-        # References as text: scored against the model's captions word for word, whatever ids
-        # either vocabulary gives the words.
-        self.references = inputs.load_references(self.files, self.data_vocab)
+        self.sets = [_Loaded(EvalSet(DEFAULT_SET, data_dir, max_examples)), *map(_Loaded, sets)]
+        main = self.sets[0]
+        self.manifest, self.data_vocab, self.files, self.references = main.manifest, main.vocab, main.files, \
+            main.references
         self.max_examples, self.beam_size, self.samples = max_examples, beam_size, samples
         self.jit_compile = jit_compile
         self.bootstrap = bootstrap or Bootstrap()
@@ -83,14 +106,17 @@ class CheckpointEvaluator:
         self.scorer: CaptionScorer | None = None
         self._key: tuple | None = None
         self._model = None
-        self._validator: Validator | None = None
         self.vocab: Vocabulary | None = None  # the model's own, as of the last evaluation
-        self.unknown_words: list[str] = []
 
     @property
     def model(self):
         """The model as of the last evaluation (its weights are that checkpoint's)."""
         return self._model
+
+    @property
+    def unknown_words(self) -> list[str]:
+        """The default set's words the model's vocabulary lacks."""
+        return self.sets[0].unknown_words
 
     def open(self) -> None:
         """Start the caption scorer (if any) now rather than at the first evaluation."""
@@ -101,77 +127,92 @@ class CheckpointEvaluator:
         if self.scorer is not None:
             self.scorer.close()
 
-    def _prepare(self) -> Validator:
+    def _prepare(self) -> None:
         config = read_model_config(self.model_dir)
         vocab = model_vocabulary(self.model_dir, (f"{self.data_dir}/{VOCAB}", self.data_vocab))
         if len(vocab) != config.vocab_size:
             raise ModelDirError(f"{self.model_dir}/{VOCAB} has {len(vocab)} words, the model "
                                 f"{config.vocab_size}; it is not this model's vocabulary")
-        if (config, vocab) != self._key:
-            if same_ids(self.data_vocab, vocab):  # (an imported model may have rows no word owns)
-                id_map, self.unknown_words = None, []
+        if (config, vocab) == self._key:
+            return
+        log.info("building the model of %s (%s)", self.model_dir, config.shape_fields())
+        if self._key is None or config != self._key[0]:
+            self._model = build_model(config)
+        for loaded in self.sets:
+            if same_ids(loaded.vocab, vocab):  # (an imported model may have rows no word owns)
+                id_map, loaded.unknown_words = None, []
             else:
-                id_map, self.unknown_words = self.data_vocab.id_map(vocab)
+                id_map, loaded.unknown_words = loaded.vocab.id_map(vocab)
                 log.warning("%s was built with another vocabulary than %s: references are re-encoded "
-                            "into the model's (%d of the dataset's words are not in it: %s)", self.data_dir,
-                            self.model_dir, len(self.unknown_words), " ".join(self.unknown_words[:10]) or "-")
-            log.info("building the model of %s (%s)", self.model_dir, config.shape_fields())
-            if self._key is None or config != self._key[0]:
-                self._model = build_model(config)
-            self._validator = Validator(self._model, self.files, vocab, beam_size=self.beam_size,
-                                        max_examples=self.max_examples, id_map=id_map,
-                                        jit_compile=self.jit_compile)
-            self._key, self.vocab = (config, vocab), vocab
-        assert self._validator is not None
-        return self._validator
+                            "into the model's (%d of the dataset's words are not in it: %s)",
+                            loaded.spec.data, self.model_dir, len(loaded.unknown_words),
+                            " ".join(loaded.unknown_words[:10]) or "-")
+            loaded.validator = Validator(self._model, loaded.files, vocab, beam_size=self.beam_size,
+                                         max_examples=loaded.spec.max_examples, id_map=id_map,
+                                         jit_compile=self.jit_compile)
+        self._key, self.vocab = (config, vocab), vocab
 
     def evaluate(self, path: str, step: int | None = None,
                  progress: Callable[[int, int], None] | None = None,
                  images: int | Callable[[float | None, int, int], int] | None = None) -> EvalResult:
-        """Restore ``path`` and validate it; a ``ShowtellError`` explains any bad input.
-        ``progress(images done, total)`` after each batch.  ``images``: the first N images
-        (instead of ``max_examples``), or ``images(rate, split images, batch size)`` deciding
-        N from this evaluation's own rate once its first batches are timed."""
+        """Restore ``path`` and validate it on every set; a ``ShowtellError`` explains any bad
+        input.  The default set's result, the others' in its ``others``.  ``progress(images done,
+        total)`` after each batch of the default set.  ``images``: the default set's first N images
+        (instead of ``max_examples``), or ``images(rate, split images, batch size)`` deciding N
+        from this evaluation's own rate once its first batches are timed."""
         started = time.monotonic()
         self.open()
-        validator = self._prepare()
+        self._prepare()
         restore(tf.train.Checkpoint(model=self._model), path,
                 "the checkpoint is corrupt or from another model", partial=True)
-        split = self.manifest.splits.get("val")
-        split_images = split.images if split else 0
+        step = checkpoint_step(path) if step is None else step
+        seconds = train_seconds(path)
+        main, *others = self.sets
+        result = self._evaluate_set(main, path, step, seconds, started, progress, images)
+        result.others = [self._evaluate_set(other, path, step, seconds, time.monotonic())
+                         for other in others]
+        return result
+
+    def _evaluate_set(self, loaded: _Loaded, path: str, step: int, seconds: float | None, started: float,
+                      progress: Callable[[int, int], None] | None = None,
+                      images: int | Callable[[float | None, int, int], int] | None = None) -> EvalResult:
+        validator = loaded.validator
+        assert validator is not None
         if callable(images):
             decide = images
-            validation = validator.run(progress, split_images=split_images, limit=lambda rate: decide(
-                rate, split_images, validator.batch_size))
+            validation = validator.run(progress, split_images=loaded.split_images, limit=lambda rate: decide(
+                rate, loaded.split_images, validator.batch_size))
         else:
-            validation = validator.run(progress, split_images=split_images, max_images=images)
+            validation = validator.run(progress, split_images=loaded.split_images, max_images=images)
         loss, captions = validation.loss, validation.captions
         metrics = {names.LOSS: loss.loss, names.PERPLEXITY: loss.perplexity,
-                   names.EXACT_MATCH: exact_match(captions, self.references)}
+                   names.EXACT_MATCH: exact_match(captions, loaded.references)}
         if validator.id_map is not None:  # another vocabulary: say how much of it the model lacks
             metrics[names.UNKNOWN_REFERENCE_WORDS] = float(loss.unknown_words)
-        stats = self._image_stats(validation)
+        stats = _image_stats(validation, loaded.references)
         if self.scorer is not None:
-            scored = self.scorer.score_images(captions, self.references)
+            scored = self.scorer.score_images(captions, loaded.references)
             metrics.update(scored.corpus)
             stats = _with_scores(stats, scored)
         intervals = bootstrap.intervals(stats, self.bootstrap) if len(stats) else {}
-        shown = [{"image_id": i, "caption": c, "references": self.references.get(i, [])}
+        shown = [{"image_id": i, "caption": c, "references": loaded.references.get(i, [])}
                  for i, c in list(captions.items())[: self.samples]]
-        return EvalResult(step=checkpoint_step(path) if step is None else step, checkpoint=path,
-                          metrics=metrics, examples=loss.examples, seconds=time.monotonic() - started,
-                          samples=shown, scoring=self.scorer.scoring if self.scorer is not None else "",
-                          train_seconds=train_seconds(path), intervals=intervals,
-                          bootstrap=self.bootstrap.as_dict() if intervals else {}, stats=stats)
+        return EvalResult(step=step, checkpoint=path, metrics=metrics, examples=loss.examples,
+                          seconds=time.monotonic() - started, samples=shown,
+                          scoring=self.scorer.scoring if self.scorer is not None else "",
+                          train_seconds=seconds, intervals=intervals,
+                          bootstrap=self.bootstrap.as_dict() if intervals else {}, stats=stats,
+                          eval_set=loaded.spec.name)
 
-    def _image_stats(self, validation) -> ImageStats:
-        """Each image's loss and words, and whether its caption is one of its references."""
-        ids = list(validation.image_losses)
-        losses = np.asarray([validation.image_losses[i] for i in ids], dtype=np.float64).reshape(len(ids), 2)
-        exact = [float(validation.captions.get(i) in self.references.get(i, ())) for i in ids]
-        return ImageStats(image_ids=np.asarray(ids, dtype=np.int64),
-                          columns={bootstrap.LOSS_SUM: losses[:, 0], bootstrap.WORDS: losses[:, 1],
-                                   bootstrap.EXACT: np.asarray(exact, dtype=np.float64)})
+
+def _image_stats(validation, references) -> ImageStats:
+    """Each image's loss and words, and whether its caption is one of its references."""
+    ids = list(validation.image_losses)
+    losses = np.asarray([validation.image_losses[i] for i in ids], dtype=np.float64).reshape(len(ids), 2)
+    exact = [float(validation.captions.get(i) in references.get(i, ())) for i in ids]
+    return ImageStats(image_ids=np.asarray(ids, dtype=np.int64),
+                      columns={bootstrap.LOSS_SUM: losses[:, 0], bootstrap.WORDS: losses[:, 1],
+                               bootstrap.EXACT: np.asarray(exact, dtype=np.float64)})
 
 
 def _with_scores(stats: ImageStats, scored: ImageScores) -> ImageStats:

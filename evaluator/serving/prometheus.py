@@ -11,12 +11,13 @@ an info metric's one changing label, not a series per run."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
+from showtell.api.contract import DEFAULT_SET
 from showtell.evaluator.loop.status import Status
 from showtell.evaluator.records.store import Record, Store
 
@@ -29,7 +30,7 @@ class EvaluatorMetrics:
     """The registry ``--prometheus-port`` serves; ``record`` is an action of the controller."""
 
     def __init__(self, *, registry: CollectorRegistry, status: Callable[[], Status], store: Store,
-                 streams: Callable[[], int]) -> None:
+                 streams: Callable[[], int], sets: Sequence[str] = (DEFAULT_SET,)) -> None:
         self.status, self.registry = status, registry
         self.evaluations = Counter("showtell_evaluator_evaluations", "Checkpoints recorded, by outcome "
                                    "(ok, failed: could not be evaluated, skipped: gone first).",
@@ -43,11 +44,14 @@ class EvaluatorMetrics:
         self.images = Counter("showtell_evaluator_images", "Validation images evaluated (captioned and "
                               "scored) by successful evaluations; rate() is the throughput.",
                               registry=self.registry)
-        self.registry.register(_Now(status, store, streams))
+        self.registry.register(_Now(status, store, streams, sets))
 
     def record(self, record: Record) -> None:
         """Count a recorded checkpoint; time it if it was evaluated.  Runs while the controller's
-        status still holds the evaluation's progress (how many images it covered)."""
+        status still holds the evaluation's progress (how many images it covered).  A checkpoint
+        counts once: by its default set's record (the others come with it)."""
+        if record.eval_set != DEFAULT_SET:
+            return
         self.evaluations.labels(record.status).inc()
         if record.status != "ok":
             return
@@ -60,8 +64,9 @@ class EvaluatorMetrics:
 class _Now(Collector):
     """The figures true at scrape time."""
 
-    def __init__(self, status: Callable[[], Status], store: Store, streams: Callable[[], int]) -> None:
-        self.status, self.store, self.streams = status, store, streams
+    def __init__(self, status: Callable[[], Status], store: Store, streams: Callable[[], int],
+                 sets: Sequence[str]) -> None:
+        self.status, self.store, self.streams, self.sets = status, store, streams, sets
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         status = self.status()
@@ -92,3 +97,24 @@ class _Now(Collector):
                                 value=1 if status.evaluating_step >= 0 else 0)
         yield GaugeMetricFamily("showtell_evaluator_watch_streams", "Watch streams open.",
                                 value=self.streams())
+        yield from self._latest_metrics(status.run_id)
+
+    def _latest_metrics(self, run: str) -> Iterator[GaugeMetricFamily]:
+        """The current run's newest evaluation of each set: every metric, and its interval's
+        bounds — the evaluation set a label, as the metric is (bounded: sets × metrics)."""
+        families = {bound: GaugeMetricFamily(
+            f"showtell_evaluator_metric{suffix}", f"The current run's newest evaluation: each metric{what}, "
+            "by evaluation set.", labels=["eval_set", "metric"])
+            for bound, suffix, what in (("value", "", ""), ("lower", "_lower", "'s interval's lower bound"),
+                                        ("upper", "_upper", "'s interval's upper bound"))}
+        for name in self.sets:
+            latest = self.store.latest(run, eval_set=name) if run else None
+            if latest is None or latest.status != "ok":
+                continue
+            for metric, value in sorted(latest.metrics.items()):
+                families["value"].add_metric([name, metric], value)
+                if metric in latest.intervals:
+                    lower, upper = latest.intervals[metric]
+                    families["lower"].add_metric([name, metric], lower)
+                    families["upper"].add_metric([name, metric], upper)
+        yield from families.values()

@@ -21,7 +21,7 @@ import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from showtell.api.contract import ALL_RUNS, STOPPING
+from showtell.api.contract import ALL_RUNS, ALL_SETS, DEFAULT_SET, STOPPING
 from showtell.common import run_records
 from showtell.common.files import is_url
 from showtell.common.locks import held
@@ -84,6 +84,7 @@ def to_proto(record: Record) -> pb.Evaluation:
         train_time=duration(record.train_seconds),
         intervals={k: pb.Interval(lower=low, upper=high) for k, (low, high) in record.intervals.items()},
         bootstrap=_bootstrap_proto(record.bootstrap) if record.intervals else None,
+        eval_set=record.eval_set,
     )
 
 
@@ -145,13 +146,16 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
       exporter: ``--export-best``, if any (GetBest names the export of the best evaluation).
       max_streams: concurrent ``Watch`` streams served; beyond it RESOURCE_EXHAUSTED.
       bootstrap: ``Compare``'s resamples and confidence when a request leaves them 0.
+      eval_sets: the evaluation sets each checkpoint is evaluated on (``DEFAULT_SET`` first).
     """
 
     def __init__(self, *, store: Store, status: Callable[[], Status], broadcast: Broadcast, policy: str,
                  checkpoint_dir: str, observer: str, exporter: BestExport | None = None,
-                 max_streams: int = 10_000, bootstrap: Bootstrap | None = None) -> None:
+                 max_streams: int = 10_000, bootstrap: Bootstrap | None = None,
+                 eval_sets: tuple[str, ...] = (DEFAULT_SET,)) -> None:
         self.store, self.status, self.broadcast, self.policy = store, status, broadcast, policy
         self.bootstrap = bootstrap or Bootstrap()
+        self.eval_sets = eval_sets
         self.exporter = exporter
         self.checkpoint_dir, self.observer = checkpoint_dir, observer
         self.max_streams = max_streams
@@ -173,15 +177,28 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
         """A request's ``run_id``: empty means the model dir's current run."""
         return requested or self.status().run_id
 
+    def _set(self, requested: str, every: bool = False) -> str | None:
+        """A request's ``eval_set``: empty means ``DEFAULT_SET``; ``*`` every set where ``every``
+        allows it; None for a set this evaluator does not evaluate (INVALID_ARGUMENT)."""
+        name = requested or DEFAULT_SET
+        if name in self.eval_sets or (every and name == ALL_SETS):
+            return name
+        return None
+
+    def _unknown_set(self, requested: str) -> str:
+        return f"eval_set {requested[:40]!r} is not one of this evaluator's: {', '.join(self.eval_sets)}"
+
     async def GetLatest(self, request, context):
         # The hot query (dashboards poll it): answer from a copy rebuilt only when the evaluator
         # records something (or the run changes).  The version is read *before* the store, so a
         # racing write can only make the cached copy newer than its version, never stale.
-        run = self._run(request.run_id)
-        key = (self.broadcast.version, run)
+        run, eval_set = self._run(request.run_id), self._set(request.eval_set)
+        if eval_set is None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, self._unknown_set(request.eval_set))
+        key = (self.broadcast.version, run, eval_set)
         cached_key, cached = self._latest
         if cached_key != key or cached is None:
-            record = self.store.latest(run)
+            record = self.store.latest(run, eval_set=eval_set)
             cached = pb.GetLatestResponse(evaluation=to_proto(record)) if record is not None else None
             self._latest = (key, cached)
         if cached is None:
@@ -206,7 +223,11 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
             if token_step != from_step:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                     "page_token belongs to a listing with another from_step")
-        records = self.store.page(from_step, offset, limit + 1, run=self._run(request.run_id))
+        eval_set = self._set(request.eval_set, every=True)
+        if eval_set is None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, self._unknown_set(request.eval_set))
+        records = self.store.page(from_step, offset, limit + 1, run=self._run(request.run_id),
+                                  eval_set=eval_set)
         more = len(records) > limit
         return pb.ListEvaluationsResponse(
             evaluations=[to_proto(r) for r in records[:limit]],
@@ -226,11 +247,14 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
             maximize = metric not in metric_names.LOWER_IS_BETTER
         else:
             maximize = request.mode == pb.GetBestRequest.MODE_MAX
-        record = self.store.best(metric, maximize, run=self._run(request.run_id))
+        eval_set = self._set(request.eval_set)
+        if eval_set is None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, self._unknown_set(request.eval_set))
+        record = self.store.best(metric, maximize, run=self._run(request.run_id), eval_set=eval_set)
         if record is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no successful evaluation has {metric!r} yet")
         answer = to_proto(record)
-        exported = self.exporter.current() if self.exporter else None
+        exported = self.exporter.current() if self.exporter and eval_set == DEFAULT_SET else None
         if exported and (exported["step"], exported["checkpoint"]) == (record.step, record.checkpoint):
             answer.export_path = str(self.exporter.path())
         return pb.GetBestResponse(evaluation=answer)
@@ -325,9 +349,11 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
         """The record ``ref`` names, or why there is none (one line)."""
         if ref.run_id and ref.run_id != ALL_RUNS and not RUN_ID.fullmatch(ref.run_id):
             return None, f"run_id {ref.run_id[:80]!r} is not a run id (letters, digits, . _ -)"
-        run = self._run(ref.run_id)
+        run, eval_set = self._run(ref.run_id), self._set(ref.eval_set)
         if run == ALL_RUNS:
             return None, "name one run (run_id '*' means every run)"
+        if eval_set is None:
+            return None, self._unknown_set(ref.eval_set)
         which = ref.WhichOneof("at")
         if which is None:
             return None, "name a step or best=METRIC"
@@ -335,12 +361,14 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
             known = metric_names.ALL | self.store.metric_names()
             if ref.best not in known:
                 return None, f"unknown metric {ref.best!r}; known: {', '.join(sorted(known))}"
-            record = self.store.best(ref.best, ref.best not in metric_names.LOWER_IS_BETTER, run=run)
+            record = self.store.best(ref.best, ref.best not in metric_names.LOWER_IS_BETTER, run=run,
+                                     eval_set=eval_set)
             return (record, None) if record is not None else \
                 (None, f"run {run} has no successful evaluation with {ref.best!r}")
-        records = self.store.at_step(run, ref.step)
+        records = self.store.at_step(run, ref.step, eval_set=eval_set)
         if not records:
-            return None, f"step {ref.step} of run {run} was never evaluated"
+            on = "" if eval_set == DEFAULT_SET else f" on set {eval_set}"
+            return None, f"step {ref.step} of run {run} was never evaluated{on}"
         if records[0].status != "ok":
             return None, f"step {ref.step} of run {run} was {records[0].status}: {records[0].reason}"
         return records[0], None
@@ -377,7 +405,7 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
             pending_steps=status.pending_steps, evaluations=total, failures=bad,
             uptime=duration(time.monotonic() - status.started), observer=self.observer,
             last_error=status.last_error, best_export=self._best_export(),
-            run_id=status.run_id, runs=self.store.runs(),
+            run_id=status.run_id, runs=self.store.runs(), eval_sets=self.eval_sets,
             **_progress_fields(status.progress),
         ))
 
@@ -416,6 +444,9 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"this evaluator already serves {self.streams} Watch streams "
                                 f"(--max-streams {self.max_streams}); retry later or raise the limit")
+        eval_set = self._set(request.eval_set, every=True)
+        if eval_set is None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, self._unknown_set(request.eval_set))
         feed = self.feed
         assert feed is not None, "attach() the service to the server's loop first"
         if feed.closed:
@@ -426,16 +457,19 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
             cursor = self.store.max_rowid()
             current = self.status().run_id
             run = request.run_id or current
-            for record in self.store.replay(after, max_rowid=cursor, run=run):
+            for record in self.store.replay(after, max_rowid=cursor, run=run, eval_set=eval_set):
                 yield watch_message(record)
             if run not in (current, ALL_RUNS):
-                for record in self.store.replay(-1, max_rowid=cursor, run=current):
+                for record in self.store.replay(-1, max_rowid=cursor, run=current, eval_set=eval_set):
                     yield watch_message(record)
             while True:
                 arrivals = feed.since(cursor)
                 for arrival in arrivals:
                     cursor = arrival.rowid
-                    if arrival.step > after or arrival.message.evaluation.run_id != run:
+                    evaluation = arrival.message.evaluation
+                    if eval_set not in (ALL_SETS, evaluation.eval_set):
+                        continue
+                    if arrival.step > after or evaluation.run_id != run:
                         yield arrival.message
                 if arrivals:
                     continue

@@ -53,12 +53,14 @@ class WatchFollower:
       on_retry: called with (error, seconds until the next attempt) before each wait.
       max_backoff: the longest wait between attempts, in seconds.
       keepalive_secs: how often to ping a quiet stream.
+      eval_set: the evaluation set followed (empty: "val"; one set: steps are counted per set).
     """
 
     def __init__(self, *, target: str, security: ClientSecurity | None = None, after_step: int = -1,
                  persistent: bool = False, on_retry: Callable[[grpc.RpcError, float], None] | None = None,
-                 max_backoff: float = 10.0, keepalive_secs: float = KEEPALIVE_SECS) -> None:
-        self.target = target
+                 max_backoff: float = 10.0, keepalive_secs: float = KEEPALIVE_SECS,
+                 eval_set: str = "") -> None:
+        self.target, self.eval_set = target, eval_set
         self.security = security or ClientSecurity()
         self.last_step = after_step
         self.last_run: str | None = None  # None: whatever the evaluator's current run is
@@ -83,7 +85,8 @@ class WatchFollower:
         while not self._closed.is_set():
             with self.security.channel(self.target, self.options) as channel:
                 call = pb_grpc.MetricsServiceStub(channel).Watch(
-                    pb.WatchRequest(after_step=self.last_step, run_id=self.last_run or ""))
+                    pb.WatchRequest(after_step=self.last_step, run_id=self.last_run or "",
+                                    eval_set=self.eval_set))
                 self._call = call
                 try:
                     call.initial_metadata()  # the server answers with headers at once: connected …
@@ -153,23 +156,26 @@ class MetricsClient:
     def close(self) -> None:
         self.channel.close()
 
-    def latest(self, run_id: str = "") -> pb.Evaluation:
-        """The newest evaluation, by global step."""
-        return self.stub.GetLatest(pb.GetLatestRequest(run_id=run_id), timeout=self.timeout).evaluation
+    def latest(self, run_id: str = "", eval_set: str = "") -> pb.Evaluation:
+        """The newest evaluation, by global step (of ``eval_set``: empty for "val")."""
+        request = pb.GetLatestRequest(run_id=run_id, eval_set=eval_set)
+        return self.stub.GetLatest(request, timeout=self.timeout).evaluation
 
-    def best(self, metric: str, *, mode: str | None = None, run_id: str = "") -> pb.Evaluation:
+    def best(self, metric: str, *, mode: str | None = None, run_id: str = "",
+             eval_set: str = "") -> pb.Evaluation:
         """The best successful evaluation by ``metric`` (``mode`` max or min; default: the
         metric's own direction); its ``export_path`` names the --export-best export if it is one."""
-        request = pb.GetBestRequest(metric=metric, mode=MODES[mode], run_id=run_id)
+        request = pb.GetBestRequest(metric=metric, mode=MODES[mode], run_id=run_id, eval_set=eval_set)
         return self.stub.GetBest(request, timeout=self.timeout).evaluation
 
     def evaluations(self, *, from_step: int = 0, page_size: int = 100,
-                    run_id: str = "") -> Iterator[pb.Evaluation]:
-        """Every evaluation from ``from_step`` in step order, fetched a page at a time."""
+                    run_id: str = "", eval_set: str = "") -> Iterator[pb.Evaluation]:
+        """Every evaluation from ``from_step`` in step order, fetched a page at a time (of
+        ``eval_set``: empty for "val", "*" for every set)."""
         token = ""
         while True:
             request = pb.ListEvaluationsRequest(from_step=from_step, page_size=page_size, page_token=token,
-                                                run_id=run_id)
+                                                run_id=run_id, eval_set=eval_set)
             page = self.stub.ListEvaluations(request, timeout=self.timeout)
             yield from page.evaluations
             token = page.next_page_token
@@ -214,16 +220,16 @@ class MetricsClient:
         return WatchFollower(target=self.target, security=self.security, after_step=after_step, **options)
 
 
-def evaluation_ref(text: str, metric: str) -> pb.EvaluationRef:
+def evaluation_ref(text: str, metric: str, eval_set: str = "") -> pb.EvaluationRef:
     """``STEP``, ``RUN:STEP``, ``best`` or ``RUN:best`` (the run's best by ``metric``) as an
     ``EvaluationRef``; no run: the model dir's current one.  ``ValueError`` says what is wrong."""
     run, _, at = text.rpartition(":")
     if at == "best":
-        return pb.EvaluationRef(run_id=run, best=metric)
+        return pb.EvaluationRef(run_id=run, best=metric, eval_set=eval_set)
     try:
         step = int(at)
     except ValueError:
         raise ValueError(f"{text!r} is not STEP, RUN:STEP, best or RUN:best") from None
     if step < 0:
         raise ValueError(f"{text!r}: a step is ≥ 0")
-    return pb.EvaluationRef(run_id=run, step=step)
+    return pb.EvaluationRef(run_id=run, step=step, eval_set=eval_set)

@@ -27,7 +27,7 @@ from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from showtell.api.client import MetricsClient, evaluation_ref
-from showtell.api.contract import ALL_RUNS
+from showtell.api.contract import ALL_RUNS, DEFAULT_SET
 from showtell.api.transport import ClientSecurity, add_client_arguments
 from showtell.common.errors import ShowtellError, UsageError
 from showtell.common.flags import Parser, open_fraction, positive_float, positive_int, run_command
@@ -56,6 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from-step", type=int, default=0, help="list: first step")
     p.add_argument("--page-size", type=positive_int, default=100, help="list: evaluations per call")
     p.add_argument("--after-step", type=int, default=-1, help="watch: replay evaluations after this step")
+    p.add_argument("--eval-set", default="", metavar="NAME",
+                   help="latest/list/best/watch/compare: an evaluation set of the evaluator's (default val, "
+                        "--data's; list: '*' for every set; names in `status`)")
     p.add_argument("--run", default="", metavar="ID|all",
                    help="latest/list/best/watch: a training run's evaluations (default: the model dir's "
                         "current run; 'all': every run; ids in `status` and `list --run all --json`)")
@@ -77,14 +80,15 @@ def _emit(message, as_json: bool) -> None:
 def format_evaluation(e: pb.Evaluation) -> str:
     when = datetime.fromtimestamp(e.evaluated_at.ToSeconds()).strftime("%H:%M:%S")
     status = pb.Evaluation.Status.Name(e.status).removeprefix("STATUS_").lower()
+    where = f" {e.eval_set}" if e.eval_set not in ("", DEFAULT_SET) else ""
     if e.status != pb.Evaluation.STATUS_OK:
-        return f"step {e.global_step:>7}  {status}: {e.reason}"
+        return f"step {e.global_step:>7}{where}  {status}: {e.reason}"
     metrics = "  ".join(f"{k} {with_interval(v, _bounds(e, k))}" for k, v in sorted(e.metrics.items()))
     scoring = f"; tokenizer={e.scoring.tokenizer} scorers={','.join(e.scoring.scorers)}" \
         if e.HasField("scoring") else ""
     trained = f", after {_duration(e.train_time.ToTimedelta().total_seconds())} of training" \
         if e.HasField("train_time") else ""
-    return (f"step {e.global_step:>7}  {metrics}  ({e.num_examples} examples, "
+    return (f"step {e.global_step:>7}{where}  {metrics}  ({e.num_examples} examples, "
             f"{e.eval_duration.ToTimedelta().total_seconds():.1f} s, {when}{trained}{scoring})")
 
 
@@ -97,7 +101,8 @@ def _compare_refs(args: argparse.Namespace) -> tuple[pb.EvaluationRef, pb.Evalua
         raise UsageError(f"compare takes two evaluations, A and B (got {len(args.refs)}): e.g. "
                          "`showtell metrics compare 800 1200` or `compare RUN_A:best RUN_B:best`")
     try:
-        return evaluation_ref(args.refs[0], args.metric), evaluation_ref(args.refs[1], args.metric)
+        return (evaluation_ref(args.refs[0], args.metric, args.eval_set),
+                evaluation_ref(args.refs[1], args.metric, args.eval_set))
     except ValueError as exc:
         raise UsageError(f"compare: {exc}") from None
 
@@ -106,7 +111,8 @@ def format_comparison(c: pb.CompareResponse) -> str:
     """B against A, a line per metric: both values, B − A with its paired interval, the p-value
     and the verdict (better, worse, or no difference beyond noise)."""
     def name(e: pb.Evaluation) -> str:
-        return f"step {e.global_step} of run {e.run_id or '-'}"
+        on = f" on {e.eval_set}" if e.eval_set not in ("", DEFAULT_SET) else ""
+        return f"step {e.global_step} of run {e.run_id or '-'}{on}"
 
     level = f"{c.bootstrap.confidence * 100:g} %"
     lines = [f"B {name(c.b)} against A {name(c.a)}: {c.images} images, {c.bootstrap.samples} paired "
@@ -157,7 +163,7 @@ def query(args: argparse.Namespace) -> int:
                 reply = client.compare(a, b, samples=args.bootstrap or 0, confidence=args.confidence or 0.0)
                 _emit(reply, True) if args.json else sys.stdout.write(format_comparison(reply) + "\n")
             elif args.query == "latest":
-                _emit(client.latest(run), args.json)
+                _emit(client.latest(run, args.eval_set), args.json)
             elif args.query == "status":
                 reply = client.status()
                 if args.json:
@@ -165,7 +171,7 @@ def query(args: argparse.Namespace) -> int:
                 else:
                     sys.stdout.write(format_status(reply) + "\n")
             elif args.query == "best":
-                _emit(client.best(args.metric, mode=args.mode, run_id=run), args.json)
+                _emit(client.best(args.metric, mode=args.mode, run_id=run, eval_set=args.eval_set), args.json)
             elif args.query == "runs":  # the evaluator's runs (showtell runs --server has more)
                 from showtell.commands.runs import from_summary, table
 
@@ -178,7 +184,7 @@ def query(args: argparse.Namespace) -> int:
                     sys.stdout.write(table([from_summary(r, where) for r in rows], args.metric, None))
             elif args.query == "list":
                 for evaluation in client.evaluations(from_step=args.from_step, page_size=args.page_size,
-                                                     run_id=run):
+                                                     run_id=run, eval_set=args.eval_set):
                     _emit(evaluation, args.json)
             else:
                 watch(args, client)
@@ -194,7 +200,7 @@ def watch(args: argparse.Namespace, client: MetricsClient) -> None:
         sys.stderr.write(f"{PROG}: {args.server} went away ({error.code().name.lower()}); "
                          f"reconnecting in {wait:.0f} s\n")
 
-    follower = client.watch(after_step=args.after_step, on_retry=on_retry)
+    follower = client.watch(after_step=args.after_step, on_retry=on_retry, eval_set=args.eval_set)
     if args.run and args.run != "all":
         follower.last_run = args.run
     # SIGTERM (a supervisor, or `kill`): end the stream and exit 0.  Ctrl-C stays Python's
@@ -221,6 +227,8 @@ def format_status(s: pb.EvaluatorStatus) -> str:
         f"  {s.evaluations} evaluation(s) recorded, {s.failures} failed or skipped; "
         f"current run {s.run_id or '(from before run ids)'} ({s.runs} run(s) in the history)",
     ]
+    if len(s.eval_sets) > 1:
+        lines.append(f"  evaluation sets: {', '.join(s.eval_sets)}")
     if s.pending_steps:
         shown = ", ".join(str(step) for step in s.pending_steps[:10])
         lines.append(f"  pending: {shown}{' …' if len(s.pending_steps) > 10 else ''}")

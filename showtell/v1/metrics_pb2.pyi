@@ -22,7 +22,7 @@ class SampleCaption(_message.Message):
     def __init__(self, image_id: _Optional[int] = ..., caption: _Optional[str] = ..., references: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Evaluation(_message.Message):
-    __slots__ = ("global_step", "checkpoint_path", "checkpoint_mtime", "evaluated_at", "eval_duration", "num_examples", "metrics", "samples", "status", "reason", "export_path", "run_id", "scoring", "train_time", "intervals", "bootstrap")
+    __slots__ = ("global_step", "checkpoint_path", "checkpoint_mtime", "evaluated_at", "eval_duration", "num_examples", "metrics", "samples", "status", "reason", "export_path", "run_id", "scoring", "train_time", "intervals", "bootstrap", "eval_set")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATUS_UNSPECIFIED: _ClassVar[Evaluation.Status]
@@ -63,6 +63,7 @@ class Evaluation(_message.Message):
     TRAIN_TIME_FIELD_NUMBER: _ClassVar[int]
     INTERVALS_FIELD_NUMBER: _ClassVar[int]
     BOOTSTRAP_FIELD_NUMBER: _ClassVar[int]
+    EVAL_SET_FIELD_NUMBER: _ClassVar[int]
     global_step: int
     checkpoint_path: str
     checkpoint_mtime: _timestamp_pb2.Timestamp
@@ -79,7 +80,8 @@ class Evaluation(_message.Message):
     train_time: _duration_pb2.Duration
     intervals: _containers.MessageMap[str, Interval]
     bootstrap: Bootstrap
-    def __init__(self, global_step: _Optional[int] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_mtime: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., evaluated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., eval_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., num_examples: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., samples: _Optional[_Iterable[_Union[SampleCaption, _Mapping]]] = ..., status: _Optional[_Union[Evaluation.Status, str]] = ..., reason: _Optional[str] = ..., export_path: _Optional[str] = ..., run_id: _Optional[str] = ..., scoring: _Optional[_Union[Scoring, _Mapping]] = ..., train_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., intervals: _Optional[_Mapping[str, Interval]] = ..., bootstrap: _Optional[_Union[Bootstrap, _Mapping]] = ...) -> None: ...
+    eval_set: str
+    def __init__(self, global_step: _Optional[int] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_mtime: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., evaluated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., eval_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., num_examples: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., samples: _Optional[_Iterable[_Union[SampleCaption, _Mapping]]] = ..., status: _Optional[_Union[Evaluation.Status, str]] = ..., reason: _Optional[str] = ..., export_path: _Optional[str] = ..., run_id: _Optional[str] = ..., scoring: _Optional[_Union[Scoring, _Mapping]] = ..., train_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., intervals: _Optional[_Mapping[str, Interval]] = ..., bootstrap: _Optional[_Union[Bootstrap, _Mapping]] = ..., eval_set: _Optional[str] = ...) -> None: ...
 
 class Interval(_message.Message):
     __slots__ = ("lower", "upper")
@@ -108,10 +110,12 @@ class Scoring(_message.Message):
     def __init__(self, tokenizer: _Optional[str] = ..., scorers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetLatestRequest(_message.Message):
-    __slots__ = ("run_id",)
+    __slots__ = ("run_id", "eval_set")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    EVAL_SET_FIELD_NUMBER: _ClassVar[int]
     run_id: str
-    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+    eval_set: str
+    def __init__(self, run_id: _Optional[str] = ..., eval_set: _Optional[str] = ...) -> None: ...
 
 class GetLatestResponse(_message.Message):
     __slots__ = ("evaluation",)
@@ -120,16 +124,18 @@ class GetLatestResponse(_message.Message):
     def __init__(self, evaluation: _Optional[_Union[Evaluation, _Mapping]] = ...) -> None: ...
 
 class ListEvaluationsRequest(_message.Message):
-    __slots__ = ("from_step", "page_size", "page_token", "run_id")
+    __slots__ = ("from_step", "page_size", "page_token", "run_id", "eval_set")
     FROM_STEP_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    EVAL_SET_FIELD_NUMBER: _ClassVar[int]
     from_step: int
     page_size: int
     page_token: str
     run_id: str
-    def __init__(self, from_step: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
+    eval_set: str
+    def __init__(self, from_step: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., run_id: _Optional[str] = ..., eval_set: _Optional[str] = ...) -> None: ...
 
 class ListEvaluationsResponse(_message.Message):
     __slots__ = ("evaluations", "next_page_token")
@@ -140,7 +146,7 @@ class ListEvaluationsResponse(_message.Message):
     def __init__(self, evaluations: _Optional[_Iterable[_Union[Evaluation, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class GetBestRequest(_message.Message):
-    __slots__ = ("metric", "mode", "run_id")
+    __slots__ = ("metric", "mode", "run_id", "eval_set")
     class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         MODE_UNSPECIFIED: _ClassVar[GetBestRequest.Mode]
@@ -152,10 +158,12 @@ class GetBestRequest(_message.Message):
     METRIC_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    EVAL_SET_FIELD_NUMBER: _ClassVar[int]
     metric: str
     mode: GetBestRequest.Mode
     run_id: str
-    def __init__(self, metric: _Optional[str] = ..., mode: _Optional[_Union[GetBestRequest.Mode, str]] = ..., run_id: _Optional[str] = ...) -> None: ...
+    eval_set: str
+    def __init__(self, metric: _Optional[str] = ..., mode: _Optional[_Union[GetBestRequest.Mode, str]] = ..., run_id: _Optional[str] = ..., eval_set: _Optional[str] = ...) -> None: ...
 
 class GetBestResponse(_message.Message):
     __slots__ = ("evaluation",)
@@ -188,7 +196,7 @@ class BestExport(_message.Message):
     def __init__(self, metric: _Optional[str] = ..., maximize: _Optional[bool] = ..., step: _Optional[int] = ..., path: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
 
 class EvaluatorStatus(_message.Message):
-    __slots__ = ("checkpoint_dir", "policy", "last_seen_step", "evaluating_step", "pending_steps", "evaluations", "failures", "uptime", "observer", "last_error", "best_export", "run_id", "runs", "images_done", "images_total", "time_left")
+    __slots__ = ("checkpoint_dir", "policy", "last_seen_step", "evaluating_step", "pending_steps", "evaluations", "failures", "uptime", "observer", "last_error", "best_export", "run_id", "runs", "images_done", "images_total", "time_left", "eval_sets")
     CHECKPOINT_DIR_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     LAST_SEEN_STEP_FIELD_NUMBER: _ClassVar[int]
@@ -205,6 +213,7 @@ class EvaluatorStatus(_message.Message):
     IMAGES_DONE_FIELD_NUMBER: _ClassVar[int]
     IMAGES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     TIME_LEFT_FIELD_NUMBER: _ClassVar[int]
+    EVAL_SETS_FIELD_NUMBER: _ClassVar[int]
     checkpoint_dir: str
     policy: str
     last_seen_step: int
@@ -221,15 +230,18 @@ class EvaluatorStatus(_message.Message):
     images_done: int
     images_total: int
     time_left: _duration_pb2.Duration
-    def __init__(self, checkpoint_dir: _Optional[str] = ..., policy: _Optional[str] = ..., last_seen_step: _Optional[int] = ..., evaluating_step: _Optional[int] = ..., pending_steps: _Optional[_Iterable[int]] = ..., evaluations: _Optional[int] = ..., failures: _Optional[int] = ..., uptime: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., observer: _Optional[str] = ..., last_error: _Optional[str] = ..., best_export: _Optional[_Union[BestExport, _Mapping]] = ..., run_id: _Optional[str] = ..., runs: _Optional[int] = ..., images_done: _Optional[int] = ..., images_total: _Optional[int] = ..., time_left: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    eval_sets: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, checkpoint_dir: _Optional[str] = ..., policy: _Optional[str] = ..., last_seen_step: _Optional[int] = ..., evaluating_step: _Optional[int] = ..., pending_steps: _Optional[_Iterable[int]] = ..., evaluations: _Optional[int] = ..., failures: _Optional[int] = ..., uptime: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., observer: _Optional[str] = ..., last_error: _Optional[str] = ..., best_export: _Optional[_Union[BestExport, _Mapping]] = ..., run_id: _Optional[str] = ..., runs: _Optional[int] = ..., images_done: _Optional[int] = ..., images_total: _Optional[int] = ..., time_left: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., eval_sets: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
-    __slots__ = ("after_step", "run_id")
+    __slots__ = ("after_step", "run_id", "eval_set")
     AFTER_STEP_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    EVAL_SET_FIELD_NUMBER: _ClassVar[int]
     after_step: int
     run_id: str
-    def __init__(self, after_step: _Optional[int] = ..., run_id: _Optional[str] = ...) -> None: ...
+    eval_set: str
+    def __init__(self, after_step: _Optional[int] = ..., run_id: _Optional[str] = ..., eval_set: _Optional[str] = ...) -> None: ...
 
 class WatchResponse(_message.Message):
     __slots__ = ("evaluation",)
@@ -298,14 +310,16 @@ class GetRunResponse(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., record_json: _Optional[str] = ...) -> None: ...
 
 class EvaluationRef(_message.Message):
-    __slots__ = ("run_id", "step", "best")
+    __slots__ = ("run_id", "step", "best", "eval_set")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     BEST_FIELD_NUMBER: _ClassVar[int]
+    EVAL_SET_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     step: int
     best: str
-    def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., best: _Optional[str] = ...) -> None: ...
+    eval_set: str
+    def __init__(self, run_id: _Optional[str] = ..., step: _Optional[int] = ..., best: _Optional[str] = ..., eval_set: _Optional[str] = ...) -> None: ...
 
 class CompareRequest(_message.Message):
     __slots__ = ("a", "b", "samples", "confidence")
