@@ -59,11 +59,17 @@ PHASE2_FLAGS = ["--train-inception", "true", "--learning-rate", "0.0003",
 
 
 def evaluator_args(model: Path, data: Path, work: Path, *, port: int, examples: int,
-                   threads: int) -> list[str]:
-    """The demo's evaluator (``bench/demo_overhead.py`` measures what it costs the trainer)."""
+                   threads: int, unseen: Path | None = None) -> list[str]:
+    """The demo's evaluator (``bench/demo_overhead.py`` measures what it costs the trainer);
+    ``unseen``: scenes of another seed, evaluated as a second set (``UNSEEN``)."""
     return ["evaluate", "--model-dir", str(model), "--data", str(data), "--work-dir", str(work),
             "--port", str(port), "--policy", "latest", "--meteor", "false",
-            "--max-eval-examples", str(examples), "--beam-size", "1", "--threads", str(threads)]
+            "--max-eval-examples", str(examples), "--beam-size", "1", "--threads", str(threads),
+            *(["--eval-set", f"{UNSEEN}={unseen}"] if unseen is not None else [])]
+
+
+UNSEEN = "unseen"  # the second evaluation set: scenes drawn with another seed than the training data's
+UNSEEN_SEED = SyntheticConfig().seed + 1
 
 
 @dataclass(frozen=True)
@@ -131,15 +137,31 @@ def _wait_serving(target: str, deadline: float) -> None:
 
 
 def _follow(follower: WatchFollower, seen: list[pb.Evaluation], arrived: threading.Condition,
-            console: _Console) -> None:
+            console: _Console, unseen: list[pb.Evaluation]) -> None:
+    """Print each evaluation of the validation scenes as it lands, and beside it the same
+    checkpoint's evaluation on the unseen scenes (recorded with it, in one transaction)."""
+    from showtell.api.client import MetricsClient
     from showtell.commands.metrics import format_evaluation  # the client's own formatting
 
-    for evaluation in follower:
-        with arrived:
-            seen.append(evaluation)
-            arrived.notify_all()
-        samples = [f"    {s.caption!r}  (ref: {s.references[0]!r})" for s in evaluation.samples[:2]]
-        console.say("evaluation", format_evaluation(evaluation), *samples)
+    with MetricsClient(follower.target, timeout=10) as client:
+        for evaluation in follower:
+            other = None
+            if evaluation.status == pb.Evaluation.STATUS_OK:
+                try:
+                    other = client.latest(evaluation.run_id, eval_set=UNSEEN)
+                except grpc.RpcError:
+                    other = None  # an evaluator without the second set (an earlier demo's history)
+            if other is not None and other.global_step == evaluation.global_step:
+                unseen.append(other)
+            else:
+                other = None
+            with arrived:
+                seen.append(evaluation)
+                arrived.notify_all()
+            samples = [f"    {s.caption!r}  (ref: {s.references[0]!r})" for s in evaluation.samples[:2]]
+            also = [f"    unseen scenes (seed {UNSEEN_SEED}): " + "  ".join(
+                f"{name} {_metric(other, name)}" for name in ("exact_match", "loss"))] if other else []
+            console.say("evaluation", format_evaluation(evaluation), *also, *samples)
 
 
 class _Console:
@@ -307,7 +329,7 @@ def _demo(args: argparse.Namespace) -> int:
         demo.follower.close()
         demo.children.stop_all()
         demo.console.close()
-    _summary(demo.seen, demo.work, demo.console)
+    _summary(demo.seen, demo.work, demo.console, demo.unseen)
     return code
 
 
@@ -323,6 +345,8 @@ class _Demo:
         self.console = _Console()
         self.children = _Children(self.console)
         self.seen: list[pb.Evaluation] = []
+        self.unseen: list[pb.Evaluation] = []  # the same checkpoints on scenes of another seed
+        self.unseen_data = base / "data-unseen"
         self.arrived = threading.Condition()
         self.target = f"127.0.0.1:{args.port}"
         self.follower = WatchFollower(target=self.target, persistent=True, on_retry=self._on_retry)
@@ -343,8 +367,8 @@ class _Demo:
         self.start_evaluator()
         self.start_pretraining()
         _wait_serving(self.target, time.monotonic() + 120)
-        threading.Thread(target=_follow, args=(self.follower, self.seen, self.arrived, self.console),
-                         daemon=True).start()
+        threading.Thread(target=_follow, args=(self.follower, self.seen, self.arrived, self.console,
+                                               self.unseen), daemon=True).start()
         code = self.preview_phase()
         if "pretrain" in self.children.running:
             code = self.children.wait("pretrain") or code
@@ -361,6 +385,8 @@ class _Demo:
     def prepare(self) -> int:
         self.console.status = "building the synthetic dataset"
         code = _build_data(self.console, self.data, self.args.train_images, self.base / "data.log")
+        code = code or _build_unseen(self.console, self.unseen_data, self.args.eval_examples,
+                                     self.base / "data.log")
         if code:
             return code
         scenes = SyntheticConfig()
@@ -394,7 +420,8 @@ class _Demo:
         """First: it starts while the encoder pretrains, then waits, asleep, for the first checkpoint."""
         args = self.args
         command = evaluator_args(self.model, self.data, self.work.root, port=args.port,
-                                 examples=args.eval_examples, threads=args.eval_threads)
+                                 examples=args.eval_examples, threads=args.eval_threads,
+                                 unseen=self.unseen_data)
         self.children.start("evaluator", command, self.base / "evaluator.log")
         self.console.say("demo", f"while it runs: .venv/bin/showtell metrics watch --server {self.target} ; "
                                  f".venv/bin/tensorboard --logdir {self.base} ; Ctrl-C stops everything")
@@ -488,6 +515,22 @@ def _build_data(console: _Console, data: Path, train_images: int, log_path: Path
     return 0
 
 
+def _build_unseen(console: _Console, data: Path, images: int, log_path: Path) -> int:
+    """Validation scenes drawn with ``UNSEEN_SEED``: the second evaluation set ("does it generalise"),
+    kept across demos."""
+    with open(log_path, "a") as log_file:
+        built = subprocess.run(processes.command("data", "synthetic", "--out", str(data), "--train", "4",
+                                                 "--train-shards", "1", "--val", str(images), "--seed",
+                                                 str(UNSEEN_SEED), "--if-missing"),
+                               stdout=log_file, stderr=subprocess.STDOUT, env=processes.environment())
+    if built.returncode:
+        console.say("data", f"the unseen scenes: showtell data exited {built.returncode} (log {log_path})")
+        return built.returncode
+    console.say("data", f"{data}: {images} validation scenes of seed {UNSEEN_SEED}, never trained on, "
+                        f"evaluated as the set {UNSEEN!r} beside the validation split")
+    return 0
+
+
 PICTURES = 6
 
 
@@ -552,7 +595,8 @@ def _newest_step(model: Path) -> int | None:
 TARGET_EXACT_MATCH = 0.5  # the demo's summary says when its run reached this
 
 
-def _summary(seen: list[pb.Evaluation], work: WorkDir, console: _Console) -> None:
+def _summary(seen: list[pb.Evaluation], work: WorkDir, console: _Console,
+             unseen: list[pb.Evaluation] = ()) -> None:
     curves: dict[str, list[str]] = {}  # per run (the preview's, then the finished encoder's), in order
     for e in seen:
         if e.status == pb.Evaluation.STATUS_OK and "exact_match" in e.metrics:
@@ -560,6 +604,10 @@ def _summary(seen: list[pb.Evaluation], work: WorkDir, console: _Console) -> Non
     for run, curve in curves.items():
         console.say("summary", f"exact match by step, with 95 % intervals (run {run or '-'}): "
                     + ", ".join(curve))
+        other = [f"{e.global_step}: {_exact_match(e)}" for e in unseen if e.run_id == run]
+        if other:
+            console.say("summary", f"  the same checkpoints on unseen scenes (seed {UNSEEN_SEED}): "
+                        + ", ".join(other))
     if curves:
         console.say("summary", time_to_target([e for e in seen if e.run_id == list(curves)[-1]]))
     console.say("summary", f"{len(seen)} evaluations; history in {work.history}")
@@ -585,8 +633,12 @@ def _recorded_exact_match(record) -> str:
 
 def _exact_match(e: pb.Evaluation) -> str:
     """``0.77 (0.69–0.85)``: the value and, when recorded, its interval."""
-    bounds = e.intervals.get("exact_match")
-    return with_interval(e.metrics["exact_match"], (bounds.lower, bounds.upper) if bounds else None, digits=2)
+    return _metric(e, "exact_match")
+
+
+def _metric(e: pb.Evaluation, name: str) -> str:
+    bounds = e.intervals.get(name)
+    return with_interval(e.metrics[name], (bounds.lower, bounds.upper) if bounds else None, digits=2)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -60,11 +60,19 @@ def test_demo_runs_the_recipe_phase_by_phase(tmp_path: Path, procs):
     finished = json.loads((base / "model" / "showtell-finished.json").read_text())
     evaluated = [int(s) for s in re.findall(r"\[evaluation\] step\s+(\d+)", text)]
     assert evaluated and evaluated[-1] == finished["step"], text[-3000:]  # phase 2's last checkpoint
-    runs = re.findall(r"\[summary\] exact match by step \(run (\S+)\)", text)
+    runs = re.findall(r"\[summary\] exact match by step, with 95 % intervals \(run (\S+)\)", text)
     assert runs[-1] == current["run_id"], text[-3000:]
+    # every value with its interval; the unseen scenes (another seed) as a second evaluation set,
+    # beside each evaluation and in the summary
+    interval = r"\d\.\d\d \(\d\.\d\d–\d\.\d\d\)"
+    assert re.search(rf"\[summary\] exact match by step.*: \d+: {interval}", text), text[-3000:]
+    unseen = rf"^ +unseen scenes \(seed 1\): exact_match {interval}  loss \d+\.\d\d \("
+    assert re.search(unseen, text, re.M), text[-3000:]
+    summary = rf"\[summary\]   the same checkpoints on unseen scenes \(seed 1\): \d+: {interval}"
+    assert re.search(summary, text), text[-3000:]
     # time to accuracy, from the training seconds each checkpoint holds
     assert re.search(r"\[summary\] exact match 0\.5 (reached after \d+:\d\d of training \(step \d+\)|"
-                     r"not reached \(best 0\.\d\d at step \d+\))", text), text[-3000:]
+                     rf"not reached \(best {interval} at step \d+\))", text), text[-3000:]
     assert json.loads((base / "model" / "runs" / f"{current['run_id']}.json").read_text())["revisions"]
     assert "held-out accuracy" in (base / "pretrain.log").read_text()
     # the console relays the children's progress: pretraining's reports, the trainer's steps
