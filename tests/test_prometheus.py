@@ -90,6 +90,10 @@ def test_a_real_prometheus_scrapes_the_trainer_and_the_evaluator(prometheus_tool
     assert answered("time() - showtell_evaluator_newest_checkpoint_timestamp_seconds < 600")
     assert answered("showtell_evaluator_evaluation_duration_seconds_count > 0")
     assert answered('showtell_build_info{component="evaluator", version!=""}')
+    # the newest evaluation's metrics by set, each inside its interval
+    for bound, op in (("lower", ">="), ("upper", "<=")):
+        assert answered(f'showtell_evaluator_metric{{eval_set="val", metric="loss"}} {op} '
+                        f'showtell_evaluator_metric_{bound}{{eval_set="val", metric="loss"}}')
 
     # What an operator's scraper is shown: numbers, run ids, versions — no paths or host names.
     for port in (trainer_port, evaluator_port):
