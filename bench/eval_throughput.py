@@ -6,11 +6,13 @@ it) — in one run of this script.
 * plain forward: decode + resize + Inception v3 over every image — what an evaluator cannot
   avoid, and the most an evaluation could do;
 * evaluator: ``Validator.run`` (the same pipeline, each image encoded once, the teacher-forced
-  loss of all 5 of its captions, beam search) plus BLEU/ROUGE-L/CIDEr scoring of the result with
-  COCO's PTB tokenizer — everything ``CheckpointEvaluator.evaluate`` does after restoring the
-  checkpoint.  The scorer is kept across passes as the evaluator keeps it (references tokenized
-  once) and tokenizes each pass's captions afresh, as it does at every checkpoint: one JVM per
-  pass, whose CPU (a child process's) is counted;
+  loss of all 5 of its captions, beam search) plus BLEU/ROUGE-L/CIDEr — and METEOR, on by default
+  as in ``showtell evaluate`` (``--meteor false``: off) — scoring of the result with COCO's PTB
+  tokenizer: everything ``CheckpointEvaluator.evaluate`` does after restoring the checkpoint.  The
+  scorer is kept across passes as the evaluator keeps it (references tokenized once, METEOR's JVM
+  warm) and tokenizes each pass's captions afresh, as it does at every checkpoint: one JVM per
+  pass, whose CPU (a finished child's) is counted; METEOR's JVM lives on, so its CPU is read from
+  ``/proc/<pid>/stat`` before and after each pass and counted too;
 * the intervals: the evaluator pass draws every metric's interval (1,000 resamples of its images,
   as ``CheckpointEvaluator`` does), and their CPU at 5,000 images is timed apart and reported as a
   share of a 5,000-image evaluation's CPU (issue 54's budget: ≤ 5 %);
@@ -18,16 +20,17 @@ it) — in one run of this script.
   rounds.
 
 A freshly initialised decoder never ends a caption early, so every beam runs all 20 steps: the
-worst case.  Measured with ``rounds.py``: three untimed passes per path (tracing, warm caches,
-tf.data's autotuning), then ``--rounds`` rounds, the order reversed every other round.  CPU
-seconds are this process's and its children's (the tokenizer's JVM).  Reported: each path's
+worst case.  Measured with ``rounds.py``: ``--warm`` untimed passes per path (3: tracing, warm
+caches, tf.data's autotuning), then ``--rounds`` rounds, the order reversed every other round.  CPU
+seconds are this process's and its children's (the tokenizer's JVM, and METEOR's).  Reported: each path's
 median images/s and spread per wall-clock and per CPU second, the ratio to the forward pass (the
 median of per-round ratios); the tokenizer's CPU per evaluation of this size and per 1,000
 captions (timed apart at this size and at 5,000); and the ratio for a 5,000-image evaluation
 (COCO's per checkpoint), computed from those measured parts: the evaluator's CPU per image
 without its tokenizer, plus one tokenizer run over 5,000 captions.
 
-    .venv/bin/python bench/eval_throughput.py [--images 128] [--rounds 5] [--levers] [--threads N]
+    .venv/bin/python bench/eval_throughput.py [--images 128] [--rounds 5] [--warm 3] [--meteor false]
+        [--levers] [--threads N] [--out bench/results/eval_throughput.json]
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import json
 import logging
 import os
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -46,7 +50,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import tensorflow as tf
-from rounds import alternate, ratio, spread
+from rounds import alternate, ratio, spread, write_results
 
 from showtell.captioning.config import ModelConfig, SyntheticConfig
 from showtell.captioning.data import inputs, synthetic
@@ -134,13 +138,23 @@ def children_cpu() -> float:
     return t.children_user + t.children_system
 
 
-def timed(one_pass: Callable[[], int]) -> Callable[[], tuple[float, float, float]]:
-    """A pass as (images per wall second, images per CPU second, children's CPU seconds)."""
-    def run() -> tuple[float, float, float]:
-        wall, cpu, child = time.perf_counter(), cpu_seconds(), children_cpu()
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a live process has used, from ``/proc/<pid>/stat``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def timed(one_pass: Callable[[], int], live: Callable[[], float] = lambda: 0.0
+          ) -> Callable[[], tuple[float, float, float, float]]:
+    """A pass as (images per wall second, images per CPU second, finished children's CPU seconds,
+    ``live`` children's CPU seconds) — ``live()``: the CPU so far of children that outlive a pass
+    (METEOR's JVM), counted in the pass's CPU too."""
+    def run() -> tuple[float, float, float, float]:
+        wall, cpu, child, kept = time.perf_counter(), cpu_seconds(), children_cpu(), live()
         images = one_pass()
-        return (images / (time.perf_counter() - wall), images / (cpu_seconds() - cpu),
-                children_cpu() - child)
+        used = live() - kept
+        return (images / (time.perf_counter() - wall), images / (cpu_seconds() - cpu + used),
+                children_cpu() - child, used)
 
     return run
 
@@ -163,6 +177,10 @@ def main() -> int:
     parser.add_argument("--beam-size", type=int, default=3)
     parser.add_argument("--image-size", type=int, default=299)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warm", type=int, default=WARM_PASSES, help="untimed passes per path first")
+    parser.add_argument("--meteor", choices=("true", "false"), default="true",
+                        help="score METEOR too, as `showtell evaluate` does by default (true)")
+    parser.add_argument("--out", type=Path, help="also write the report (with commit, date, machine) here")
     parser.add_argument("--levers", action="store_true", help="also the evaluator with XLA (jit_compile)")
     parser.add_argument("--threads", type=int, help="TensorFlow's intra- and inter-op threads, as the "
                                                     "evaluator's --threads (default: TensorFlow's choice)")
@@ -182,13 +200,16 @@ def main() -> int:
         big = Vocabulary(vocab.words + filler, vocab.counts + (1,) * len(filler))
         model = build_model(ModelConfig(vocab_size=len(big), image_size=args.image_size))
         references = inputs.load_references(files, vocab)
-        scorer = CaptionScorer(meteor=False, tokenizer="ptb")
+        scorer = CaptionScorer(meteor=args.meteor == "true", tokenizer="ptb")
+        meteor = scorer._meteor.meteor_p.pid if scorer._meteor is not None else None
+        live = (lambda: process_cpu(meteor)) if meteor is not None else (lambda: 0.0)
         paths, kept = {"forward": timed(forward_pass(model, files, args.batch_size))}, []
         for name, jit in (("evaluator", False), ("evaluator_xla", True))[:2 if args.levers else 1]:
             validator = Validator(model, files, big, batch_size=args.batch_size, beam_size=args.beam_size,
                                   jit_compile=jit)
-            paths[name] = timed(evaluator_pass(validator, scorer, references, kept))
-        measured = alternate(paths, rounds=args.rounds, warm=WARM_PASSES)
+            paths[name] = timed(evaluator_pass(validator, scorer, references, kept), live)
+        measured = alternate(paths, rounds=args.rounds, warm=args.warm)
+        scorer.close()
         captions = [c for caps in references.values() for c in caps]
         at_size = tokenizer_cost(captions[:args.images], 3)
         at_coco = tokenizer_cost([captions[i % len(captions)] for i in range(COCO_EVALUATION)], 3)
@@ -196,8 +217,10 @@ def main() -> int:
     rates = {name: {"wall": [r[0] for r in runs], "cpu": [r[1] for r in runs]}
              for name, runs in measured.items()}
     tokenizer = [r[2] for r in measured["evaluator"]]
+    meteor_cpu = [r[3] for r in measured["evaluator"]]
     report = {"images": args.images, "image_size": args.image_size, "batch_size": args.batch_size,
-              "beam_size": args.beam_size, "vocabulary": len(big), "rounds": args.rounds,
+              "beam_size": args.beam_size, "vocabulary": len(big), "rounds": args.rounds, "warm": args.warm,
+              "meteor": args.meteor == "true",
               "threads": {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
                           "inter_op": tf.config.threading.get_inter_op_parallelism_threads()}}
     for name, clocks in rates.items():
@@ -209,6 +232,9 @@ def main() -> int:
     # The tokenizer: measured inside each evaluator pass (its JVM's CPU), and apart at two sizes.
     per_1000 = (at_coco["median"] - at_size["median"]) / (COCO_EVALUATION - args.images) * 1000
     report["tokenizer_cpu_sec_per_evaluation"] = spread(tokenizer, 3)
+    report["meteor_cpu_sec_per_evaluation"] = spread(meteor_cpu, 3)  # its warm JVM's, per pass
+    report["meteor_share_of_an_evaluation"] = round(statistics.median(meteor_cpu) / (
+        args.images / statistics.median(rates["evaluator"]["cpu"])), 4)
     report["tokenizer_cpu_sec_for_captions"] = {str(args.images): at_size, str(COCO_EVALUATION): at_coco}
     report["tokenizer_cpu_sec_per_1000_captions"] = round(per_1000, 4)
     # A 5,000-image evaluation, from each round's measured parts: the evaluator's CPU per image
@@ -231,6 +257,8 @@ def main() -> int:
     report["minutes_per_5000_images"] = round(COCO_EVALUATION / evaluator / 60, 1)
     report["max_eval_examples_for_half_of_10_minutes"] = int(evaluator * 300)
     print(json.dumps(report, indent=2))
+    if args.out is not None:
+        write_results(args.out, report, sys.argv[1:])
     return 0
 
 

@@ -10,8 +10,15 @@ can see whether a difference is larger than the noise.
 
 from __future__ import annotations
 
+import json
+import os
+import platform
 import statistics
-from collections.abc import Callable
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
 
 MIN_ROUNDS = 3
 
@@ -48,3 +55,25 @@ def ratio(numerator: list[float], denominator: list[float], digits: int = 3) -> 
     out = spread(ratios, digits)
     out["one_inside_spread"] = min(ratios) <= 1.0 <= max(ratios)
     return out
+
+
+def write_results(path: Path, report: dict, argv: Sequence[str]) -> None:
+    """``report`` as a results file (``bench/results/<bench>.json``): with the commit it ran at
+    (and whether the tree had changes), the date, the machine and the arguments — what
+    ``tests/test_bench_results.py`` checks BENCHMARKS.md's figures against."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*words: str) -> str:
+        done = subprocess.run(["git", *words], cwd=root, capture_output=True, text=True, check=False)
+        return done.stdout.strip()
+
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    stamped = {"bench": Path(sys.argv[0]).stem, "commit": git("rev-parse", "HEAD"),
+               "tree_changed": bool(git("status", "--porcelain", "--untracked-files=no")),
+               "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "argv": list(argv),
+               "machine": {"cpus": os.cpu_count(), "cpu": cpu, "python": platform.python_version()},
+               "report": report}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(stamped, indent=1) + "\n")
+
