@@ -55,7 +55,7 @@ def test_best_export_and_caption(tiny_data: Path, tiny_model: Path, tmp_path: Pa
     log = tmp_path / "eval.log"
     _, port = start_evaluator(procs, model_dir, tiny_data, work, log, "--policy", "all",
                               "--max-eval-examples", "4", "--export-best", "loss:max",
-                              "--export-keep", "2")
+                              "--export-keep", "2", "--eval-set", f"again={tiny_data}:2")
     channel, stub = metrics_stub(port)
     with channel:
         wait_for(lambda: stub.GetStatus(pb.GetStatusRequest(), timeout=10).status.evaluations >= 3, 300,
@@ -64,6 +64,7 @@ def test_best_export_and_caption(tiny_data: Path, tiny_model: Path, tmp_path: Pa
         status = stub.GetStatus(pb.GetStatusRequest(), timeout=10).status
         best = stub.GetBest(pb.GetBestRequest(metric="loss", mode=pb.GetBestRequest.MODE_MAX),
                             timeout=10).evaluation
+        again = stub.ListEvaluations(pb.ListEvaluationsRequest(eval_set="again"), timeout=10).evaluations
 
     # Exports happen exactly at strict improvements of the metric (here: a larger loss).
     expected, top = [], None
@@ -71,8 +72,18 @@ def test_best_export_and_caption(tiny_data: Path, tiny_model: Path, tmp_path: Pa
         if top is None or record.metrics["loss"] > top:
             expected.append(record.global_step)
             top = record.metrics["loss"]
-    exported = [int(s) for s in re.findall(r"exported step (\d+) \(loss", log.read_text())]
+    exported = [int(s) for s in re.findall(r"exported step (\d+) \(loss \S+\) to \S+/export/best/",
+                                           log.read_text())]
     assert exported == expected and len(records) == 3
+    # the second evaluation set keeps its own best export, by its own loss
+    expected_again, top = [], None
+    for record in again:
+        if top is None or record.metrics["loss"] > top:
+            expected_again.append(record.global_step)
+            top = record.metrics["loss"]
+    assert [int(s) for s in re.findall(r"exported step (\d+) \(loss \S+\) to \S+/export/best-again/",
+                                       log.read_text())] == expected_again
+    assert sorted(os.listdir(work / "export" / "best-again")) == sorted(str(s) for s in expected_again[-2:])
     base = work / "export" / "best"
     # TensorFlow Serving's layout: numeric version directories only, each a complete SavedModel;
     # the last two (--export-keep 2) of the exports stay, and the largest number serves.
