@@ -59,8 +59,8 @@ def ratio(numerator: list[float], denominator: list[float], digits: int = 3) -> 
 
 def write_results(path: Path, report: dict, argv: Sequence[str]) -> None:
     """``report`` as a results file (``bench/results/<bench>.json``): with the commit it ran at
-    (and whether the tree had changes), the date, the machine and the arguments — what
-    ``tests/test_bench_results.py`` checks BENCHMARKS.md's figures against."""
+    (and the tracked files that differed from it when it ended), the date, the machine and the
+    arguments — what ``tests/test_bench_results.py`` checks BENCHMARKS.md's figures against."""
     root = Path(__file__).resolve().parent.parent
 
     def git(*words: str) -> str:
@@ -70,7 +70,8 @@ def write_results(path: Path, report: dict, argv: Sequence[str]) -> None:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
     stamped = {"bench": Path(sys.argv[0]).stem, "commit": git("rev-parse", "HEAD"),
-               "tree_changed": bool(git("status", "--porcelain", "--untracked-files=no")),
+               "tree_changed": [line[3:] for line in git("status", "--porcelain", "--untracked-files=no")
+                                .splitlines()],
                "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "argv": list(argv),
                "machine": {"cpus": os.cpu_count(), "cpu": cpu, "python": platform.python_version()},
                "report": report}
