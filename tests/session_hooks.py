@@ -1,17 +1,20 @@
 """The suite's session hooks (registered with ``-p tests.session_hooks`` in pyproject.toml): the
 order tests run in, a guard on xdist's groups, the Docker prebuild started early and stopped at
-the end, and the run's figure: its ten slowest tests and its wall time."""
+the end, and the run's figure: its wall time, its CPU, when each worker ran out of work, and its
+ten slowest tests with the CPU each cost."""
 
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
 
 from tests.helpers import ROOT, xdist_worker
 
-MEASURED = ROOT / "runs" / "test-durations.json"  # each test's seconds in this run, written at the end
+# each test's seconds and CPU seconds in this run, written at the end
+MEASURED = ROOT / "runs" / "test-durations.json"
 
 
 def _test_id(nodeid: str) -> str:
@@ -34,18 +37,53 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 _run: dict[str, float] = {}
+_cpu: dict[str, float] = {}  # each test's CPU seconds: its worker's own + the processes it waited for
+_last_end: dict[str, float] = {}  # each worker's last test's end (epoch seconds)
 _started = time.monotonic()
+_started_epoch = time.time()
+CPU_KEY = "cpu_s"
 
 
 def pytest_sessionstart(session) -> None:
-    global _started
-    _started = time.monotonic()
+    global _started, _started_epoch
+    _started, _started_epoch = time.monotonic(), time.time()
+
+
+def _cpu_now() -> float:
+    """This process's CPU seconds and its reaped children's (every process a test started and
+    waited for, their descendants included) — what a test costs the machine beyond its wall time."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+_CPU_AT_SETUP = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item) -> None:
+    item.stash[_CPU_AT_SETUP] = _cpu_now()
+    _check_group(item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """The test's CPU, from its setup to the end of its teardown, rides on the teardown's report
+    (xdist sends ``user_properties`` to the controller)."""
+    outcome = yield
+    if call.when == "teardown" and _CPU_AT_SETUP in item.stash:
+        outcome.get_result().user_properties.append((CPU_KEY, _cpu_now() - item.stash[_CPU_AT_SETUP]))
 
 
 def pytest_runtest_logreport(report) -> None:
-    """Each test's seconds, as the controller (or the single process) hears of them."""
-    if not xdist_worker():
-        _run[_test_id(report.nodeid)] = _run.get(_test_id(report.nodeid), 0.0) + report.duration
+    """Each test's seconds and CPU, as the controller (or the single process) hears of them."""
+    if xdist_worker():
+        return
+    test = _test_id(report.nodeid)
+    _run[test] = _run.get(test, 0.0) + report.duration
+    _cpu[test] = _cpu.get(test, 0.0) + sum(v for k, v in report.user_properties if k == CPU_KEY)
+    worker = getattr(getattr(report, "node", None), "gateway", None)
+    worker_id = worker.id if worker is not None else "main"
+    _last_end[worker_id] = max(_last_end.get(worker_id, 0.0), report.stop)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
@@ -54,17 +92,32 @@ def pytest_terminal_summary(terminalreporter) -> None:
         return
     wall = time.monotonic() - _started
     slowest = sorted(_run.items(), key=lambda kv: -kv[1])[:10]
+    cores = os.cpu_count() or 1
     terminalreporter.section("the suite's time")
-    terminalreporter.write_line(f"{len(_run)} tests in {wall // 60:.0f}:{wall % 60:04.1f} of wall time "
-                                f"({sum(_run.values()):.0f} s of tests); the ten slowest:")
+    terminalreporter.write_line(f"{len(_run)} tests in {_clock(wall)} of wall time "
+                                f"({sum(_run.values()):.0f} s of tests)")
+    # A CPU-bound run cannot end before its CPU ÷ cores: the figure says how close this one came.
+    # Not counted: processes no test waited for (the Docker engine, its containers).
+    cpu = sum(_cpu.values())
+    terminalreporter.write_line(f"their CPU: {cpu:.0f} CPU-s (the tests' own and the processes they waited "
+                                f"for) = {cpu / (wall * cores):.0%} of {cores} cores × the wall time")
+    if len(_last_end) > 1:  # a worker that ran out of work early is time the run left on the table
+        ends = ", ".join(f"{w} {_clock(end - _started_epoch)}" for w, end in sorted(_last_end.items()))
+        terminalreporter.write_line(f"each worker's last test ended at: {ends}")
+    terminalreporter.write_line("the ten slowest:")
     for test, seconds in slowest:
-        terminalreporter.write_line(f"{seconds:8.1f} s  {test}")
+        terminalreporter.write_line(f"{seconds:8.1f} s {_cpu.get(test, 0.0):7.1f} CPU-s  {test}")
     MEASURED.parent.mkdir(exist_ok=True)
-    MEASURED.write_text(json.dumps({k: round(v, 1) for k, v in sorted(_run.items()) if v >= 1.0},
+    MEASURED.write_text(json.dumps({k: {"s": round(v, 1), "cpu_s": round(_cpu.get(k, 0.0), 1)}
+                                    for k, v in sorted(_run.items()) if v >= 1.0},
                                    indent=0, sort_keys=True) + "\n")
 
 
-def pytest_runtest_setup(item) -> None:
+def _clock(seconds: float) -> str:
+    return f"{seconds // 60:.0f}:{seconds % 60:04.1f}"
+
+
+def _check_group(item) -> None:
     """A grouped test run outside its group fails: xdist marks a grouped test by a suffix on its
     node id, and a pytest that drops the suffix (9.2, pytest-xdist#1386) spreads a group over
     both workers without a word (two `apt-get`s at once, shared fixtures built twice)."""

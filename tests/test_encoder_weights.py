@@ -41,16 +41,17 @@ def slim(tmp_path_factory):
     return {"values": values, "prefix": prefix, "extra": sorted(extra)}
 
 
-def captioner(train_inception: bool = False):
-    """The encoder inside a full captioner, frozen as phase 1 builds it."""
-    config = ModelConfig(vocab_size=20, image_size=SIZE, embedding_size=16, lstm_units=16,
-                         train_inception=train_inception)
-    return build_model(config)
+@pytest.fixture(scope="module")
+def captioner():
+    """The encoder inside a full captioner, frozen as phase 1 builds it — one for the module's
+    loads (≈ 2.3 CPU-s a build): a load sets every encoder tensor or, refused, none, and each test
+    compares with what the encoder held before its own loads."""
+    return build_model(ModelConfig(vocab_size=20, image_size=SIZE, embedding_size=16, lstm_units=16))
 
 
 @pytest.mark.parametrize("layout", ["weights.h5", "h5"])
-def test_keras_file_round_trip(reference, layout):
-    model = captioner()
+def test_keras_file_round_trip(reference, layout, captioner):
+    model = captioner
     init = load_encoder_weights(model.encoder, str(reference[layout]))
     got = weights_files.values(model.encoder)
     assert len(got) == len(reference["values"]) == len(init.loaded) == 376
@@ -61,10 +62,10 @@ def test_keras_file_round_trip(reference, layout):
     assert len(init.sha256) == 64 and init.ignored == []
 
 
-def test_slim_checkpoint_computes_the_slim_network(slim):
+def test_slim_checkpoint_computes_the_slim_network(slim, captioner):
     """Every slim tensor lands on its Keras layer: the encoder's features equal an independent
     slim-named forward pass (a swap of two same-shaped convolutions would not)."""
-    model = captioner()
+    model = captioner
     init = load_encoder_weights(model.encoder, slim["prefix"])
     assert init.kind == "slim-checkpoint"
     assert len(init.loaded) == 376 and {name for name, _, _ in init.loaded} == set(slim["values"])
@@ -88,11 +89,11 @@ def _assert_untouched(model, before):
         np.testing.assert_array_equal(now, then)
 
 
-def test_slim_missing_and_misshaped_tensors(slim, tmp_path):
+def test_slim_missing_and_misshaped_tensors(slim, tmp_path, captioner):
     name = "InceptionV3/Mixed_6b/Branch_1/Conv2d_0b_1x7/weights"
     missing = {k: v for k, v in slim["values"].items() if k != name}
     slim_reference.save_slim_checkpoint(str(tmp_path / "missing.ckpt"), missing)
-    model = captioner()
+    model = captioner
     before = weights_files.values(model.encoder)
     with pytest.raises(WeightsError) as err:
         load_encoder_weights(model.encoder, str(tmp_path / "missing.ckpt"))
@@ -109,8 +110,8 @@ def test_slim_missing_and_misshaped_tensors(slim, tmp_path):
 
 
 @pytest.mark.parametrize("layout", ["weights.h5", "h5"])
-def test_keras_file_missing_and_misshaped_tensors(reference, layout, tmp_path):
-    model = captioner()
+def test_keras_file_missing_and_misshaped_tensors(reference, layout, tmp_path, captioner):
+    model = captioner
     before = weights_files.values(model.encoder)
     path = tmp_path / reference[layout].name
     shutil.copy(reference[layout], path)
@@ -133,8 +134,8 @@ def test_keras_file_missing_and_misshaped_tensors(reference, layout, tmp_path):
     _assert_untouched(model, before)
 
 
-def test_not_weights_at_all(tmp_path):
-    model = captioner()
+def test_not_weights_at_all(tmp_path, captioner):
+    model = captioner
     garbage = tmp_path / "garbage.h5"
     garbage.write_bytes(b"not hdf5" * 100)
     with pytest.raises(WeightsError, match=r"garbage\.h5: not a readable HDF5 file"):

@@ -41,6 +41,7 @@ def _remove() -> None:
                        env=env, capture_output=True, check=True, timeout=600)
 
 
+@pytest.mark.e2e  # two real apt-get runs (≈ 14 s): make test's, not the inner loop's
 def test_two_processes_installing_at_once_both_succeed(tmp_path, root_with_apt):
     if _installed():
         _remove()
