@@ -28,6 +28,8 @@ from tests import system_packages
 
 CACHE_DIR = Path(os.environ.get("SHOWTELL_DOCKER_CACHE", "/var/cache/showtell-docker"))
 BASE_IMAGE = "showtell-base:bookworm"
+# Where dockerd (cgroupfs driver, cgroup v1 as on these machines) accounts its containers' CPU.
+CONTAINERS_CPUACCT = Path("/sys/fs/cgroup/cpuacct/docker/cpuacct.usage")
 # What the Dockerfiles need from a base: python3 (3.11 in bookworm), venv (whose ensurepip puts
 # pip into /opt/venv: Debian's python3-pip, with its dependencies, would go unused), CA handling.
 BASE_PACKAGES = "python3,python3-venv,ca-certificates"
@@ -82,6 +84,22 @@ class Engine:
             except Exception:
                 time.sleep(0.5)
         raise RuntimeError(f"dockerd not ready in {timeout:.0f} s:\n{self.log_path.read_text()[-2000:]}")
+
+    def cpu_seconds(self) -> float | None:
+        """The engine's CPU so far, which no test process waits for: dockerd's and containerd's own,
+        and every container's, the builds' steps included — from the cgroup dockerd puts them
+        under (cgroup v1's cpuacct keeps a removed container's usage in its parent).  None when
+        that cgroup is not where this machine's layout puts it."""
+        from showtell.common.processes import cpu_seconds
+
+        if self.proc is None or self.proc.poll() is not None or not CONTAINERS_CPUACCT.is_file():
+            return None
+        engine = cpu_seconds(self.proc.pid)
+        for child in Path(f"/proc/{self.proc.pid}/task").glob("*/children"):
+            for pid in child.read_text().split():
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "containerd":
+                    engine += cpu_seconds(int(pid))
+        return engine + int(CONTAINERS_CPUACCT.read_text()) / 1e9
 
     def env(self) -> dict[str, str]:
         """Environment for ``docker``/``docker-compose`` commands aimed at this engine."""

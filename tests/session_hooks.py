@@ -42,6 +42,9 @@ _last_end: dict[str, float] = {}  # each worker's last test's end (epoch seconds
 _started = time.monotonic()
 _started_epoch = time.time()
 CPU_KEY = "cpu_s"
+# What a test adds with ``record_property`` for processes it started but never waited for (the
+# Docker engine and its containers): their CPU is the test's too.
+UNWAITED_CPU_KEY = "unwaited_cpu_s"
 
 
 def pytest_sessionstart(session) -> None:
@@ -80,7 +83,9 @@ def pytest_runtest_logreport(report) -> None:
         return
     test = _test_id(report.nodeid)
     _run[test] = _run.get(test, 0.0) + report.duration
-    _cpu[test] = _cpu.get(test, 0.0) + sum(v for k, v in report.user_properties if k == CPU_KEY)
+    if report.when == "teardown":  # the test's own properties ride on each of its reports: one counts
+        _cpu[test] = _cpu.get(test, 0.0) + sum(v for k, v in report.user_properties
+                                               if k in (CPU_KEY, UNWAITED_CPU_KEY))
     worker = getattr(getattr(report, "node", None), "gateway", None)
     worker_id = worker.id if worker is not None else "main"
     _last_end[worker_id] = max(_last_end.get(worker_id, 0.0), report.stop)
@@ -97,7 +102,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
     terminalreporter.write_line(f"{len(_run)} tests in {_clock(wall)} of wall time "
                                 f"({sum(_run.values()):.0f} s of tests)")
     # A CPU-bound run cannot end before its CPU ÷ cores: the figure says how close this one came.
-    # Not counted: processes no test waited for (the Docker engine, its containers).
+    # Processes no test waited for count only where a test measured them (the Docker engine's).
     cpu = sum(_cpu.values())
     terminalreporter.write_line(f"their CPU: {cpu:.0f} CPU-s (the tests' own and the processes they waited "
                                 f"for) = {cpu / (wall * cores):.0%} of {cores} cores × the wall time")
