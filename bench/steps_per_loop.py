@@ -4,16 +4,27 @@ report, as ``showtell train`` runs it) with ``--steps-per-loop`` 1 and N, agains
 user would pick instead.  Phase 1 (encoder frozen, cached features: small steps, where Python
 dispatch shows) and phase 2 (encoder trains on images).
 
-One process, one model per path, alternated rounds (``rounds.py``) after a warm-up round each;
-every round opens a fresh input iterator for every path (Keras' ``fit`` opens its own).  Prints
-each path's examples/s and, per phase, the per-round ratios showtell(N) ÷ Keras fit(N) (goal
-≥ 1.0), showtell(N) ÷ showtell(1) and showtell(1) ÷ Keras fit(N), each median with its spread.
+Like with like:
 
-The Keras peer trains one optimizer over all its variables (``fit`` has one); showtell's phase 2
-has two (the encoder's own rate) — the same updates' arithmetic.
+* **every round of every side is a fresh process** (``--one``), the sides' order alternating
+  round by round (``rounds.order``): nothing of one side — its input pipeline's threads, its
+  iterators, its thread pools' state — lives through another's round;
+* in each process, one untimed call of N steps first (tracing, tf.data's autotuning), then the
+  timed round: **the input iterator opened and released inside the timed window** on both sides
+  (``fit`` opens its own and drops it when it returns; showtell's round does the same);
+* **the same clipping**: both clip the gradients to one global norm with
+  ``tf.clip_by_global_norm``, which keeps the embedding's sparse gradient sparse (Keras'
+  ``global_clipnorm`` would make it dense);
+* **steps counted by the optimizer** (its ``iterations``) on both sides.
 
-    .venv/bin/python bench/steps_per_loop.py [--rounds 5] [--n 10] [--batch-size 32]
+Reported per phase: each side's examples/s (median, spread, every round) and the per-round ratios
+showtell(N) ÷ Keras fit(N) (goal ≥ 1.0, every round ≥ 0.95), showtell(N) ÷ showtell(1) and
+showtell(1) ÷ Keras fit(N).  The Keras peer trains one optimizer over all its variables (``fit``
+has one); showtell's phase 2 has two (the encoder's own rate) — the same updates' arithmetic.
+
+    .venv/bin/python bench/steps_per_loop.py [--rounds 3] [--n 10] [--batch-size 32]
         [--phase1-steps 100] [--phase2-steps 20] [--model im2txt|small] [--only phase1|phase2]
+        [--out bench/results/steps_per_loop.json]
 """
 
 from __future__ import annotations
@@ -22,6 +33,8 @@ import argparse
 import json
 import logging
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -31,7 +44,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
 import tensorflow as tf
-from rounds import alternate, ratio, spread
+from rounds import MIN_ROUNDS, order, ratio, spread, write_results
 
 from showtell.captioning.config import InputConfig, ModelConfig, SyntheticConfig
 from showtell.captioning.data import synthetic
@@ -59,38 +72,40 @@ def task(data: Path, model_dir: Path, model: ModelConfig, batch: int, encoder_tr
                           input_config=InputConfig(batch_size=batch), optimizer=OPTIMIZER,
                           train=TrainConfig(), train_inception=encoder_trains,
                           compute=ComputeConfig(steps_per_loop=n))
-    caption.prepare_data()  # phase 1's feature cache: built by the first path, reused by the others
+    caption.prepare_data()  # phase 1's feature cache: built by the phase's first process, then read
     return caption
 
 
-def showtell_path(data: Path, model_dir: Path, model: ModelConfig, batch: int, encoder_trains: bool, n: int,
-                  steps: int) -> Callable[[], float]:
-    """``showtell train``'s loop for ``steps`` steps a round: examples/s."""
+def showtell_side(data: Path, model_dir: Path, model: ModelConfig, batch: int, encoder_trains: bool,
+                  n: int) -> Callable[[int], float]:
+    """``showtell train``'s loop: a round of ``steps`` steps → examples/s."""
     caption = task(data, model_dir, model, batch, encoder_trains, n)
     runner = SynchronousRunner(task=caption, steps_per_loop=n)
     train = TrainConfig()
     report = StepReport(summaries=TrainSummaries(model_dir), optimizer=caption.optimizer,
                         every=train.log_every_steps, steps=10**9, encoder_optimizer=caption.encoder_optimizer)
 
-    def one_round() -> float:
-        runner.iterator = iter(runner.dist)
+    def one_round(steps: int) -> float:
         controller = Controller(runner=runner, global_step=lambda: caption.step,
                                 checkpoints=caption.checkpoints, save_schedule=SaveSchedule(None, None),
                                 stop=StopRequest(), actions=[report],
                                 boundaries=[train.log_every_steps, train.histogram_every_steps])
-        before, start = caption.step, time.perf_counter()
-        controller.train(before + steps)
-        return (caption.step - before) * caption.batch_size / (time.perf_counter() - start)
+        before, start = int(caption.optimizer.iterations.numpy()), time.perf_counter()
+        runner.iterator = iter(runner.dist)  # opened inside the window, as fit opens its own …
+        controller.train(caption.step + steps)
+        runner.iterator = None  # … and released inside it, as fit's is when it returns
+        seconds = time.perf_counter() - start
+        return (int(caption.optimizer.iterations.numpy()) - before) * caption.batch_size / seconds
 
     return one_round
 
 
 class FitPeer(keras.Model):
-    """The same network and loss, trained by ``model.fit``."""
+    """The same network and loss, trained by ``model.fit``, clipped as showtell clips."""
 
-    def __init__(self, net: keras.Model) -> None:
+    def __init__(self, net: keras.Model, clip: float) -> None:
         super().__init__()
-        self.net = net
+        self.net, self.clip = net, clip
 
     def call(self, batch, training=False):
         return self.net.batch_logits(batch, training=training)
@@ -101,22 +116,23 @@ class FitPeer(keras.Model):
             loss_sum, _ = masked_loss_sum(logits, batch["target_ids"], batch["mask"])
             loss = loss_sum / tf.maximum(tf.reduce_sum(tf.cast(batch["mask"], tf.float32)), 1.0)
         variables = self.trainable_variables
-        self.optimizer.apply(tape.gradient(loss, variables), variables)
+        grads, _ = tf.clip_by_global_norm(tape.gradient(loss, variables), self.clip)  # sparse stays sparse
+        self.optimizer.apply(grads, variables)
         return {"loss": loss}
 
 
-def keras_path(data: Path, model_dir: Path, model: ModelConfig, batch: int, encoder_trains: bool, n: int,
-               steps: int) -> Callable[[], float]:
-    """``model.fit(steps_per_epoch=steps)`` with ``steps_per_execution`` n: examples/s."""
+def keras_side(data: Path, model_dir: Path, model: ModelConfig, batch: int, encoder_trains: bool,
+               n: int) -> Callable[[int], float]:
+    """``model.fit(steps_per_epoch=steps)`` with ``steps_per_execution`` n → examples/s."""
     caption = task(data, model_dir, model, batch, encoder_trains, 1)
-    peer = FitPeer(caption.model)
-    sgd = keras.optimizers.SGD(OPTIMIZER.learning_rate, global_clipnorm=OPTIMIZER.clip_gradients)
-    peer.compile(optimizer=sgd, steps_per_execution=n, jit_compile=False)
+    peer = FitPeer(caption.model, OPTIMIZER.clip_gradients)
+    peer.compile(optimizer=keras.optimizers.SGD(OPTIMIZER.learning_rate), steps_per_execution=n,
+                 jit_compile=False)
     dataset = caption.dataset()
 
-    def one_round() -> float:
-        """Counted by the optimizer's iterations: with ``steps`` not a multiple of n, fit runs its
-        last execution whole (n steps) on an endless dataset."""
+    def one_round(steps: int) -> float:
+        """With ``steps`` not a multiple of n, fit runs its last execution whole (n steps) on an
+        endless dataset: the optimizer's count says what ran."""
         before, start = int(peer.optimizer.iterations.numpy()), time.perf_counter()
         peer.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0)
         seconds = time.perf_counter() - start
@@ -125,43 +141,74 @@ def keras_path(data: Path, model_dir: Path, model: ModelConfig, batch: int, enco
     return one_round
 
 
-def phase(data: Path, root: Path, *, model: ModelConfig, encoder_trains: bool, n: int, batch: int, steps: int,
-          rounds: int) -> dict[str, object]:
-    name = "phase2" if encoder_trains else "phase1"
-    paths = {
-        "showtell_1": showtell_path(data, root / f"{name}-1", model, batch, encoder_trains, 1, steps),
-        f"showtell_{n}": showtell_path(data, root / f"{name}-{n}", model, batch, encoder_trains, n, steps),
-        f"keras_fit_{n}": keras_path(data, root / f"{name}-keras", model, batch, encoder_trains, n, steps),
-    }
-    rates = alternate(paths, rounds=rounds, warm=1)
-    ours, one, keras_fit = rates[f"showtell_{n}"], rates["showtell_1"], rates[f"keras_fit_{n}"]
-    return {"steps_per_round": steps, "examples_per_sec": {k: spread(v, 1) for k, v in rates.items()},
-            f"showtell_{n}_over_keras_fit_{n}": ratio(ours, keras_fit),
-            f"showtell_{n}_over_showtell_1": ratio(ours, one),
-            f"showtell_1_over_keras_fit_{n}": ratio(one, keras_fit)}
+def one(args: argparse.Namespace) -> int:
+    """One side's round in this process: build, one untimed call of N steps, the timed round."""
+    encoder_trains = args.phase == "phase2"
+    kind, n = args.one.rsplit("_", 1)
+    side = showtell_side if kind == "showtell" else keras_side
+    model_dir = Path(tempfile.mkdtemp(dir=args.work))
+    run = side(args.data, model_dir, MODELS[args.model], args.batch_size, encoder_trains, int(n))
+    run(args.n)  # tracing, autotuning: not timed
+    rate = run(args.phase2_steps if encoder_trains else args.phase1_steps)
+    print(json.dumps({"examples_per_sec": rate}), flush=True)
+    os._exit(0)  # no teardown: nothing of this process outlives its figure
+
+
+def phase(args: argparse.Namespace, name: str, data: Path, work: Path) -> dict[str, object]:
+    sides = ["showtell_1", f"showtell_{args.n}", f"keras_fit_{args.n}"]
+    rates: dict[str, list[float]] = {side: [] for side in sides}
+    for index in range(args.rounds):
+        for side in order(sides, index):
+            argv = [sys.executable, __file__, "--one", side, "--phase", name, "--data", str(data),
+                    "--work", str(work), "--n", str(args.n), "--batch-size", str(args.batch_size),
+                    "--phase1-steps", str(args.phase1_steps), "--phase2-steps", str(args.phase2_steps),
+                    "--model", args.model]
+            done = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise SystemExit(f"{name} {side} round {index}: exit {done.returncode}\n"
+                                 f"{done.stderr[-3000:]}")
+            rates[side].append(json.loads(done.stdout.strip().splitlines()[-1])["examples_per_sec"])
+            logging.warning("%s round %d %s: %.1f examples/s", name, index, side, rates[side][-1])
+    ours, single, fit = rates[f"showtell_{args.n}"], rates["showtell_1"], rates[f"keras_fit_{args.n}"]
+    return {"steps_per_round": args.phase2_steps if name == "phase2" else args.phase1_steps,
+            "examples_per_sec": {k: spread(v, 1) for k, v in rates.items()},
+            f"showtell_{args.n}_over_keras_fit_{args.n}": ratio(ours, fit),
+            f"showtell_{args.n}_over_showtell_1": ratio(ours, single),
+            f"showtell_1_over_keras_fit_{args.n}": ratio(single, fit)}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--n", type=int, default=10, help="steps per call for showtell(N) and Keras fit")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--phase1-steps", type=int, default=100)
     parser.add_argument("--phase2-steps", type=int, default=20)
     parser.add_argument("--only", choices=("phase1", "phase2"))
     parser.add_argument("--model", choices=tuple(MODELS), default="im2txt")
+    parser.add_argument("--out", type=Path, help="also write the report (with commit, date, machine) here")
+    # one round of one side, in a process of its own (what the run above starts)
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--phase", choices=("phase1", "phase2"), help=argparse.SUPPRESS)
+    parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
-    report: dict[str, object] = {"batch": args.batch_size, "n": args.n, "model": args.model}
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    if args.one:
+        return one(args)
+    if args.rounds < MIN_ROUNDS:
+        raise SystemExit(f"--rounds {args.rounds}: at least {MIN_ROUNDS}, or the spread means nothing")
+    report: dict[str, object] = {"batch": args.batch_size, "n": args.n, "model": args.model,
+                                 "rounds": args.rounds, "fresh_process_per_round": True}
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         synthetic.build(data, SyntheticConfig(train_images=600, val_images=8))
-        for encoder_trains, steps in ((False, args.phase1_steps), (True, args.phase2_steps)):
-            name = "phase2" if encoder_trains else "phase1"
+        for name in ("phase1", "phase2"):
             if args.only in (None, name):
-                report[name] = phase(data, Path(tmp), model=MODELS[args.model], encoder_trains=encoder_trains,
-                                     n=args.n, batch=args.batch_size, steps=steps, rounds=args.rounds)
+                report[name] = phase(args, name, data, Path(tmp))
     print(json.dumps(report, indent=2))
+    if args.out:
+        write_results(args.out, report, sys.argv[1:])
     return 0
 
 

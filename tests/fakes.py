@@ -11,11 +11,11 @@ from showtell.captioning.model.modeldir import METADATA
 from showtell.common.errors import ShowtellError
 from showtell.evaluator.config import Finish
 from showtell.evaluator.loop.controller import EvalController
+from showtell.evaluator.loop.result import EvalResult
 from showtell.evaluator.loop.sizing import RunSizes
 from showtell.evaluator.records.recorder import Action, Recorder
 from showtell.evaluator.records.store import Store
 from showtell.evaluator.records.workdir import WorkDir
-from showtell.evaluator.scoring.evaluation import EvalResult
 
 
 class FakeClock:

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from showtell.trainer.checkpoints import SaveSchedule
-from showtell.trainer.controller import ANOTHER_WORKER, Controller
-from showtell.trainer.runners import StepLogs
+from showtell.trainer.controller import ANOTHER_WORKER, Controller, StepLogs
 from showtell.trainer.signals import StopRequest
 from tests.fakes import FakeClock
 

@@ -102,14 +102,16 @@ def test_layers_import_one_way():
 
 
 EVALUATOR_LAYERS = [  # bottom to top, as CONTRIBUTING.md draws them
-    ("metric_names",), ("records",), ("config",), ("scoring",), ("loop",), ("serving",),
+    ("metric_names",), ("records",), ("config",), ("loop",), ("scoring",), ("serving",),
     ("daemon",), ("cli",), ("__main__",),
 ]
 
 
 def test_the_evaluators_parts_import_downwards():
-    """records ← config ← scoring ← loop ← serving ← daemon: each part may import its own folder
-    and those below — the loop never the service (which reads only the loop's ``Status``)."""
+    """records ← config ← loop ← scoring ← serving ← daemon: each part may import its own folder
+    and those below — the loop never the service (which reads only the loop's ``Status``), nor
+    the scoring: the loop owns what it asks of an evaluator and gets back (``loop/result.py``),
+    and the scoring implements it."""
     level = {part: i for i, parts in enumerate(EVALUATOR_LAYERS) for part in parts}
     wrong = []
     for module, path in _modules().items():

@@ -13,8 +13,8 @@ from pathlib import Path
 import tensorflow as tf
 
 from showtell.captioning.model.network import ShowAndTell
+from showtell.trainer.controller import StepLogs
 from showtell.trainer.optimizer import current_learning_rate
-from showtell.trainer.runners import StepLogs
 from showtell.trainer.summaries import TrainSummaries
 
 log = logging.getLogger(__name__)

@@ -11,20 +11,39 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from showtell.trainer.checkpoints import Checkpoints, SaveSchedule
-from showtell.trainer.runners import StepLogs
 from showtell.trainer.signals import StopRequest
 
 log = logging.getLogger(__name__)
 
 ANOTHER_WORKER = "another worker's stop"
 
+
+@dataclass
+class StepLogs:
+    """What ``train(num_steps)`` did: one loss per step and where the time went."""
+
+    losses: list[float] = field(default_factory=list)
+    input_seconds: float = 0.0  # waiting for batches (only when ``input_measured``)
+    compute_seconds: float = 0.0
+    examples: int = 0  # global examples consumed
+    traced: bool = False  # the first call: its time is graph tracing, not throughput
+    input_measured: bool = True  # False: the batches were read inside the traced loop, untimed
+
+    @property
+    def steps(self) -> int:
+        return len(self.losses)
+
+
 Action = Callable[[int, StepLogs], None]  # (global step after the chunk, the chunk's logs)
 
 
 class Runner(Protocol):
+    """Runs chunks of steps (``runners.py``): what the controller needs of one, nothing more."""
+
     steps_per_loop: int
 
     def train(self, num_steps: int) -> StepLogs: ...

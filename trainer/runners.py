@@ -12,28 +12,12 @@ checkpoint, no logging: that is the controller's and its actions'.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 import tensorflow as tf
 
 from showtell.captioning.data import inputs
+from showtell.trainer.controller import StepLogs
 from showtell.trainer.task import CaptionTask
-
-
-@dataclass
-class StepLogs:
-    """What ``train(num_steps)`` did: one loss per step and where the time went."""
-
-    losses: list[float] = field(default_factory=list)
-    input_seconds: float = 0.0  # waiting for batches (only when ``input_measured``)
-    compute_seconds: float = 0.0
-    examples: int = 0  # global examples consumed
-    traced: bool = False  # the first call: its time is graph tracing, not throughput
-    input_measured: bool = True  # False: the batches were read inside the traced loop, untimed
-
-    @property
-    def steps(self) -> int:
-        return len(self.losses)
 
 
 class SynchronousRunner:

@@ -16,30 +16,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
 
 from showtell.captioning.model.modeldir import saved_at
 from showtell.common.errors import ModelDirIncomplete, ShowtellError
 from showtell.evaluator.loop.pinning import Missing, files_state, pin, unpin
+from showtell.evaluator.loop.result import EvalResult, Evaluator, Images
 from showtell.evaluator.loop.schedule import Checkpoint
 from showtell.evaluator.records.store import Record
-from showtell.evaluator.scoring.evaluation import EvalResult
 
 log = logging.getLogger(__name__)
-
-Images = int | Callable[[float | None, int, int], int] | None  # ``--max-eval-examples`` (sizing.py)
-
-
-class Evaluator(Protocol):
-    """Restores and validates one checkpoint (``evaluation.CheckpointEvaluator``)."""
-
-    model: Any  # the model as of the last evaluation, for --export-best
-    vocab: Any
-
-    def open(self) -> None: ...
-
-    def evaluate(self, path: str, step: int | None = None,
-                 progress: Callable[[int, int], None] | None = None, images: Images = None) -> EvalResult: ...
 
 
 @dataclass(frozen=True)

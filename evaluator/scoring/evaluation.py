@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -33,28 +32,12 @@ from showtell.captioning.model.validation import Validator, exact_match
 from showtell.common.errors import ModelDirError
 from showtell.evaluator import metric_names as names
 from showtell.evaluator.config import EvalSet
+from showtell.evaluator.loop.result import EvalResult
 from showtell.evaluator.scoring import bootstrap
 from showtell.evaluator.scoring.bootstrap import Bootstrap, ImageStats
 from showtell.evaluator.scoring.scorers import CaptionScorer, ImageScores
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class EvalResult:
-    step: int
-    checkpoint: str
-    metrics: dict[str, float]
-    examples: int
-    seconds: float
-    samples: list[dict] = field(default_factory=list)
-    scoring: str = ""  # the tokenizer and scorers behind the caption metrics (CaptionScorer.scoring)
-    train_seconds: float | None = None  # the trainer's training seconds at this checkpoint (if it says)
-    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # metric → (lower, upper)
-    bootstrap: dict = field(default_factory=dict)  # how the intervals were drawn (Bootstrap.as_dict)
-    stats: ImageStats | None = field(default=None, repr=False)  # per image: what the intervals resample
-    eval_set: str = DEFAULT_SET
-    others: list[EvalResult] = field(default_factory=list)  # the other sets' results (--eval-set)
 
 
 def train_seconds(path: str) -> float | None:

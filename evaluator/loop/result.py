@@ -1,0 +1,51 @@
+"""What the loop asks of an evaluator, and what it gets back — the loop's own abstractions.
+
+The controller and its attempts depend on these, never on how a checkpoint is scored:
+``scoring.evaluation.CheckpointEvaluator`` implements ``Evaluator`` and returns ``EvalResult``
+(the scoring sits above the loop; a test's fake evaluator is as good to the loop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from showtell.api.contract import DEFAULT_SET
+
+Images = int | Callable[[float | None, int, int], int] | None  # ``--max-eval-examples`` (sizing.py)
+
+
+class PerImage(Protocol):
+    """Per-image statistics the history keeps beside a record (``scoring.bootstrap.ImageStats``)."""
+
+    def to_bytes(self) -> bytes: ...
+
+
+@dataclass
+class EvalResult:
+    step: int
+    checkpoint: str
+    metrics: dict[str, float]
+    examples: int
+    seconds: float
+    samples: list[dict] = field(default_factory=list)
+    scoring: str = ""  # the tokenizer and scorers behind the caption metrics (CaptionScorer.scoring)
+    train_seconds: float | None = None  # the trainer's training seconds at this checkpoint (if it says)
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)  # metric → (lower, upper)
+    bootstrap: dict = field(default_factory=dict)  # how the intervals were drawn (Bootstrap.as_dict)
+    stats: PerImage | None = field(default=None, repr=False)  # per image: what the intervals resample
+    eval_set: str = DEFAULT_SET
+    others: list[EvalResult] = field(default_factory=list)  # the other sets' results (--eval-set)
+
+
+class Evaluator(Protocol):
+    """Restores and validates one checkpoint (``scoring.evaluation.CheckpointEvaluator``)."""
+
+    model: Any  # the model as of the last evaluation, for --export-best
+    vocab: Any
+
+    def open(self) -> None: ...
+
+    def evaluate(self, path: str, step: int | None = None,
+                 progress: Callable[[int, int], None] | None = None, images: Images = None) -> EvalResult: ...
