@@ -59,11 +59,14 @@ class Engine:
         self.log_path = root / "dockerd.log"
         self.proc: subprocess.Popen | None = None
         self.client = None
+        self._containers_cpu_at_start = 0
 
     def start(self, timeout: float = 60) -> Engine:
         import docker
 
         self.root.mkdir(parents=True, exist_ok=True)
+        # the cgroup outlives every engine: its count goes on from one engine to the next
+        self._containers_cpu_at_start = _containers_cpu_ns()
         with open(self.log_path, "w") as log_file:
             self.proc = subprocess.Popen(
                 ["nice", "-n", str(self.nice),  # children (containerd, containers) inherit it
@@ -86,20 +89,22 @@ class Engine:
         raise RuntimeError(f"dockerd not ready in {timeout:.0f} s:\n{self.log_path.read_text()[-2000:]}")
 
     def cpu_seconds(self) -> float | None:
-        """The engine's CPU so far, which no test process waits for: dockerd's and containerd's own,
-        and every container's, the builds' steps included — from the cgroup dockerd puts them
-        under (cgroup v1's cpuacct keeps a removed container's usage in its parent).  None when
+        """The engine's CPU since it started, which no test process waits for: dockerd's and
+        containerd's own, and every container's, the builds' steps included — from the cgroup
+        dockerd puts them under (cgroup v1's cpuacct keeps a removed container's usage in its
+        parent, and the cgroup outlives the engine: counted from the engine's start).  None when
         that cgroup is not where this machine's layout puts it."""
         from showtell.common.processes import cpu_seconds
 
-        if self.proc is None or self.proc.poll() is not None or not CONTAINERS_CPUACCT.is_file():
+        containers = _containers_cpu_ns()
+        if self.proc is None or self.proc.poll() is not None or containers is None:
             return None
         engine = cpu_seconds(self.proc.pid)
         for child in Path(f"/proc/{self.proc.pid}/task").glob("*/children"):
             for pid in child.read_text().split():
                 if Path(f"/proc/{pid}/comm").read_text().strip() == "containerd":
                     engine += cpu_seconds(int(pid))
-        return engine + int(CONTAINERS_CPUACCT.read_text()) / 1e9
+        return engine + (containers - (self._containers_cpu_at_start or 0)) / 1e9
 
     def env(self) -> dict[str, str]:
         """Environment for ``docker``/``docker-compose`` commands aimed at this engine."""
@@ -136,6 +141,14 @@ class Engine:
         subprocess.run(["docker", "import", str(BASE_TARBALL), BASE_IMAGE], env=self.env(), check=True,
                        capture_output=True, timeout=600)
         return spent
+
+
+def _containers_cpu_ns() -> int | None:
+    """Every container's CPU nanoseconds so far, as the cgroup dockerd makes them in counts them
+    (0 before any engine made it; None on a machine whose cgroups are laid out otherwise)."""
+    if not CONTAINERS_CPUACCT.parent.parent.is_dir():
+        return None
+    return int(CONTAINERS_CPUACCT.read_text()) if CONTAINERS_CPUACCT.is_file() else 0
 
 
 def build_base_tarball(out: Path) -> None:
