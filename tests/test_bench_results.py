@@ -42,6 +42,14 @@ FIGURES: dict[str, list[tuple[str, Callable[[dict], str]]]] = {
         ("the intervals (1,000 resamples, every metric) of a 5,000-image evaluation",
          lambda r: f"{r['bootstrap_cpu_sec_at_5000_images']['median']:.2f} CPU-s"),
     ],
+    "steps_per_loop": [
+        ("showtell, 10 a call ÷ Keras fit, 10 a call, fresh processes",
+         lambda r: f"**{_range(r['phase1']['showtell_10_over_keras_fit_10'], 3)}** | "
+                   f"**{_range(r['phase2']['showtell_10_over_keras_fit_10'], 3)}**"),
+        ("showtell, 10 steps a call ÷ 1, fresh processes",
+         lambda r: f"{_range(r['phase1']['showtell_10_over_showtell_1'], 3)} | "
+                   f"{_range(r['phase2']['showtell_10_over_showtell_1'], 3)}"),
+    ],
 }
 
 
