@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tensorflow as tf
 import yaml
@@ -48,13 +49,14 @@ def _revisions(model_dir: Path) -> list[dict]:
 def test_the_run_records_its_configuration_and_each_change(tiny_data: Path, tmp_path: Path, showtell_main):
     model_dir = tmp_path / "model"
     printed = showtell_main("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
-                            "--save-every-secs", "0", "--steps", "2", "--print-config")
+                            "--save-every-secs", "0", "--steps", "2", "--deterministic-input", "--seed", "5",
+                            "--print-config")
     assert printed.returncode == 0 and not model_dir.exists()  # printed, nothing written
     shown = _sections(printed.stdout)
     assert shown["settings"]["steps"] == 2 and shown["resolved"]["model"]["lstm_units"] == 32
     assert shown["resolved"]["uses_cache"] and shown["resolved"]["compute"]["steps_per_loop"] == 10
 
-    _train(showtell_main, tiny_data, model_dir, "--steps", "2")
+    _train(showtell_main, tiny_data, model_dir, "--steps", "2", "--deterministic-input", "--seed", "5")
     [first] = _revisions(model_dir)
     assert first["step"] == 0 and first["settings"]["batch_size"] == 4 and first["settings"]["steps"] == 2
     assert first["resolved"]["optimizer"] == {**first["resolved"]["optimizer"], "name": "adam",
@@ -70,17 +72,35 @@ def test_the_run_records_its_configuration_and_each_change(tiny_data: Path, tmp_
         assert printed_part == trained_part, {k: (v, trained_part.get(k)) for k, v in printed_part.items()
                                               if trained_part.get(k) != v}
 
-    # The run repeats from its record: fed back as --config (another model dir), the same settings
+    # The run repeats from its record, runs/<id>.yaml (or the history's .json), fed back as --config
+    # with another model dir: the same settings exactly; trained, the same weights after the same
+    # steps — the same seed, the same batches (planted: the record without its seed fails here).
     run = read_run_id(str(model_dir))
-    again = showtell_main("train", "--config", str(model_dir / "runs" / f"{run}.json"),
-                          "--model-dir", str(tmp_path / "repeat"), "--print-config")
-    assert again.returncode == 0, again.stderr[-2000:]
-    repeated = _comparable(_sections(again.stdout)["settings"])
-    assert repeated == {**_comparable(first["settings"]), "model_dir": str(tmp_path / "repeat")}
+    recorded = model_dir / "runs" / f"{run}.yaml"
+    assert _comparable(_sections(recorded.read_text())["settings"]) == _comparable(first["settings"])
+    assert _sections(recorded.read_text())["resolved"] == _sections(yaml.safe_dump(first))["resolved"]
+    for source in (recorded, model_dir / "runs" / f"{run}.json"):
+        again = showtell_main("train", "--config", str(source), "--model-dir", str(tmp_path / "repeat"),
+                              "--print-config")
+        assert again.returncode == 0, again.stderr[-2000:]
+        repeated = _comparable(_sections(again.stdout)["settings"])
+        assert repeated == {**_comparable(first["settings"]), "model_dir": str(tmp_path / "repeat")}, source
+    repeat = showtell_main("train", "--config", str(recorded), "--model-dir", str(tmp_path / "repeat"))
+    assert repeat.returncode == 0, repeat.stderr[-3000:] + repeat.logs[-3000:]
+    [again_first] = _revisions(tmp_path / "repeat")
+    assert _comparable(again_first["settings"]) == {**_comparable(first["settings"]),
+                                                    "model_dir": str(tmp_path / "repeat")}
+    trained, repeated_weights = (
+        {name: tf.train.load_variable(str(d / "ckpt-2"), name)
+         for name, _ in tf.train.list_variables(str(d / "ckpt-2")) if name.startswith("model/")}
+        for d in (model_dir, tmp_path / "repeat"))
+    assert trained.keys() == repeated_weights.keys() and len(trained) > 4
+    assert all(np.array_equal(trained[k], repeated_weights[k]) for k in trained)
 
-    _train(showtell_main, tiny_data, model_dir, "--steps", "2")  # the same settings: nothing new
+    _train(showtell_main, tiny_data, model_dir, "--steps", "2", "--deterministic-input", "--seed", "5")
     assert len(_revisions(model_dir)) == 1
-    resumed = _train(showtell_main, tiny_data, model_dir, "--steps", "4", "--learning-rate", "0.5")
+    resumed = _train(showtell_main, tiny_data, model_dir, "--steps", "4", "--learning-rate", "0.5",
+                     "--deterministic-input", "--seed", "5")
     revisions = _revisions(model_dir)
     assert len(revisions) == 2 and revisions[1]["step"] == 2
     assert revisions[1]["changed"] == ["--learning-rate: 0.001 → 0.5", "--steps: 2 → 4"]

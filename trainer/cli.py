@@ -300,23 +300,17 @@ def _print_config(args: argparse.Namespace, cluster, name: str) -> int:
     given a model dir and a dataset that exists, then what they resolve to (the phase, the
     strategy, the global batch, the steps per call) and the versions, as sections ``--config``
     passes over.  Nothing is written; neither is needed for the settings."""
-    import yaml
-
-    from showtell.common.flags import printable_settings
-
-    printed: dict[str, object] = printable_settings(args)
     from showtell.captioning.data.manifest import MANIFEST
+    from showtell.trainer import run_config
 
+    sections: dict[str, object] = {}
     if args.model_dir is not None and args.data is not None and (args.data / MANIFEST).is_file():
-        from showtell.trainer import run_config
-
         chosen, task = _task(args, cluster, name)
-        config = run_config.configuration(run_config.settings(args), task, chosen.name,
-                                          task.compute.loop_steps(task.uses_cache), encoder=False)
-        printed.update(resolved=config["resolved"], environment=config["environment"])
-    sys.stdout.write(f"# {PROG}: its settings (feed this file back: --config FILE); resolved and "
-                     "environment are what they came to, read by people, passed over by --config\n")
-    sys.stdout.write(yaml.safe_dump(printed, sort_keys=False, allow_unicode=True))
+        sections = run_config.configuration(run_config.settings(args), task, chosen.name,
+                                            task.compute.loop_steps(task.uses_cache), encoder=False)
+    sys.stdout.write(run_config.as_yaml(
+        run_config.settings(args), sections, f"{PROG}: its settings (feed this file back: --config FILE); "
+        "resolved and environment are what they came to, read by people, passed over by --config"))
     return 0
 
 

@@ -1,7 +1,9 @@
 """A run's whole configuration, recorded in its model dir: every setting after flags, environment
 and defaults are resolved, what they resolved to (the phase, the strategy, the steps per call),
-and the versions, devices, data and encoder it ran with — one file per run,
-``<model-dir>/runs/<run id>.json``, written atomically at every start of the run.
+and the versions, devices, data and encoder it ran with — one history per run,
+``<model-dir>/runs/<run id>.json``, written atomically at every start of the run, and beside it
+``<run id>.yaml``: the run as it stands, in ``--print-config``'s form, which
+``showtell train --config <run id>.yaml --model-dir NEW`` repeats.
 
 A resume whose settings differ (more steps, another save interval or learning rate: the ones
 that may change mid-run; model shape and optimizer are refused earlier, by
@@ -29,7 +31,8 @@ from showtell.common.versions import installed_version
 
 log = logging.getLogger(__name__)
 
-
+# Sections a printed configuration holds besides the settings: read by people, passed over by --config.
+SECTIONS = ("resolved", "environment")
 
 
 def settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -96,6 +99,32 @@ def record(model_dir: Path, run_id: str, config: dict[str, Any], step: int) -> l
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, json.dumps(history, indent=2) + "\n")
     return changed
+
+
+def record_yaml(model_dir: Path, run_id: str, config: dict[str, Any], step: int) -> Path:
+    """``runs/<run id>.yaml``: this start's settings and sections as ``--print-config`` prints them
+    — the file to repeat the run from (rewritten at every start: the run as it stands)."""
+    path = model_dir / RUNS / f"{run_id or 'unnamed'}.yaml"
+    header = (f"showtell train: run {run_id or 'unnamed'} as it started at step {step}; repeat it with "
+              f"showtell train --config {path.name} --model-dir NEW")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, as_yaml(config["settings"], config, header))
+    return path
+
+
+def as_yaml(flags: dict[str, Any], sections: dict[str, Any], header: str) -> str:
+    """Settings (``settings(args)``) as a config file holds them — dashed keys, a list as its flag
+    writes it, how they were given (``--config``, ``--print-config``) left out — then ``sections``'
+    ``SECTIONS``; ``--config`` reads this back to the same settings."""
+    import yaml
+
+    def plain(value: Any) -> Any:
+        return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+    printed: dict[str, Any] = {key.replace("_", "-"): plain(value) for key, value in sorted(flags.items())
+                               if key not in ("config", "print_config", "command")}
+    printed.update({name: sections[name] for name in SECTIONS if name in sections})
+    return f"# {header}\n" + yaml.safe_dump(printed, sort_keys=False, allow_unicode=True)
 
 
 def ended(model_dir: Path, run_id: str, step: int, reason: str, finished: bool) -> None:

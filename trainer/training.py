@@ -208,7 +208,9 @@ class Trainer:
         task = self.task
         config = run_config.configuration(self.settings, task, self.strategy_name,
                                           task.compute.loop_steps(task.uses_cache))
-        changed = run_config.record(task.model_dir, read_run_id(str(task.model_dir)) or "", config, step)
+        run_id = read_run_id(str(task.model_dir)) or ""
+        changed = run_config.record(task.model_dir, run_id, config, step)
+        run_config.record_yaml(task.model_dir, run_id, config, step)
         if changed:
             log.info("resumed with changed settings, recorded in %s: %s", run_config.RUNS, "; ".join(changed))
 

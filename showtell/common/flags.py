@@ -153,8 +153,8 @@ def config_from_flags(config_cls, args: argparse.Namespace, **fixed):
 def add_config_file_flag(parser: argparse.ArgumentParser, records: bool = False) -> None:
     """``--config FILE`` (repeatable); ``records``: the command writes run records and prints its
     configuration (``train``), which this flag then also reads."""
-    also = (", or a run's record (<model-dir>/runs/<id>.json) or --print-config's output, to repeat "
-            "a run" if records else "")
+    also = (", or a run's record (<model-dir>/runs/<id>.yaml, or its history <id>.json) or "
+            "--print-config's output, to repeat a run" if records else "")
     parser.add_argument("--config", type=Path, metavar="FILE", action="append",
                         help=f"a YAML file of settings, keyed by flag name without the dashes "
                              f"(batch-size: 32){also}; repeat it to merge files in order (a later file "
@@ -235,21 +235,6 @@ def _config_paths(argv: Sequence[str]) -> list[str]:
         elif word.startswith("--config="):
             paths.append(word.split("=", 1)[1])
     return paths
-
-
-def printable_settings(args: argparse.Namespace) -> dict[str, object]:
-    """The settings of ``args`` as a config file holds them: dashed keys, plain values (a path as
-    text, a list as its flag writes it), unset ones null — ``--config`` reads this back to the
-    same settings."""
-    def plain(value):
-        if isinstance(value, Path):
-            return str(value)
-        if isinstance(value, (list, tuple)):
-            return ",".join(str(v) for v in value)
-        return value
-
-    return {key.replace("_", "-"): plain(value) for key, value in sorted(vars(args).items())
-            if key not in NOT_SETTINGS and key != "command"}
 
 
 def _setting(parser: argparse.ArgumentParser, path: str, key, action: argparse.Action, value):
