@@ -23,6 +23,7 @@ from showtell.common.flags import (
     add_verbose_flag,
     config_from_flags,
     parse_args,
+    print_config,
     run_command,
     start_command,
 )
@@ -144,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         sys.stderr.write(f"{PROG}: error: {problem} (see --help)\n")
         return 2
+    if args.print_config:
+        return print_config(PROG, args)
     start_command(args)
 
     def body() -> int:

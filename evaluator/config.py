@@ -55,6 +55,10 @@ class EvalSet:
             return cls(name, Path(path), int(examples))
         return cls(name, Path(rest))
 
+    def __str__(self) -> str:
+        """The flag's own text, which ``parse`` reads back (``--print-config`` prints this)."""
+        return f"{self.name}={self.data}" + (f":{self.max_examples}" if self.max_examples else "")
+
 
 def eval_set_problem(sets: Sequence[EvalSet]) -> str | None:
     """What is wrong with ``--eval-set``s (one line), before anything starts: a name used twice

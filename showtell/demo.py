@@ -38,6 +38,7 @@ from showtell.common.flags import (
     parse_args,
     positive_float,
     positive_int,
+    print_config,
     run_command,
     start_command,
 )
@@ -79,6 +80,10 @@ class Phases:
     pretrain: float
     phase1: float
     phase2: float
+
+    def __str__(self) -> str:
+        """The flag's own text (``--print-config`` prints it, ``--phases`` reads it back)."""
+        return f"{self.pretrain:g},{self.phase1:g},{self.phase2:g}"
 
     def seconds(self, total: float) -> tuple[float, float, float]:
         whole = self.pretrain + self.phase1 + self.phase2
@@ -303,6 +308,8 @@ _TRAINER_PROGRESS = r"^step \d+/\d+"
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.print_config:
+        return print_config(PROG, args)
     start_command(args)  # TensorFlow's start-up notices stay off the console (it imports TF at the end)
     # Explicit handlers: a shell may start us with SIGINT ignored (background jobs), and a
     # supervisor stops us with SIGTERM; both must stop the children cleanly.

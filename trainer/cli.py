@@ -38,6 +38,7 @@ from showtell.common.flags import (
     positive_float,
     positive_int,
     run_command,
+    settings_yaml,
     start_command,
 )
 from showtell.common.locks import DirectoryLock
@@ -128,13 +129,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--task-index", type=int, help="this task's index in its job (default 0)")
     d.add_argument("--log-device-placement", action="store_true",
                    help="log every op's device (TensorFlow's own, very verbose)")
-    p.add_argument("--print-config", action="store_true",
-                   help="print the run's configuration as YAML --config reads back (every setting; and "
-                        "what it resolves to, when --data exists) and exit, training and writing nothing")
     p.add_argument("--profile-steps", type=_step_range, metavar="A:B",
                    help="write a TensorFlow profiler trace of global steps A to B into the model dir's "
                         "TensorBoard run (TensorBoard's Profile tab; pip install tensorboard-plugin-profile)")
-    add_config_file_flag(p, records=True)
+    add_config_file_flag(p, records=True, print_help=(
+        "print the run's configuration as YAML --config reads back (every setting; and what it resolves "
+        "to, when --data exists) and exit, training and writing nothing"))
     add_verbose_flag(p)
 
 
@@ -306,11 +306,12 @@ def _print_config(args: argparse.Namespace, cluster, name: str) -> int:
     sections: dict[str, object] = {}
     if args.model_dir is not None and args.data is not None and (args.data / MANIFEST).is_file():
         chosen, task = _task(args, cluster, name)
-        sections = run_config.configuration(run_config.settings(args), task, chosen.name,
-                                            task.compute.loop_steps(task.uses_cache), encoder=False)
-    sys.stdout.write(run_config.as_yaml(
-        run_config.settings(args), sections, f"{PROG}: its settings (feed this file back: --config FILE); "
-        "resolved and environment are what they came to, read by people, passed over by --config"))
+        config = run_config.configuration(run_config.settings(args), task, chosen.name,
+                                          task.compute.loop_steps(task.uses_cache), encoder=False)
+        sections = {k: config[k] for k in run_config.SECTIONS}
+    sys.stdout.write(settings_yaml(
+        run_config.settings(args), f"{PROG}: its settings (feed this file back: --config FILE); "
+        "resolved and environment are what they came to, read by people, passed over by --config", sections))
     return 0
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from showtell.captioning.data.manifest import MANIFEST
 from showtell.common.files import write_atomic
+from showtell.common.flags import settings_yaml
 from showtell.common.run_records import RUNS, differences
 from showtell.common.versions import installed_version
 
@@ -108,23 +109,8 @@ def record_yaml(model_dir: Path, run_id: str, config: dict[str, Any], step: int)
     header = (f"showtell train: run {run_id or 'unnamed'} as it started at step {step}; repeat it with "
               f"showtell train --config {path.name} --model-dir NEW")
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, as_yaml(config["settings"], config, header))
+    write_atomic(path, settings_yaml(config["settings"], header, {k: config[k] for k in SECTIONS}))
     return path
-
-
-def as_yaml(flags: dict[str, Any], sections: dict[str, Any], header: str) -> str:
-    """Settings (``settings(args)``) as a config file holds them — dashed keys, a list as its flag
-    writes it, how they were given (``--config``, ``--print-config``) left out — then ``sections``'
-    ``SECTIONS``; ``--config`` reads this back to the same settings."""
-    import yaml
-
-    def plain(value: Any) -> Any:
-        return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else value
-
-    printed: dict[str, Any] = {key.replace("_", "-"): plain(value) for key, value in sorted(flags.items())
-                               if key not in ("config", "print_config", "command")}
-    printed.update({name: sections[name] for name in SECTIONS if name in sections})
-    return f"# {header}\n" + yaml.safe_dump(printed, sort_keys=False, allow_unicode=True)
 
 
 def ended(model_dir: Path, run_id: str, step: int, reason: str, finished: bool) -> None:

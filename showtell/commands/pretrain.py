@@ -14,6 +14,7 @@ from showtell.common.flags import (
     parse_args,
     positive_float,
     positive_int,
+    print_config,
     run_command,
     start_command,
 )
@@ -46,6 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.print_config:
+        return print_config(PROG, args)
     start_command(args)
 
     def body() -> int:

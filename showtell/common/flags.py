@@ -150,15 +150,21 @@ def config_from_flags(config_cls, args: argparse.Namespace, **fixed):
 
 # -- a YAML file of settings ------------------------------------------------------------
 
-def add_config_file_flag(parser: argparse.ArgumentParser, records: bool = False) -> None:
-    """``--config FILE`` (repeatable); ``records``: the command writes run records and prints its
-    configuration (``train``), which this flag then also reads."""
-    also = (", or a run's record (<model-dir>/runs/<id>.yaml, or its history <id>.json) or "
-            "--print-config's output, to repeat a run" if records else "")
+def add_config_file_flag(parser: argparse.ArgumentParser, records: bool = False,
+                         print_help: str | None = None) -> None:
+    """``--config FILE`` (repeatable) and ``--print-config``; ``records``: the command writes run
+    records (``train``), which ``--config`` then also reads; ``print_help``: the command prints
+    more than its settings (``train``: what they resolve to)."""
+    also = (", or a run's record (<model-dir>/runs/<id>.yaml, or its history <id>.json), to repeat "
+            "the run" if records else "")
     parser.add_argument("--config", type=Path, metavar="FILE", action="append",
                         help=f"a YAML file of settings, keyed by flag name without the dashes "
-                             f"(batch-size: 32){also}; repeat it to merge files in order (a later file "
-                             "wins); flags on the command line override them, they override the defaults")
+                             f"(batch-size: 32), such as --print-config prints{also}; repeat it to merge "
+                             "files in order (a later file wins); flags on the command line override them, "
+                             "they override the defaults")
+    parser.add_argument("--print-config", action="store_true",
+                        help=print_help or "print the settings (defaults, --config files, environment and "
+                                           "flags applied) as YAML that --config reads back, and exit")
 
 
 # What a config file may hold besides settings: a run record's or --print-config's other sections
@@ -214,6 +220,9 @@ def _file_settings(parser: argparse.ArgumentParser, path: str) -> dict[str, obje
             if not _takes_none(action):
                 parser.error(f"--config {path}: {key}: expected a value (null is not one for this flag)")
             settings[action.dest] = None
+        elif isinstance(action, argparse._AppendAction):  # a repeated flag: one value or a list of them
+            values = value if isinstance(value, list) else [value]
+            settings[action.dest] = [_setting(parser, path, key, action, v) for v in values]
         else:
             settings[action.dest] = _setting(parser, path, key, action, value)
         action.required = False  # given by the file
@@ -235,6 +244,38 @@ def _config_paths(argv: Sequence[str]) -> list[str]:
         elif word.startswith("--config="):
             paths.append(word.split("=", 1)[1])
     return paths
+
+
+def settings_yaml(settings: dict[str, object], header: str,
+                  sections: dict[str, object] | None = None) -> str:
+    """Settings as a config file holds them — dashed keys, plain values (a path as text, a list as
+    its flag writes it, unset ones null), how they were given (``--config``, ``--print-config``)
+    left out — then ``sections`` (``RECORD_SECTIONS``, passed over when read): ``--config`` reads
+    this back to the same settings."""
+    import yaml
+
+    def plain(value):
+        if isinstance(value, Path):
+            return str(value)
+        if isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, float, Path)) for v in value):
+            return ",".join(str(plain(v)) for v in value)  # one flag's list (--devices GPU:0,GPU:1)
+        if isinstance(value, (list, tuple)):
+            return [str(v) for v in value]  # a repeated flag's values (--eval-set …), each its flag's text
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        return str(value)  # a flag's own type (--phases): its text, which the flag reads back
+
+    printed: dict[str, object] = {key.replace("_", "-"): plain(value)
+                                  for key, value in sorted(settings.items())
+                                  if key not in NOT_SETTINGS and key != "command"}
+    printed.update(sections or {})
+    return f"# {header}\n" + yaml.safe_dump(printed, sort_keys=False, allow_unicode=True)
+
+
+def print_config(prog: str, args: argparse.Namespace) -> int:
+    """``--print-config`` of a command without sections of its own: its settings, exit 0."""
+    sys.stdout.write(settings_yaml(vars(args), f"{prog}: its settings (feed this file back: --config FILE)"))
+    return 0
 
 
 def _setting(parser: argparse.ArgumentParser, path: str, key, action: argparse.Action, value):
