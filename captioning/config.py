@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from showtell.common.files import sha256_of
-from showtell.common.flags import (
+from showtell.common.options import (
     boolean,
     fraction,
     option,

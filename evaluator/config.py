@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from showtell.common.exposition import MonitoringConfig
-from showtell.common.flags import (
+from showtell.common.options import (
     boolean,
     non_negative_int,
     open_fraction,

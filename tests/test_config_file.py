@@ -109,7 +109,8 @@ def test_every_long_running_command_reads_a_config_file(tmp_path: Path, showtell
 @pytest.mark.parametrize(("command", "argv", "key", "shown"), [
     ("pretrain", ["--data", "{data}", "--out", "{tmp}/e.weights.h5", "--batch-size", "8"], "batch-size", 8),
     ("evaluate", ["--model-dir", "{tmp}/m", "--data", "{data}", "--eval-set", "unseen={data}:5",
-                  "--eval-set", "all={data}", "--policy", "all"], "eval-set", ["unseen={data}:5", "all={data}"]),
+                  "--eval-set", "all={data}", "--policy", "all"],
+     "eval-set", ["unseen={data}:5", "all={data}"]),
     ("demo", ["--phases", "0.5,0.5,0", "--seconds", "90"], "phases", "0.5,0.5,0"),
 ])
 def test_every_command_prints_settings_its_config_reads_back(tiny_data: Path, tmp_path: Path, showtell_main,

@@ -101,6 +101,69 @@ def test_layers_import_one_way():
     assert not wrong, "\n".join(wrong)
 
 
+# The configuration modules: typed dataclasses that import nothing of the command line (their
+# options and checks come from the leaf ``common.options``; ``common.flags`` makes them flags).
+CONFIG_MODULES = ("showtell.captioning.config", "showtell.trainer.config", "showtell.evaluator.config",
+                  "showtell.common.options")
+COMMAND_LINE = ("argparse", "showtell.common.flags", "showtell.cli")
+
+
+def test_the_configuration_imports_nothing_of_the_command_line():
+    modules = _modules()
+    wrong = [f"{name}:{line} imports {target}" for name in CONFIG_MODULES
+             for line, target in _imports(modules[name])
+             if any(target == c or target.startswith(c + ".") for c in COMMAND_LINE)]
+    assert wrong == []
+    assert [t for _, t in _imports(modules["showtell.common.options"]) if t.startswith("showtell.")] == []
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module → the showtell modules it imports (function bodies included)."""
+    modules = _modules()
+    graph = {}
+    for name, path in modules.items():
+        graph[name] = set()
+        for _, target in _imports(path):
+            parts = target.split(".")
+            owner = next((".".join(parts[:i]) for i in range(len(parts), 0, -1)
+                          if ".".join(parts[:i]) in modules), None)
+            if owner and owner != name:
+                graph[name].add(owner)
+    return graph
+
+
+def longest_chain(graph: dict[str, set[str]], start: str) -> list[str]:
+    """The longest chain of imports from ``start`` to a leaf (the graph has no cycles below it)."""
+    memo: dict[str, list[str]] = {}
+
+    def chain(module: str, seen: frozenset[str]) -> list[str]:
+        if module not in memo:
+            longest = max((chain(t, seen | {module}) for t in graph[module] if t not in seen), key=len,
+                          default=[])
+            memo[module] = [module, *longest]
+        return memo[module]
+
+    return chain(start, frozenset())
+
+
+# Goal: 8 (a command's entry, its CLI, its service's top, … a leaf); measured 10 on both services —
+# the trainer's controller and task still import concrete checkpoints and model-dir code, the
+# evaluator's loop its model-dir reader.  A ceiling here: no chain may grow.
+CHAIN_CEILING = 10
+
+
+@pytest.mark.parametrize("entry", ["showtell.trainer.__main__", "showtell.evaluator.__main__",
+                                   "showtell.__main__"])
+def test_no_import_chain_from_a_command_grows(entry: str):
+    chain = longest_chain(import_graph(), entry)
+    assert len(chain) <= CHAIN_CEILING, " → ".join(chain)
+
+
+def test_the_chain_measure_finds_the_longest():
+    graph = {"a": {"b", "c"}, "b": {"d"}, "c": set(), "d": {"e"}, "e": set()}
+    assert longest_chain(graph, "a") == ["a", "b", "d", "e"]
+
+
 EVALUATOR_LAYERS = [  # bottom to top, as CONTRIBUTING.md draws them
     ("metric_names",), ("records",), ("config",), ("loop",), ("scoring",), ("serving",),
     ("daemon",), ("cli",), ("__main__",),

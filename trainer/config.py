@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from showtell.captioning.config import PRECISIONS
-from showtell.common.flags import (
+from showtell.common.options import (
     boolean,
     non_negative_float,
     option,

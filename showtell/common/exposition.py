@@ -20,7 +20,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, Info, make_wsgi_app
 
 from showtell.common.errors import ShowtellError
-from showtell.common.flags import option
+from showtell.common.options import option
 from showtell.common.versions import NOT_INSTALLED, installed_version
 
 log = logging.getLogger(__name__)

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from showtell.common import options
 from showtell.common.errors import ShowtellError
 from showtell.common.logs import FORMATS, error_line, setup_logging
 from showtell.common.native_logs import quiet_tensorflow
@@ -26,18 +27,16 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-class FlagType:
+class FlagType(options.Check):
     """An argparse ``type`` with a name: argparse says "invalid <name> value: 'x'" for a
-    ``ValueError`` and prints an ``ArgumentTypeError``'s own message."""
-
-    def __init__(self, name: str, parse: Callable[[str], object]) -> None:
-        self.name, self.parse = name, parse
+    ``ValueError`` and prints an ``ArgumentTypeError``'s own message — a check's ``Invalid`` is
+    turned into the latter."""
 
     def __call__(self, text: str):
-        return self.parse(text)
-
-    def __repr__(self) -> str:  # what argparse names the type by
-        return self.name
+        try:
+            return self.parse(text)
+        except options.Invalid as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def flag_type(name: str) -> Callable[[Callable], FlagType]:
@@ -45,83 +44,29 @@ def flag_type(name: str) -> Callable[[Callable], FlagType]:
     return lambda parse: FlagType(name, parse)
 
 
-def _at_least(value, low, text: str, strict: bool = False):
-    if value < low or (strict and value == low):
-        raise argparse.ArgumentTypeError(f"must be {'>' if strict else '≥'} {low} (got {text})")
-    return value
+def as_flag_type(parse):
+    """A check of ``common/options`` as an argparse type (anything else as it is)."""
+    return FlagType(parse.name, parse.parse) if isinstance(parse, options.Check) and not isinstance(
+        parse, FlagType) else parse
 
 
-@flag_type("positive integer")
-def positive_int(text: str) -> int:
-    return _at_least(int(text), 1, text)
+positive_int = as_flag_type(options.positive_int)
+positive_int_or_auto = as_flag_type(options.positive_int_or_auto)
+non_negative_int = as_flag_type(options.non_negative_int)
+non_negative_float = as_flag_type(options.non_negative_float)
+positive_float = as_flag_type(options.positive_float)
+seconds_or_never = as_flag_type(options.seconds_or_never)
+fraction = as_flag_type(options.fraction)
+open_fraction = as_flag_type(options.open_fraction)
+boolean = as_flag_type(options.boolean)
 
 
-@flag_type("positive integer or 'auto'")
-def positive_int_or_auto(text: str) -> int | str:
-    return "auto" if text == "auto" else _at_least(int(text), 1, text)
-
-
-@flag_type("integer ≥ 0")
-def non_negative_int(text: str) -> int:
-    return _at_least(int(text), 0, text)
-
-
-@flag_type("number ≥ 0")
-def non_negative_float(text: str) -> float:
-    return _at_least(float(text), 0, text)
-
-
-@flag_type("number > 0")
-def positive_float(text: str) -> float:
-    return _at_least(float(text), 0, text, strict=True)
-
-
-@flag_type("seconds, 0 for never")
-def seconds_or_never(text: str) -> float | None:
-    return _at_least(float(text), 0, text) or None
-
-
-@flag_type("fraction")
-def fraction(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1) (got {text})")
-    return value
-
-
-@flag_type("fraction")
-def open_fraction(text: str) -> float:
-    value = float(text)
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, both excluded (got {text})")
-    return value
-
-
-@flag_type("true|false")
-def boolean(text: str) -> bool:
-    lowered = text.lower()
-    if lowered in ("true", "1", "yes"):
-        return True
-    if lowered in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false (got {text})")
-
-
-def or_auto(parse: FlagType) -> FlagType:
-    """``parse``, plus ``auto`` for the flag's default (None): a compose file or a preset always
-    passes the flag, and ``auto`` is how it says "as if not given"."""
-    return FlagType(f"{parse.name}|auto", lambda text: None if text.lower() == "auto" else parse(text))
+def or_auto(parse) -> FlagType:
+    """``options.or_auto`` as an argparse type."""
+    return as_flag_type(options.or_auto(parse))
 
 
 # -- flags written once, on the config dataclasses --------------------------------------
-
-def option(default, help: str, *, flag: str | None = None, **argparse_kwargs):
-    """A config dataclass field that is also a command-line flag (``--<field-name>`` unless
-    ``flag`` names it).  Its default and help are written here once; ``add_config_flags``
-    makes the flag and ``config_from_flags`` reads it back."""
-    metadata = {"flag": flag, "help": help, "argparse": argparse_kwargs}
-    return dataclasses.field(default=default, metadata=metadata)
-
 
 def config_flags(config_cls) -> list[tuple[dataclasses.Field, str]]:
     """The (field, flag) pairs of a config dataclass's ``option`` fields."""
@@ -133,6 +78,8 @@ def add_config_flags(parser, config_cls) -> None:
     """One flag per ``option`` field of ``config_cls``, default and help from the field."""
     for f, flag in config_flags(config_cls):
         kwargs = dict(f.metadata["argparse"])
+        if "type" in kwargs:
+            kwargs["type"] = as_flag_type(kwargs["type"])
         help_text = f.metadata["help"]
         if f.default is not None and kwargs.get("action") != "store_true":
             shown = f.default if not isinstance(f.default, bool) else str(f.default).lower()
