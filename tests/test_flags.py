@@ -12,6 +12,7 @@ from showtell.captioning.config import CacheConfig, InputConfig, ModelConfig
 from showtell.common.flags import Parser, config_flags
 from showtell.trainer import cli
 from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig
+from showtell.trainer.experiment import Source, TrainExperiment
 
 
 @pytest.fixture
@@ -22,21 +23,26 @@ def parser() -> Parser:
 
 
 def test_unset_flags_give_the_dataclass_defaults(parser):
-    built = cli.configs(parser.parse_args(["--data", "d", "--model-dir", "m"]))
-    assert built == {"train": TrainConfig(), "input_config": InputConfig(seed=TrainConfig().seed),
-                     "model": ModelConfig(), "optimizer": OptimizerConfig(), "cache": CacheConfig(),
-                     "compute": ComputeConfig()}
+    built = cli.experiment(parser.parse_args(["--data", "d", "--model-dir", "m"]))
+    assert built == TrainExperiment(source=Source(data=Path("d"), model_dir=Path("m")),
+                                    input=InputConfig(seed=TrainConfig().seed))
+    assert (built.train, built.model, built.optimizer, built.cache, built.compute) == (
+        TrainConfig(), ModelConfig(), OptimizerConfig(), CacheConfig(), ComputeConfig())
 
 
 def test_each_flag_sets_exactly_its_field(parser):
-    built = cli.configs(parser.parse_args([
+    built = cli.experiment(parser.parse_args([
         "--data", "d", "--model-dir", "m", "--lstm-units", "7", "--save-every-secs", "0", "--cache-dir", "/c",
-        "--optimizer", "adam", "--deterministic-input", "--feature-cache", "false", "--seed", "5"]))
-    assert built["model"] == dataclasses.replace(ModelConfig(), lstm_units=7)
-    assert built["train"] == dataclasses.replace(TrainConfig(), save_every_secs=None, seed=5)
-    assert built["cache"] == CacheConfig(root="/c", enabled=False)
-    assert built["optimizer"] == OptimizerConfig(name="adam")
-    assert built["input_config"] == InputConfig(deterministic=True, seed=5)
+        "--optimizer", "adam", "--deterministic-input", "--feature-cache", "false", "--seed", "5",
+        "--devices", "CPU:0,CPU:1", "--follow-encoder", "true", "--inception-weights", "e.weights.h5"]))
+    assert built.model == dataclasses.replace(ModelConfig(), lstm_units=7)
+    assert built.train == dataclasses.replace(TrainConfig(), save_every_secs=None, seed=5)
+    assert built.cache == CacheConfig(root="/c", enabled=False)
+    assert built.optimizer == OptimizerConfig(name="adam")
+    assert built.input == InputConfig(deterministic=True, seed=5)
+    assert built.distribution.devices == ("CPU:0", "CPU:1")
+    assert built.followed_encoder == Path("e.weights.h5")
+    assert built.settings["lstm_units"] == 7 and built.settings["devices"] == ["CPU:0", "CPU:1"]
 
 
 def _help_entries(parser) -> dict[str, str]:

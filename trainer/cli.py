@@ -45,6 +45,13 @@ from showtell.common.locks import DirectoryLock
 from showtell.trainer import follow
 from showtell.trainer.cluster import STRATEGIES  # no TensorFlow import: --help stays instant
 from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig
+from showtell.trainer.experiment import (
+    Distribution,
+    EarlyStopSettings,
+    Follow,
+    Source,
+    TrainExperiment,
+)
 
 PROG = "showtell train"
 log = logging.getLogger(__name__)
@@ -138,14 +145,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_verbose_flag(p)
 
 
-def configs(args: argparse.Namespace) -> dict[str, object]:
-    """The configs of the run, by ``CaptionTask`` argument name."""
+def experiment(args: argparse.Namespace) -> TrainExperiment:
+    """The run's configuration, built once from the parsed flags (defaults, ``--config`` files and
+    environment already applied); nothing past this module sees ``args``."""
+    from showtell.trainer import run_config
+
     train = config_from_flags(TrainConfig, args)
-    return {"train": train, "input_config": config_from_flags(InputConfig, args, seed=train.seed),
-            "model": config_from_flags(ModelConfig, args),
-            "optimizer": config_from_flags(OptimizerConfig, args),
-            "cache": config_from_flags(CacheConfig, args),
-            "compute": config_from_flags(ComputeConfig, args)}
+    return TrainExperiment(
+        source=Source(data=args.data, model_dir=args.model_dir, image_size=args.image_size,
+                      inception_weights=args.inception_weights, train_inception=args.train_inception),
+        model=config_from_flags(ModelConfig, args),
+        input=config_from_flags(InputConfig, args, seed=train.seed),
+        optimizer=config_from_flags(OptimizerConfig, args), train=train,
+        cache=config_from_flags(CacheConfig, args), compute=config_from_flags(ComputeConfig, args),
+        monitoring=config_from_flags(MonitoringConfig, args),
+        follow=Follow(enabled=args.follow_encoder, preview_secs=args.preview_secs),
+        early_stop=EarlyStopSettings(
+            stop_when=args.stop_when, patience=args.patience, by=args.stop_when_by, evaluator=args.evaluator,
+            ca=args.evaluator_ca, auth_token_file=args.evaluator_auth_token_file,
+            tls_server_name=args.evaluator_tls_server_name),
+        distribution=Distribution(
+            strategy=args.strategy, devices=tuple(args.devices) if args.devices else None,
+            logical_cpus=args.logical_cpus, ps_hosts=args.ps_hosts, worker_hosts=args.worker_hosts,
+            chief_host=args.chief_host, job_name=args.job_name, task_index=args.task_index,
+            log_device_placement=args.log_device_placement),
+        profile_steps=args.profile_steps, settings=run_config.settings(vars(args)))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -154,66 +178,65 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"{PROG}: error: {problem} (see --help)\n")
         return 2
     start_command(args)
-    code = run_command(PROG, lambda: _body(args))
-    if code == follow.RESTART and args.follow_encoder:
+    exp = experiment(args)
+    if args.print_config:
+        return run_command(PROG, lambda: _print_config(exp))
+    code = run_command(PROG, lambda: _body(exp))
+    if code == follow.RESTART and exp.follow.enabled:
         return follow.restart()  # returns only if the exec failed
     return code
 
 
-def _body(args: argparse.Namespace) -> int:
+def _body(exp: TrainExperiment) -> int:
     from showtell.trainer.signals import StopRequest
 
     stop = StopRequest().install()  # early: a SIGTERM during start-up still saves cleanly
     try:
-        return _train(args, stop)
+        return _train(exp, stop)
     finally:
         stop.restore()
 
 
-def _train(args: argparse.Namespace, stop) -> int:
-    """This task's part: a parameter server's or worker's server, or training."""
+def _cluster(exp: TrainExperiment):
+    """This task's cluster (None: a single process) and the strategy's name it resolves to."""
     from showtell.trainer import strategy as strategies
     from showtell.trainer.cluster import check_for_strategy, from_flags, from_tf_config
 
-    cluster = from_flags(args.ps_hosts, args.worker_hosts, args.chief_host, args.job_name,
-                         args.task_index) or from_tf_config(os.environ.get("TF_CONFIG"))
-    name = strategies.resolve_name(args.strategy, cluster)
+    d = exp.distribution
+    cluster = from_flags(d.ps_hosts, d.worker_hosts, d.chief_host, d.job_name,
+                         d.task_index) or from_tf_config(os.environ.get("TF_CONFIG"))
+    name = strategies.resolve_name(d.strategy, cluster)
     check_for_strategy(cluster, name)
-    strategies.configure_devices(args.logical_cpus, args.log_device_placement)
+    strategies.configure_devices(d.logical_cpus, d.log_device_placement)
     if cluster is not None:
         log.info("this task: %s", cluster.describe())
-    if args.print_config:
-        return _print_config(args, cluster, name)
+    return cluster, name
+
+
+def _train(exp: TrainExperiment, stop) -> int:
+    """This task's part: a parameter server's or worker's server, or training."""
+    cluster, name = _cluster(exp)
     if name == "parameter_server" and cluster.task_type != "chief":
         return _serve(cluster, stop)
     if cluster is not None and not cluster.is_chief:  # a multi-worker worker: writes scratch copies
-        return _train_task(args, stop, cluster, name)
-    encoder = _followed_encoder(args)
+        return _train_task(exp, stop, cluster, name)
+    encoder = exp.followed_encoder
+    if exp.follow.enabled and encoder is None:
+        log.info("--follow-encoder: --inception-weights %s is not a file; nothing to follow",
+                 exp.source.inception_weights)
     if encoder is not None and not follow.wait_for_encoder(encoder, stop):
         log.info("stopped (%s) while waiting for the encoder: nothing was trained; exit %d (not finished)",
                  stop.reason, stop.exit_code(finished=False))
         return stop.exit_code(finished=False)
     # One trainer per model dir, and the chief is the one that writes it.  Held until this
     # process ends, however it ends.
-    with DirectoryLock(directory=args.model_dir, role="trainer", flag="--model-dir"):
+    with DirectoryLock(directory=exp.source.model_dir, role="trainer", flag="--model-dir"):
         if encoder is not None:
-            follow.set_aside_other_encoders_run(args.model_dir, encoder)
-        return _train_task(args, stop, cluster, name)
+            follow.set_aside_other_encoders_run(exp.source.model_dir, encoder)
+        return _train_task(exp, stop, cluster, name)
 
 
-def _followed_encoder(args: argparse.Namespace) -> Path | None:
-    """The encoder file ``--follow-encoder`` follows (None: off, or a source that is not a file)."""
-    if not args.follow_encoder:
-        return None
-    if args.inception_weights in (WEIGHTS_NONE, WEIGHTS_IMAGENET):
-        log.info("--follow-encoder: --inception-weights %s is not a file; nothing to follow",
-                 args.inception_weights)
-        return None
-    return Path(args.inception_weights)
-
-
-def _train_task(args: argparse.Namespace, stop, cluster, name: str) -> int:
-    from showtell.trainer import run_config
+def _train_task(exp: TrainExperiment, stop, cluster, name: str) -> int:
     from showtell.trainer.cluster import wait_for_ps
     from showtell.trainer.prometheus import TrainerMetrics
     from showtell.trainer.training import Trainer
@@ -225,24 +248,26 @@ def _train_task(args: argparse.Namespace, stop, cluster, name: str) -> int:
         return code
     chief = cluster is None or cluster.is_chief
     # The chief's figures (a port in use: one line, before the model is built).
-    endpoint = exposition.serve("trainer", config_from_flags(MonitoringConfig, args)) if chief else None
+    endpoint = exposition.serve("trainer", exp.monitoring) if chief else None
     try:
-        chosen, task = _task(args, cluster, name)
+        chosen, task = _task(exp, cluster, name)
         stop.time_limit(task.train_config.max_seconds)  # counted from here, as before
-        trainer = Trainer(task=task, coordinator=chosen.coordinator, profile_steps=args.profile_steps,
+        encoder = exp.followed_encoder
+        trainer = Trainer(task=task, coordinator=chosen.coordinator, profile_steps=exp.profile_steps,
                           workers=cluster.count("worker") if cluster else 1,
                           strategy_note=f"strategy {chosen.name} ({chosen.why})", strategy_name=chosen.name,
-                          settings=run_config.settings(args),
+                          settings=exp.settings,
                           metrics=TrainerMetrics(endpoint.registry) if endpoint else None,
-                          actions=_watches(args, stop))
-        listener = _early_stop(args, stop) if chief else None
+                          actions=[follow.EncoderWatch(encoder, stop, exp.follow.preview_secs)]
+                          if encoder is not None else [])
+        listener = _early_stop(exp, stop) if chief else None
         try:
             result = trainer.run(stop)
         finally:
             if listener is not None:
                 listener.close()
         if result.stopped_by in (follow.ENCODER_REPLACED, follow.PREVIEW_DONE):
-            return _next_encoder(args, stop, result)  # still scraped while it waits
+            return _next_encoder(exp, stop, result)  # still scraped while it waits
     finally:
         if endpoint is not None:
             endpoint.close()
@@ -256,23 +281,17 @@ def _train_task(args: argparse.Namespace, stop, cluster, name: str) -> int:
     return code
 
 
-def _watches(args: argparse.Namespace, stop) -> list:
-    """The chief's extra controller actions: ``--follow-encoder``'s watch on the encoder file."""
-    encoder = _followed_encoder(args)
-    return [follow.EncoderWatch(encoder, stop, args.preview_secs)] if encoder is not None else []
-
-
-def _next_encoder(args: argparse.Namespace, stop, result) -> int:
+def _next_encoder(exp: TrainExperiment, stop, result) -> int:
     """A run that ended for ``--follow-encoder``: ``follow.RESTART`` once a newer encoder is there
     (after a preview, the wait for it is asleep); a signal while waiting exits as a signal does."""
-    encoder = _followed_encoder(args)
+    encoder = exp.followed_encoder
     log.info("stopped at step %d (from %d) after %s", result.final_step, result.start_step, result.stopped_by)
     if result.stopped_by == follow.PREVIEW_DONE:
         log.info("waiting, asleep, for the pretraining's final encoder in %s; phase 1 starts again on it",
                  encoder)
         from showtell.captioning.model.modeldir import recorded_encoder_init
 
-        started_from = (recorded_encoder_init(args.model_dir) or {}).get("sha256", "")
+        started_from = (recorded_encoder_init(exp.source.model_dir) or {}).get("sha256", "")
         if not (stop.resume() and follow.wait_for_newer(encoder, started_from, stop)):
             code = stop.exit_code(finished=False)
             log.info("stopped (%s) while waiting for the final encoder: exit %d", stop.reason, code)
@@ -281,21 +300,23 @@ def _next_encoder(args: argparse.Namespace, stop, result) -> int:
     return follow.RESTART
 
 
-def _task(args: argparse.Namespace, cluster, name: str):
+def _task(exp: TrainExperiment, cluster, name: str):
     """The strategy chosen and the ``CaptionTask`` built (nothing written yet)."""
     from showtell.trainer import strategy as strategies
     from showtell.trainer.task import CaptionTask
 
-    chosen = strategies.choose(name, args.devices, cluster)
-    task = CaptionTask(data_dir=args.data, model_dir=args.model_dir, **configs(args),
-                       strategy=chosen.strategy, image_size=args.image_size,
-                       inception_weights=args.inception_weights, train_inception=args.train_inception,
+    chosen = strategies.choose(name, list(exp.distribution.devices or []) or None, cluster)
+    source = exp.source
+    task = CaptionTask(data_dir=source.data, model_dir=source.model_dir, train=exp.train,
+                       input_config=exp.input, model=exp.model, optimizer=exp.optimizer, cache=exp.cache,
+                       compute=exp.compute, strategy=chosen.strategy, image_size=source.image_size,
+                       inception_weights=source.inception_weights, train_inception=source.train_inception,
                        is_chief=cluster is None or cluster.is_chief,
                        independent_workers=chosen.coordinator is not None)
     return chosen, task
 
 
-def _print_config(args: argparse.Namespace, cluster, name: str) -> int:
+def _print_config(exp: TrainExperiment) -> int:
     """``--print-config``: the settings as YAML that ``--config`` reads back to the same settings;
     given a model dir and a dataset that exists, then what they resolve to (the phase, the
     strategy, the global batch, the steps per call) and the versions, as sections ``--config``
@@ -304,25 +325,28 @@ def _print_config(args: argparse.Namespace, cluster, name: str) -> int:
     from showtell.trainer import run_config
 
     sections: dict[str, object] = {}
-    if args.model_dir is not None and args.data is not None and (args.data / MANIFEST).is_file():
-        chosen, task = _task(args, cluster, name)
-        config = run_config.configuration(run_config.settings(args), task, chosen.name,
+    source = exp.source
+    if source.model_dir is not None and source.data is not None and (source.data / MANIFEST).is_file():
+        cluster, name = _cluster(exp)
+        chosen, task = _task(exp, cluster, name)
+        config = run_config.configuration(exp.settings, task, chosen.name,
                                           task.compute.loop_steps(task.uses_cache), encoder=False)
         sections = {k: config[k] for k in run_config.SECTIONS}
     sys.stdout.write(settings_yaml(
-        run_config.settings(args), f"{PROG}: its settings (feed this file back: --config FILE); "
+        exp.settings, f"{PROG}: its settings (feed this file back: --config FILE); "
         "resolved and environment are what they came to, read by people, passed over by --config", sections))
     return 0
 
 
-def _early_stop(args: argparse.Namespace, stop):
+def _early_stop(exp: TrainExperiment, stop):
     """``--stop-when``'s listener to the evaluator, started; None without the flag."""
-    if not args.stop_when:
+    e = exp.early_stop
+    if not e.stop_when:
         return None
     from showtell.trainer.early_stop import EarlyStop, StopWhen
 
-    return EarlyStop(StopWhen.parse(args.stop_when, args.patience, args.stop_when_by), args.evaluator, stop,
-                     ClientSecurity.from_args(args, prefix="evaluator_")).start()
+    security = ClientSecurity(e.ca, e.auth_token_file, e.tls_server_name)
+    return EarlyStop(StopWhen.parse(e.stop_when, e.patience, e.by), e.evaluator, stop, security).start()
 
 
 def _serve(cluster, stop) -> int:

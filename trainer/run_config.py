@@ -14,7 +14,6 @@ exactly trained this checkpoint" and a run can be repeated from its model dir (M
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
@@ -36,9 +35,10 @@ log = logging.getLogger(__name__)
 SECTIONS = ("resolved", "environment")
 
 
-def settings(args: argparse.Namespace) -> dict[str, Any]:
-    """Every flag's value as parsed (defaults and environment already applied), JSON-ready."""
-    return {key: _plain(value) for key, value in sorted(vars(args).items()) if key != "command"}
+def settings(flags: dict[str, Any]) -> dict[str, Any]:
+    """Every flag's value as parsed (``vars(args)``: defaults, files and environment applied),
+    JSON-ready."""
+    return {key: _plain(value) for key, value in sorted(flags.items()) if key != "command"}
 
 
 def resolved(task: Any, strategy: str, steps_per_loop: int) -> dict[str, Any]:
@@ -78,7 +78,7 @@ def environment(task: Any, encoder: bool = True) -> dict[str, Any]:
 
 def configuration(flags: dict[str, Any], task: Any, strategy: str, steps_per_loop: int,
                   encoder: bool = True) -> dict[str, Any]:
-    """The whole configuration of this start of a run (``flags``: ``settings(args)``)."""
+    """The whole configuration of this start of a run (``flags``: ``settings(vars(args))``)."""
     return {"command": "train", "settings": flags, "resolved": resolved(task, strategy, steps_per_loop),
             "environment": environment(task, encoder)}
 

@@ -1,0 +1,94 @@
+"""``showtell train``'s whole configuration as one typed object: ``TrainExperiment``, built once by
+the command (defaults ← ``--config`` files ← environment ← flags, in ``trainer/cli.py``) and
+passed down as it is — Model Garden's ``ExperimentConfig``, big_vision's config.  Nothing below
+the command sees its flags.
+
+Its sections are the config dataclasses (model, input, optimizer, schedule, feature cache,
+compute, monitoring — each field also a flag, written once where it is defined) and the few
+settings that say where a run reads and writes, whom it follows and how it is distributed.
+``settings`` keeps every setting by flag name as given: what the run's record holds and a resume
+compares (``trainer/run_config.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from showtell.captioning.config import WEIGHTS_IMAGENET, WEIGHTS_NONE, CacheConfig, InputConfig, ModelConfig
+from showtell.common.exposition import MonitoringConfig
+from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the run reads and writes, and where its encoder starts."""
+
+    data: Path | None = None
+    model_dir: Path | None = None
+    image_size: int | None = None  # None: the dataset's
+    inception_weights: str = WEIGHTS_NONE  # a weights file, "imagenet" or "none"
+    train_inception: bool | None = None  # None: frozen when pretrained, trained from scratch
+
+
+@dataclass(frozen=True)
+class Follow:
+    """``--follow-encoder``: a run on a pretraining's encoder that starts again on a newer one."""
+
+    enabled: bool = False
+    preview_secs: float = 60.0
+
+
+@dataclass(frozen=True)
+class EarlyStopSettings:
+    """``--stop-when``: the evaluator followed, the condition and how it reaches the evaluator."""
+
+    stop_when: str | None = None
+    patience: int = 1
+    by: str = "value"
+    evaluator: str | None = None
+    ca: Path | None = None
+    auth_token_file: Path | None = None
+    tls_server_name: str | None = None
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """How the run is spread over devices and tasks (``tf.distribute``)."""
+
+    strategy: str = "auto"
+    devices: tuple[str, ...] | None = None
+    logical_cpus: int | None = None
+    ps_hosts: str | None = None
+    worker_hosts: str | None = None
+    chief_host: str | None = None
+    job_name: str | None = None
+    task_index: int | None = None
+    log_device_placement: bool = False
+
+
+@dataclass(frozen=True)
+class TrainExperiment:
+    """One run's configuration, every section typed."""
+
+    source: Source = field(default_factory=Source)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    input: InputConfig = field(default_factory=InputConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    compute: ComputeConfig = field(default_factory=ComputeConfig)
+    monitoring: MonitoringConfig = field(default_factory=MonitoringConfig)
+    follow: Follow = field(default_factory=Follow)
+    early_stop: EarlyStopSettings = field(default_factory=EarlyStopSettings)
+    distribution: Distribution = field(default_factory=Distribution)
+    profile_steps: tuple[int, int] | None = None
+    settings: dict[str, Any] = field(default_factory=dict, compare=False)  # by flag name, as given
+
+    @property
+    def followed_encoder(self) -> Path | None:
+        """The encoder file ``--follow-encoder`` follows (None: off, or a source that is not a file)."""
+        if not self.follow.enabled or self.source.inception_weights in (WEIGHTS_NONE, WEIGHTS_IMAGENET):
+            return None
+        return Path(self.source.inception_weights)
