@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             except ModuleNotFoundError as exc:
                 return _missing(command, exc)
             modules[command].add_arguments(sp)
-            apply_config_file(sp, argv[1:])  # --config FILE: the file's settings as defaults
+            argv = [argv[0], *apply_config_file(sp, argv[1:])]  # --config files, environment, dotted keys
     args = parser.parse_args(argv)
     try:
         return modules[args.command].run(args)

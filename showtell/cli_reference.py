@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from showtell.cli import COMMANDS
-from showtell.common.flags import Parser
+from showtell.common.flags import Parser, flag_help, keys_of
 
 WIDTH = "100"  # argparse wraps help at $COLUMNS: fixed, so the file does not depend on the terminal
 
@@ -37,10 +37,34 @@ def reference() -> str:
 
 def _help_blocks(parser: argparse.ArgumentParser) -> Iterator[str]:
     yield f"```\n{parser.format_help().rstrip()}\n```\n\n"
+    yield from _keys_table(parser)
     for action in parser._actions:  # subcommands (`showtell data synthetic|coco`) get their own help
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
                 yield from _help_blocks(sub)
+
+
+def _keys_table(parser: argparse.ArgumentParser) -> Iterator[str]:
+    """Every setting of a command with dotted keys: its key, its flag (shown in ``--help`` or not)
+    and what it does — ``--set KEY=VALUE``, ``--KEY VALUE``, a file's section or
+    ``SHOWTELL_<KEY>`` sets it."""
+    keys = keys_of(parser)
+    if not keys:
+        return
+    actions = {a.dest: a for a in parser._actions if a.option_strings}
+    hidden = getattr(parser, "hidden_help", {})
+    yield (f"### {parser.prog}: keys\n\n"
+           f"Every setting by its dotted key: `--set KEY=VALUE` or `--KEY VALUE`, a config file's section "
+           f"(`optimizer: {{learning_rate: 0.1}}`) or the variable `SHOWTELL_<SECTION>__<FIELD>` sets it, as "
+           f"does its flag — which `--help` shows only for the {len(actions) - len(hidden)} used every day; "
+           f"the others work as written here.\n\n"
+           "| key | flag | what |\n|---|---|---|\n")
+    for key in sorted(keys):
+        action = actions[keys[key]]
+        what = " ".join(flag_help(parser, action).split()).replace("|", "\\|").replace("<", "&lt;")
+        shown = "" if action.dest in hidden else " (in `--help`)"
+        yield f"| `{key}` | `{action.option_strings[-1]}`{shown} | {what} |\n"
+    yield "\n"
 
 
 @contextmanager

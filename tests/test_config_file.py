@@ -77,7 +77,7 @@ def test_flags_override_the_file_and_the_file_the_defaults(tiny_data: Path, tmp_
 
 @pytest.mark.parametrize(("text", "error"), [
     ("batch_sise: 8\n", "unknown key 'batch_sise' (did you mean batch-size?); keys are the flags of "
-                        "showtell train without the dashes"),
+                        "showtell train without the dashes, or dotted keys in sections"),
     ("batch-size: 0\n", "batch-size: must be ≥ 1 (got 0)"),
     ("batch-size: null\n", "batch-size: expected a value (null is not one for this flag)"),
     ("batch-size: many\n", "batch-size: invalid positive integer value: 'many'"),
@@ -132,3 +132,63 @@ def test_every_command_prints_settings_its_config_reads_back(tiny_data: Path, tm
     assert again.returncode == 0, again.stderr[-2000:]
     assert again.stdout == first.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["printed.yaml"]  # nothing written
+
+
+def test_any_key_by_its_dotted_name_in_flags_files_or_the_environment(tmp_path: Path, showtell_main,
+                                                                     monkeypatch):
+    """``--set optimizer.learning_rate=0.1``, ``--optimizer.learning_rate 0.1`` and ``=0.1``, a
+    file's section (``optimizer: {learning_rate: …}``) and ``SHOWTELL_OPTIMIZER__LEARNING_RATE``
+    reach the setting ``--learning-rate`` does: defaults ← files ← environment ← command line."""
+    printed = _print(showtell_main, "--set", "optimizer.learning_rate=0.1", "--optimizer.name", "adam",
+                     "--model.lstm_units=64", "--set", "input.deterministic=true", "--set",
+                     "distribution.devices=CPU:0,CPU:1")
+    assert (printed["learning_rate"], printed["optimizer"], printed["lstm_units"]) == (0.1, "adam", 64)
+    assert printed["deterministic_input"] is True and printed["devices"] == "CPU:0,CPU:1"
+    # the last of a flag and its dotted key wins, as for a flag given twice
+    assert _print(showtell_main, "--learning-rate", "0.2", "--set", "optimizer.learning_rate=0.3")[
+        "learning_rate"] == 0.3
+    assert _print(showtell_main, "--set", "optimizer.learning_rate=0.3", "--learning-rate", "0.2")[
+        "learning_rate"] == 0.2
+
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("optimizer:\n  name: momentum\n  learning_rate: 0.3\ntrain:\n  steps: 9\n"
+                      "input:\n  deterministic: true\nbatch-size: 8\n")
+    from_file = _print(showtell_main, "--config", str(nested))
+    assert (from_file["optimizer"], from_file["learning_rate"], from_file["steps"], from_file["batch_size"],
+            from_file["deterministic_input"]) == ("momentum", 0.3, 9, 8, True)
+    monkeypatch.setenv("SHOWTELL_TRAIN__STEPS", "11")  # the environment over the file …
+    monkeypatch.setenv("SHOWTELL_INPUT__DETERMINISTIC", "false")
+    from_environment = _print(showtell_main, "--config", str(nested))
+    assert (from_environment["steps"], from_environment["deterministic_input"]) == (11, False)
+    assert _print(showtell_main, "--config", str(nested), "--set", "train.steps=12")["steps"] == 12  # … flags
+
+
+
+UNKNOWN = "unknown key 'optimizer.learnin_rate' (did you mean optimizer.learning_rate?)"
+
+
+@pytest.mark.parametrize(("argv", "environment", "error"), [
+    (["--set", "optimizer.learnin_rate=1"], {}, f"--set: {UNKNOWN}; the keys are listed in docs/cli.md"),
+    (["--set", "optimizer.learning_rate"], {},
+     "--set optimizer.learning_rate: expected KEY=VALUE, e.g. optimizer.learning_rate=0.1"),
+    (["--optimizer.learning_rate", "-1"], {},
+     "--optimizer.learning_rate: optimizer.learning_rate: must be > 0 (got -1)"),
+    (["--set", "optimizer.name=rmsprop"], {},
+     "--set: optimizer.name: 'rmsprop' is not one of sgd, momentum, adam"),
+    ([], {"SHOWTELL_TRAIN__STEPS": "0"},
+     "environment SHOWTELL_TRAIN__STEPS: train.steps: must be ≥ 1 (got 0)"),
+    (["--config", "{file}"], {}, f"--config {{file}}: {UNKNOWN}; keys are the flags of showtell train "
+                                 "without the dashes, or dotted keys in sections"),
+])
+def test_a_bad_dotted_key_is_one_line_naming_where_it_came_from(tmp_path: Path, showtell_main, monkeypatch,
+                                                                 argv: list[str], environment: dict,
+                                                                 error: str):
+    file = tmp_path / "bad.yaml"
+    file.write_text("optimizer:\n  learnin_rate: 0.3\n")
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    result = showtell_main("train", *[a.format(file=file) for a in argv], "--data", "d",
+                           "--model-dir", str(tmp_path / "m"))
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"showtell train: error: {error.format(file=file)} (see --help)"
+    assert not (tmp_path / "m").exists()

@@ -60,16 +60,48 @@ def _help_entries(parser) -> dict[str, str]:
     return entries
 
 
-def test_every_option_field_is_in_the_help_with_its_default(parser):
+def test_every_option_field_has_its_default_in_its_help_shown_or_kept_for_the_keys(parser):
     entries = _help_entries(parser)
+    hidden = parser.hidden_help
     for config in cli.CONFIGS:
         for field, flag in config_flags(config):
-            assert flag in entries, flag
+            dest = flag.lstrip("-").replace("-", "_")
+            assert (flag in entries) != (dest in hidden), flag  # in --help, or in the keys' reference
+            text = entries[flag] if flag in entries else " ".join(hidden[dest].split())
             if field.default is not None and field.metadata["argparse"].get("action") != "store_true":
                 value = field.default
                 shown = str(value).lower() if isinstance(value, bool) else \
                     f"{value:g}" if isinstance(value, float) else str(value)
-                assert entries[flag].endswith(f"(default {shown})"), entries[flag]
+                assert text.endswith(f"(default {shown})"), text
+
+
+DESIGN_FLAGS = ("--data", "--model-dir", "--steps", "--batch-size", "--image-size", "--save-every-secs",
+                "--save-every-steps", "--keep", "--inception-weights", "--train-inception", "--strategy",
+                "--devices", "--logical-cpus", "--ps-hosts", "--worker-hosts", "--chief-host", "--job-name",
+                "--task-index")
+
+
+def test_the_help_fits_a_screen_and_every_setting_has_a_dotted_key(parser):
+    """``--help``: at most 32 flags — the design's command line and the everyday ones; every other
+    flag still parses, and every setting (shown or not) has a dotted key whose flag it is."""
+    import argparse
+
+    from showtell.common.flags import keys_of
+    from showtell.trainer.experiment import keys
+
+    shown = [a for a in parser._actions if a.option_strings and a.help != argparse.SUPPRESS]
+    names = {name for a in shown for name in a.option_strings}
+    assert len(shown) <= 32, sorted(names)
+    assert names <= {w.strip("[],") for w in parser.format_help().split()}  # what --help prints
+    assert set(DESIGN_FLAGS) <= names
+    assert {"--config", "--set", "--learning-rate", "--evaluator", "--prometheus-port", "--log-format",
+            "--verbose"} <= names
+    settings = {a.dest for a in parser._actions if a.option_strings} - {"help", "config", "print_config",
+                                                                          "set"}
+    assert set(keys_of(parser).values()) == settings == set(keys().values())
+    hidden = parser.parse_args(["--data", "d", "--model-dir", "m", "--lstm-units", "7",
+                                "--shuffle-buffer", "9"])
+    assert (hidden.lstm_units, hidden.shuffle_buffer) == (7, 9)  # left out of --help, still a flag
 
 
 def test_the_evaluator_cli_builds_a_typed_config_and_refuses_combinations_in_one_line(showtell_main):

@@ -29,10 +29,12 @@ from showtell.common.flags import (
     Parser,
     add_config_file_flag,
     add_config_flags,
+    add_keys,
     add_verbose_flag,
     boolean,
     config_from_flags,
     flag_type,
+    hide_flags,
     or_auto,
     parse_args,
     positive_float,
@@ -49,8 +51,10 @@ from showtell.trainer.experiment import (
     Distribution,
     EarlyStopSettings,
     Follow,
+    Runtime,
     Source,
     TrainExperiment,
+    keys,
 )
 
 PROG = "showtell train"
@@ -139,10 +143,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile-steps", type=_step_range, metavar="A:B",
                    help="write a TensorFlow profiler trace of global steps A to B into the model dir's "
                         "TensorBoard run (TensorBoard's Profile tab; pip install tensorboard-plugin-profile)")
+    add_keys(p, keys(), sections="docs/cli.md lists them")
     add_config_file_flag(p, records=True, print_help=(
         "print the run's configuration as YAML --config reads back (every setting; and what it resolves "
         "to, when --data exists) and exit, training and writing nothing"))
     add_verbose_flag(p)
+    hide_flags(p, EVERYDAY)
+
+
+# What --help shows (one screen): the names ../DESIGN's command line promises, and what people
+# type every day; every other setting works as before and by its dotted key (docs/cli.md).
+EVERYDAY = ("help", "data", "model_dir", "steps", "batch_size", "image_size", "save_every_secs",
+            "save_every_steps", "keep", "inception_weights", "train_inception", "strategy", "devices",
+            "logical_cpus", "ps_hosts", "worker_hosts", "chief_host", "job_name", "task_index",
+            "config", "print_config", "set", "learning_rate", "optimizer", "seed", "follow_encoder",
+            "evaluator", "stop_when", "verbose", "log_format", "prometheus_port")
 
 
 def experiment(args: argparse.Namespace) -> TrainExperiment:
@@ -169,7 +184,8 @@ def experiment(args: argparse.Namespace) -> TrainExperiment:
             logical_cpus=args.logical_cpus, ps_hosts=args.ps_hosts, worker_hosts=args.worker_hosts,
             chief_host=args.chief_host, job_name=args.job_name, task_index=args.task_index,
             log_device_placement=args.log_device_placement),
-        profile_steps=args.profile_steps, settings=run_config.settings(vars(args)))
+        runtime=Runtime(profile_steps=args.profile_steps, verbose=args.verbose, log_format=args.log_format),
+        settings=run_config.settings(vars(args)))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -253,7 +269,7 @@ def _train_task(exp: TrainExperiment, stop, cluster, name: str) -> int:
         chosen, task = _task(exp, cluster, name)
         stop.time_limit(task.train_config.max_seconds)  # counted from here, as before
         encoder = exp.followed_encoder
-        trainer = Trainer(task=task, coordinator=chosen.coordinator, profile_steps=exp.profile_steps,
+        trainer = Trainer(task=task, coordinator=chosen.coordinator, profile_steps=exp.runtime.profile_steps,
                           workers=cluster.count("worker") if cluster else 1,
                           strategy_note=f"strategy {chosen.name} ({chosen.why})", strategy_name=chosen.name,
                           settings=exp.settings,

@@ -18,6 +18,7 @@ from typing import Any
 
 from showtell.captioning.config import WEIGHTS_IMAGENET, WEIGHTS_NONE, CacheConfig, InputConfig, ModelConfig
 from showtell.common.exposition import MonitoringConfig
+from showtell.common.options import config_flags
 from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig
 
 
@@ -69,6 +70,15 @@ class Distribution:
 
 
 @dataclass(frozen=True)
+class Runtime:
+    """How this process reports: a profiler trace of steps A to B, debug logs, the log format."""
+
+    profile_steps: tuple[int, int] | None = None
+    verbose: bool = False
+    log_format: str = "text"
+
+
+@dataclass(frozen=True)
 class TrainExperiment:
     """One run's configuration, every section typed."""
 
@@ -83,7 +93,7 @@ class TrainExperiment:
     follow: Follow = field(default_factory=Follow)
     early_stop: EarlyStopSettings = field(default_factory=EarlyStopSettings)
     distribution: Distribution = field(default_factory=Distribution)
-    profile_steps: tuple[int, int] | None = None
+    runtime: Runtime = field(default_factory=Runtime)
     settings: dict[str, Any] = field(default_factory=dict, compare=False)  # by flag name, as given
 
     @property
@@ -92,3 +102,30 @@ class TrainExperiment:
         if not self.follow.enabled or self.source.inception_weights in (WEIGHTS_NONE, WEIGHTS_IMAGENET):
             return None
         return Path(self.source.inception_weights)
+
+
+# The sections made of config dataclasses: each ``option`` field is a flag and a dotted key.
+CONFIG_SECTIONS = {"model": ModelConfig, "input": InputConfig, "optimizer": OptimizerConfig,
+                   "train": TrainConfig, "cache": CacheConfig, "compute": ComputeConfig,
+                   "monitoring": MonitoringConfig}
+# The other sections' keys → their flags' dests (the flags are written in ``trainer/cli.py``).
+OTHER_KEYS = {
+    "source.data": "data", "source.model_dir": "model_dir", "source.image_size": "image_size",
+    "source.inception_weights": "inception_weights", "source.train_inception": "train_inception",
+    "follow.enabled": "follow_encoder", "follow.preview_secs": "preview_secs",
+    "early_stop.stop_when": "stop_when", "early_stop.patience": "patience", "early_stop.by": "stop_when_by",
+    "early_stop.evaluator": "evaluator", "early_stop.ca": "evaluator_ca",
+    "early_stop.auth_token_file": "evaluator_auth_token_file",
+    "early_stop.tls_server_name": "evaluator_tls_server_name",
+    **{f"distribution.{f}": f for f in ("strategy", "devices", "logical_cpus", "ps_hosts", "worker_hosts",
+                                        "chief_host", "job_name", "task_index", "log_device_placement")},
+    "runtime.profile_steps": "profile_steps", "runtime.verbose": "verbose",
+    "runtime.log_format": "log_format",
+}
+
+
+def keys() -> dict[str, str]:
+    """Every setting of ``showtell train`` by its dotted key → its flag's dest."""
+    found = {f"{section}.{f.name}": flag.lstrip("-").replace("-", "_")
+             for section, config in CONFIG_SECTIONS.items() for f, flag in config_flags(config)}
+    return {**found, **OTHER_KEYS}

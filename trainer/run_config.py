@@ -25,7 +25,7 @@ from typing import Any
 
 from showtell.captioning.data.manifest import MANIFEST
 from showtell.common.files import write_atomic
-from showtell.common.flags import settings_yaml
+from showtell.common.flags import NOT_SETTINGS, settings_yaml
 from showtell.common.run_records import RUNS, differences
 from showtell.common.versions import installed_version
 
@@ -38,7 +38,8 @@ SECTIONS = ("resolved", "environment")
 def settings(flags: dict[str, Any]) -> dict[str, Any]:
     """Every flag's value as parsed (``vars(args)``: defaults, files and environment applied),
     JSON-ready."""
-    return {key: _plain(value) for key, value in sorted(flags.items()) if key != "command"}
+    return {key: _plain(value) for key, value in sorted(flags.items())
+            if key != "command" and key not in NOT_SETTINGS}
 
 
 def resolved(task: Any, strategy: str, steps_per_loop: int) -> dict[str, Any]:

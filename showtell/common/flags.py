@@ -8,16 +8,16 @@ traceback, and the process exits non-zero.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import difflib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from showtell.common import options
 from showtell.common.errors import ShowtellError
 from showtell.common.logs import FORMATS, error_line, setup_logging
 from showtell.common.native_logs import quiet_tensorflow
+from showtell.common.options import config_flags
 
 
 class Parser(argparse.ArgumentParser):
@@ -68,12 +68,6 @@ def or_auto(parse) -> FlagType:
 
 # -- flags written once, on the config dataclasses --------------------------------------
 
-def config_flags(config_cls) -> list[tuple[dataclasses.Field, str]]:
-    """The (field, flag) pairs of a config dataclass's ``option`` fields."""
-    return [(f, f.metadata["flag"] or "--" + f.name.replace("_", "-"))
-            for f in dataclasses.fields(config_cls) if "help" in f.metadata]
-
-
 def add_config_flags(parser, config_cls) -> None:
     """One flag per ``option`` field of ``config_cls``, default and help from the field."""
     for f, flag in config_flags(config_cls):
@@ -117,18 +111,125 @@ def add_config_file_flag(parser: argparse.ArgumentParser, records: bool = False,
 # What a config file may hold besides settings: a run record's or --print-config's other sections
 # (what the settings resolved to, the environment), read by people, not taken as settings.
 RECORD_SECTIONS = frozenset({"resolved", "environment", "at", "step", "command", "changed", "run_id"})
-NOT_SETTINGS = frozenset({"config", "print_config"})  # how the settings were given, not settings
+NOT_SETTINGS = frozenset({"config", "print_config", "set"})  # how the settings were given, not settings
 
 
-def apply_config_file(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
-    """Every ``--config FILE`` in ``argv``, in order (a later file's keys win), becomes ``parser``'s
-    defaults, each value checked by its flag's own type and choices: so flags given still win, and
-    a bad file fails in one line naming the file, the key and what is allowed (exit 2), before
-    anything runs.  A run's record (``runs/<id>.json``) gives its last revision's settings."""
+def apply_config_file(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
+    """Every ``--config FILE`` in ``argv``, in order (a later file's keys win), then every
+    ``SHOWTELL_<SECTION>__<FIELD>`` variable of a dotted key, become ``parser``'s defaults, each
+    value checked by its flag's own type and choices: so flags given still win, and a bad value
+    fails in one line naming the file and key (or the variable), and what is allowed (exit 2),
+    before anything runs.  A run's record (``runs/<id>.json``) gives its last revision's settings.
+    Returns ``argv`` with its dotted keys (``--set KEY=VALUE``, ``--KEY VALUE``) as their flags."""
     defaults: dict[str, object] = {}
     for path in _config_paths(argv):
         defaults.update(_file_settings(parser, path))
+    defaults.update(_environment_settings(parser))
     parser.set_defaults(**defaults)
+    return expand_keys(parser, argv)
+
+
+# -- dotted keys: every setting by its place in the command's typed configuration ----------
+
+def add_keys(parser: argparse.ArgumentParser, keys: dict[str, str], *, sections: str) -> None:
+    """Name each setting by its dotted key (``optimizer.learning_rate`` → the flag whose dest is
+    ``learning_rate``): ``--set KEY=VALUE`` and ``--KEY VALUE`` on the command line, a section of
+    a config file (``optimizer: {learning_rate: 0.1}``) and a ``SHOWTELL_OPTIMIZER__LEARNING_RATE``
+    variable reach it.  ``sections``: where the keys are listed, for the help."""
+    parser.dotted_keys = dict(keys)  # type: ignore[attr-defined]
+    parser.add_argument("--set", metavar="KEY=VALUE", action="append",
+                        help=f"set any setting by its dotted key, e.g. --set optimizer.learning_rate=0.1 "
+                             f"(or --optimizer.learning_rate 0.1; in the environment "
+                             f"SHOWTELL_OPTIMIZER__LEARNING_RATE=0.1); the keys: {sections}")
+
+
+def hide_flags(parser: argparse.ArgumentParser, shown: Collection[str]) -> None:
+    """Keep ``--help`` to one screen: every flag whose dest is not in ``shown`` still works but is
+    left out of the help, its text kept for the keys' reference (``docs/cli.md``)."""
+    hidden = {}
+    for action in parser._actions:
+        if action.option_strings and action.dest not in shown and action.help != argparse.SUPPRESS:
+            hidden[action.dest], action.help = action.help, argparse.SUPPRESS
+    parser.hidden_help = hidden  # type: ignore[attr-defined]
+
+
+def flag_help(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
+    """A flag's help text, shown or hidden."""
+    return getattr(parser, "hidden_help", {}).get(action.dest) or action.help or ""
+
+
+def keys_of(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """The parser's dotted keys → dests ({} for a command without them)."""
+    return getattr(parser, "dotted_keys", {})
+
+
+def environment_name(key: str) -> str:
+    """``optimizer.learning_rate`` → ``SHOWTELL_OPTIMIZER__LEARNING_RATE``."""
+    return "SHOWTELL_" + key.upper().replace(".", "__")
+
+
+def _environment_settings(parser: argparse.ArgumentParser) -> dict[str, object]:
+    import os
+
+    actions = _actions(parser)
+    settings = {}
+    for key, dest in keys_of(parser).items():
+        variable = environment_name(key)
+        text = os.environ.get(variable)
+        if text is not None:
+            settings[dest] = _setting(parser, f"environment {variable}", key, actions[dest], text)
+            actions[dest].required = False
+    return settings
+
+
+def expand_keys(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
+    """``argv`` with ``--set KEY=VALUE``, ``--set=KEY=VALUE``, ``--KEY VALUE`` and ``--KEY=VALUE``
+    (``KEY`` dotted) replaced by the flag they name, the value checked as a file's is."""
+    keys, actions = keys_of(parser), _actions(parser)
+    out: list[str] = []
+    words = list(argv)
+    i = 0
+    while i < len(words):
+        word = words[i]
+        given, key, value = None, None, None
+        if word == "--set" or word.startswith("--set="):
+            given = word.partition("=")[2] if word.startswith("--set=") else (
+                words[i + 1] if i + 1 < len(words) else parser.error("--set: expected KEY=VALUE"))
+            i += 1 if word.startswith("--set=") else 2
+            key, equals, value = given.partition("=")
+            if not equals:
+                parser.error(f"--set {given}: expected KEY=VALUE, e.g. optimizer.learning_rate=0.1")
+            where = "--set"
+        elif word.startswith("--") and "." in word.partition("=")[0] and keys:
+            key, equals, value = word[2:].partition("=")
+            if not equals:
+                if i + 1 >= len(words):
+                    parser.error(f"--{key}: expected a value")
+                value = words[i + 1]
+            i += 1 if equals else 2
+            where = f"--{key}"
+        else:
+            out.append(word)
+            i += 1
+            continue
+        if key not in keys:
+            near = difflib.get_close_matches(key, list(keys), n=1)
+            parser.error(f"{where}: unknown key {key!r}{f' (did you mean {near[0]}?)' if near else ''}; "
+                         f"the keys are listed in docs/cli.md")
+        action = actions[keys[key]]
+        parsed = _setting(parser, where, key, action, value)
+        if isinstance(action, argparse._StoreTrueAction):
+            if parsed:
+                out.append(action.option_strings[-1])
+            else:
+                parser.set_defaults(**{action.dest: False})
+        else:
+            out += [action.option_strings[-1], value]
+    return out
+
+
+def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {a.dest: a for a in parser._actions if a.option_strings and a.dest not in ("help", "config")}
 
 
 def _file_settings(parser: argparse.ArgumentParser, path: str) -> dict[str, object]:
@@ -150,30 +251,44 @@ def _file_settings(parser: argparse.ArgumentParser, path: str) -> dict[str, obje
                 revisions[-1].get("settings"), dict):
             parser.error(f"--config {path}: a run record without settings to repeat")
         data = revisions[-1]["settings"]
-    actions = {a.dest: a for a in parser._actions if a.option_strings and a.dest not in ("help", "config")}
+    actions, keys = _actions(parser), keys_of(parser)
+    sections = {key.split(".")[0] for key in keys}
+    where = f"--config {path}"
     settings = {}
-    for key, value in data.items():
-        dest = str(key).replace("-", "_")
+    for key, value, dest in _flattened(data, sections, keys):
         if dest in NOT_SETTINGS or (dest in RECORD_SECTIONS and dest not in actions):
             continue
         action = actions.get(dest)
         if action is None:
-            names = [dest.replace("_", "-") for dest in actions]
-            near = difflib.get_close_matches(str(key).replace("_", "-"), names, n=1)
-            parser.error(f"--config {path}: unknown key {key!r}"
-                         f"{f' (did you mean {near[0]}?)' if near else ''}; keys are the flags of "
-                         f"{parser.prog} without the dashes")
+            names = [*(d.replace("_", "-") for d in actions), *keys]
+            near = difflib.get_close_matches(str(key).replace("_", "-") if "." not in str(key) else str(key),
+                                             names, n=1)
+            parser.error(f"{where}: unknown key {key!r}{f' (did you mean {near[0]}?)' if near else ''}; "
+                         f"keys are the flags of {parser.prog} without the dashes"
+                         f"{', or dotted keys in sections' if keys else ''}")
         if value is None:  # what --print-config prints for unset, "never" or "auto": None itself
             if not _takes_none(action):
-                parser.error(f"--config {path}: {key}: expected a value (null is not one for this flag)")
+                parser.error(f"{where}: {key}: expected a value (null is not one for this flag)")
             settings[action.dest] = None
         elif isinstance(action, argparse._AppendAction):  # a repeated flag: one value or a list of them
             values = value if isinstance(value, list) else [value]
-            settings[action.dest] = [_setting(parser, path, key, action, v) for v in values]
+            settings[action.dest] = [_setting(parser, where, key, action, v) for v in values]
         else:
-            settings[action.dest] = _setting(parser, path, key, action, value)
+            settings[action.dest] = _setting(parser, where, key, action, value)
         action.required = False  # given by the file
     return settings
+
+
+def _flattened(data: dict, sections: set[str], keys: dict[str, str]):
+    """(key as written, value, dest) for each setting of a file: a flat flag name, or a section
+    of dotted keys (``optimizer: {learning_rate: 0.1}`` → ``optimizer.learning_rate``)."""
+    for key, value in data.items():
+        if isinstance(value, dict) and key in sections:
+            for field, inner in value.items():
+                dotted = f"{key}.{field}"
+                yield dotted, inner, keys.get(dotted, f"<unknown {dotted}>")
+        else:
+            yield key, value, str(key).replace("-", "_")
 
 
 def _takes_none(action: argparse.Action) -> bool:
@@ -225,37 +340,39 @@ def print_config(prog: str, args: argparse.Namespace) -> int:
     return 0
 
 
-def _setting(parser: argparse.ArgumentParser, path: str, key, action: argparse.Action, value):
-    """``value`` from the file, as the flag would have parsed it."""
+def _setting(parser: argparse.ArgumentParser, where: str, key, action: argparse.Action, value):
+    """``value`` from a file, the environment or a dotted key, as the flag would have parsed it;
+    an error names ``where`` it came from and the key."""
     if isinstance(action, argparse._StoreTrueAction):
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            value = value.lower() == "true"  # from --set or the environment
         if not isinstance(value, bool):
-            parser.error(f"--config {path}: {key}: expected true or false (got {value!r})")
+            parser.error(f"{where}: {key}: expected true or false (got {value!r})")
         return value
     if isinstance(value, list) and value and all(isinstance(v, (str, int, float)) for v in value):
         value = ",".join(str(v) for v in value)  # a list flag (--devices GPU:0,GPU:1), as a record holds it
     if isinstance(value, (dict, list)):
-        parser.error(f"--config {path}: {key}: expected one value (got {value!r})")
+        parser.error(f"{where}: {key}: expected one value (got {value!r})")
     if isinstance(value, bool) and action.choices is not None and "off" in action.choices:
         value = "on" if value else "off"  # YAML 1.1 reads an unquoted off (or no) as false
     text = str(value).lower() if isinstance(value, bool) else str(value)
     try:
         parsed = action.type(text) if callable(action.type) else text
     except argparse.ArgumentTypeError as exc:
-        parser.error(f"--config {path}: {key}: {exc}")
+        parser.error(f"{where}: {key}: {exc}")
     except (ValueError, TypeError):
         name = getattr(action.type, "__name__", None) or repr(action.type)
-        parser.error(f"--config {path}: {key}: invalid {name} value: {value!r}")
+        parser.error(f"{where}: {key}: invalid {name} value: {value!r}")
     if action.choices is not None and parsed not in action.choices:
         allowed = ", ".join(map(str, action.choices))
-        parser.error(f"--config {path}: {key}: {parsed!r} is not one of {allowed}")
+        parser.error(f"{where}: {key}: {parsed!r} is not one of {allowed}")
     return parsed
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
-    """``parser.parse_args``, a ``--config FILE`` applied first."""
+    """``parser.parse_args``, ``--config`` files and the environment applied first, dotted keys expanded."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    apply_config_file(parser, argv)
-    return parser.parse_args(argv)
+    return parser.parse_args(apply_config_file(parser, argv))
 
 
 def add_verbose_flag(parser: argparse.ArgumentParser) -> None:

@@ -109,3 +109,9 @@ def option(default, help: str, *, flag: str | None = None, **argparse_kwargs):
     the flag and reads it back."""
     metadata = {"flag": flag, "help": help, "argparse": argparse_kwargs}
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def config_flags(config_cls) -> list[tuple[dataclasses.Field, str]]:
+    """The (field, flag) pairs of a config dataclass's ``option`` fields."""
+    return [(f, f.metadata["flag"] or "--" + f.name.replace("_", "-"))
+            for f in dataclasses.fields(config_cls) if "help" in f.metadata]
