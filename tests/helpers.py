@@ -169,3 +169,23 @@ def parse_cli(module: str, argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(exit_on_error=False)
     cli.add_arguments(parser)
     return parse_args(parser, argv)
+
+
+def printed_settings(text: str) -> dict:
+    """``showtell train --print-config``'s YAML, or a run's record ``.yaml``, by section:
+    ``settings`` by flag dest (a section's dotted keys, or a flat flag name, as a config file may
+    hold them) and the other sections (``resolved``, ``environment``) as they are."""
+    import yaml
+
+    from showtell.trainer.experiment import keys
+
+    dests = keys()
+    out: dict = {"settings": {}}
+    for name, value in (yaml.safe_load(text) or {}).items():
+        if name in ("resolved", "environment"):
+            out[name] = value
+        elif isinstance(value, dict):
+            out["settings"].update({dests[f"{name}.{field}"]: inner for field, inner in value.items()})
+        else:
+            out["settings"][name.replace("-", "_")] = value
+    return out

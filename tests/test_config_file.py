@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers import printed_settings
+
 
 def _print(showtell_main, *argv: str) -> dict:
-    """The settings ``--print-config`` prints (YAML, dashed keys), by argument name."""
+    """The settings ``--print-config`` prints (YAML, by section), by argument name."""
     result = showtell_main("train", *argv, "--print-config")
     assert result.returncode == 0, result.stderr[-2000:] + result.logs[-2000:]
-    printed = yaml.safe_load(result.stdout)
-    return {k.replace("-", "_"): v for k, v in printed.items() if k not in ("resolved", "environment")}
+    return printed_settings(result.stdout)["settings"]
 
 
 def test_print_config_reads_back_to_the_same_settings_without_data_or_a_model_dir(tmp_path: Path,
@@ -26,11 +27,12 @@ def test_print_config_reads_back_to_the_same_settings_without_data_or_a_model_di
     (nulls are the defaults), and prints again the same; several files merge in order; a run's
     record is a config file too (its last revision's settings)."""
     first = showtell_main("train", "--steps", "7", "--devices", "CPU:0", "--learning-rate", "0.01",
-                          "--print-config")
+                          "--profile-steps", "3:5", "--print-config")
     assert first.returncode == 0, first.stderr[-2000:]
     printed = tmp_path / "printed.yaml"
     printed.write_text(first.stdout)
-    assert yaml.safe_load(first.stdout)["first-save-secs"] is None  # null: the default, read back
+    assert yaml.safe_load(first.stdout)["train"]["first_save_secs"] is None  # null: the default, read back
+    assert yaml.safe_load(first.stdout)["runtime"]["profile_steps"] == "3:5"  # as its flag writes it
     again = showtell_main("train", "--config", str(printed), "--print-config")
     assert again.returncode == 0, again.stderr[-2000:]
     assert again.stdout == first.stdout

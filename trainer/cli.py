@@ -53,6 +53,7 @@ from showtell.trainer.experiment import (
     Follow,
     Runtime,
     Source,
+    StepRange,
     TrainExperiment,
     keys,
 )
@@ -79,7 +80,7 @@ def _device_list(text: str) -> list[str]:
 
 
 @flag_type("step range A:B")
-def _step_range(text: str) -> tuple[int, int]:
+def _step_range(text: str) -> StepRange:
     first, _, last = text.partition(":")
     try:
         a, b = int(first), int(last)
@@ -87,7 +88,7 @@ def _step_range(text: str) -> tuple[int, int]:
         a = b = 0
     if not 1 <= a <= b:
         raise argparse.ArgumentTypeError(f"expected A:B with 1 ≤ A ≤ B, e.g. 100:110 (got '{text}')")
-    return a, b
+    return StepRange(a, b)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -350,7 +351,8 @@ def _print_config(exp: TrainExperiment) -> int:
         sections = {k: config[k] for k in run_config.SECTIONS}
     sys.stdout.write(settings_yaml(
         exp.settings, f"{PROG}: its settings (feed this file back: --config FILE); "
-        "resolved and environment are what they came to, read by people, passed over by --config", sections))
+        "resolved and environment are what they came to, read by people, passed over by --config", sections,
+        keys()))
     return 0
 
 

@@ -12,9 +12,9 @@ compares (``trainer/run_config.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from showtell.captioning.config import WEIGHTS_IMAGENET, WEIGHTS_NONE, CacheConfig, InputConfig, ModelConfig
 from showtell.common.exposition import MonitoringConfig
@@ -69,11 +69,21 @@ class Distribution:
     log_device_placement: bool = False
 
 
+class StepRange(NamedTuple):
+    """``--profile-steps A:B``: global steps A to B; printed as its flag writes it."""
+
+    first: int
+    last: int
+
+    def __str__(self) -> str:
+        return f"{self.first}:{self.last}"
+
+
 @dataclass(frozen=True)
 class Runtime:
     """How this process reports: a profiler trace of steps A to B, debug logs, the log format."""
 
-    profile_steps: tuple[int, int] | None = None
+    profile_steps: StepRange | None = None
     verbose: bool = False
     log_format: str = "text"
 
@@ -125,7 +135,10 @@ OTHER_KEYS = {
 
 
 def keys() -> dict[str, str]:
-    """Every setting of ``showtell train`` by its dotted key → its flag's dest."""
+    """Every setting of ``showtell train`` by its dotted key → its flag's dest, in the order of
+    ``TrainExperiment``'s sections."""
     found = {f"{section}.{f.name}": flag.lstrip("-").replace("-", "_")
              for section, config in CONFIG_SECTIONS.items() for f, flag in config_flags(config)}
-    return {**found, **OTHER_KEYS}
+    every = {**found, **OTHER_KEYS}
+    order = [f.name for f in fields(TrainExperiment)]
+    return dict(sorted(every.items(), key=lambda item: order.index(item[0].split(".")[0])))

@@ -110,7 +110,9 @@ def record_yaml(model_dir: Path, run_id: str, config: dict[str, Any], step: int)
     header = (f"showtell train: run {run_id or 'unnamed'} as it started at step {step}; repeat it with "
               f"showtell train --config {path.name} --model-dir NEW")
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, settings_yaml(config["settings"], header, {k: config[k] for k in SECTIONS}))
+    from showtell.trainer.experiment import keys
+
+    write_atomic(path, settings_yaml(config["settings"], header, {k: config[k] for k in SECTIONS}, keys()))
     return path
 
 
@@ -143,8 +145,8 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, Path):
-        return str(value)
+    if isinstance(value, Path) or (isinstance(value, tuple) and type(value).__str__ is not tuple.__str__):
+        return str(value)  # a path, or a flag's own tuple type (--profile-steps 3:5) as its flag writes it
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value

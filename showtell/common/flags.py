@@ -308,17 +308,18 @@ def _config_paths(argv: Sequence[str]) -> list[str]:
     return paths
 
 
-def settings_yaml(settings: dict[str, object], header: str,
-                  sections: dict[str, object] | None = None) -> str:
-    """Settings as a config file holds them — dashed keys, plain values (a path as text, a list as
-    its flag writes it, unset ones null), how they were given (``--config``, ``--print-config``)
-    left out — then ``sections`` (``RECORD_SECTIONS``, passed over when read): ``--config`` reads
-    this back to the same settings."""
+def settings_yaml(settings: dict[str, object], header: str, sections: dict[str, object] | None = None,
+                  keys: dict[str, str] | None = None) -> str:
+    """Settings as a config file holds them — plain values (a path as text, a list as its flag
+    writes it, unset ones null), how they were given (``--config``, ``--print-config``) left out;
+    with ``keys`` (dotted key → dest) in their sections (``optimizer: {learning_rate: 2.0}``), else
+    by dashed flag name — then ``sections`` (``RECORD_SECTIONS``, passed over when read):
+    ``--config`` reads this back to the same settings."""
     import yaml
 
     def plain(value):
-        if isinstance(value, Path):
-            return str(value)
+        if isinstance(value, Path) or (isinstance(value, tuple) and type(value).__str__ is not tuple.__str__):
+            return str(value)  # a flag's own tuple type (--profile-steps 3:5): its flag's text
         if isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, float, Path)) for v in value):
             return ",".join(str(plain(v)) for v in value)  # one flag's list (--devices GPU:0,GPU:1)
         if isinstance(value, (list, tuple)):
@@ -327,9 +328,17 @@ def settings_yaml(settings: dict[str, object], header: str,
             return value
         return str(value)  # a flag's own type (--phases): its text, which the flag reads back
 
-    printed: dict[str, object] = {key.replace("_", "-"): plain(value)
-                                  for key, value in sorted(settings.items())
-                                  if key not in NOT_SETTINGS and key != "command"}
+    printed: dict[str, object] = {}
+    key_of = {dest: key for key, dest in (keys or {}).items()}
+    rank = {dest: i for i, dest in enumerate(key_of)}  # the keys' order: the configuration's sections
+    for dest, value in sorted(settings.items(), key=lambda item: (rank.get(item[0], len(rank)), item[0])):
+        if dest in NOT_SETTINGS or dest == "command":
+            continue
+        if dest in key_of:
+            section, field = key_of[dest].split(".", 1)
+            printed.setdefault(section, {})[field] = plain(value)
+        else:
+            printed[dest.replace("_", "-")] = plain(value)
     printed.update(sections or {})
     return f"# {header}\n" + yaml.safe_dump(printed, sort_keys=False, allow_unicode=True)
 
