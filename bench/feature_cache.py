@@ -42,6 +42,7 @@ from showtell.captioning.model.network import build_encoder
 from showtell.captioning.weights.encoder import load_encoder_weights
 from showtell.trainer.config import OptimizerConfig, TrainConfig
 from showtell.trainer.task import CaptionTask
+from showtell.trainer.training import open_data
 
 
 def trainer(data: Path, model_dir: Path, weights: Path, batch_size: int, cache: bool) -> CaptionTask:
@@ -50,14 +51,13 @@ def trainer(data: Path, model_dir: Path, weights: Path, batch_size: int, cache: 
                     optimizer=OptimizerConfig(name="adam", learning_rate=3e-4, epochs_per_decay=0),
                     train=TrainConfig(), inception_weights=str(weights), cache=CacheConfig(enabled=cache))
     load_encoder_weights(t.model.encoder, str(weights))  # as Trainer.run does in a new model dir
-    t.prepare_data()  # the cache, when used, is built here (untimed)
     return t
 
 
 def training(t: CaptionTask, steps: int) -> Callable[[], float]:
     """Examples/s of ``steps`` steps per call, each on a fresh iterator dropped after it (a live
     one's prefetch would run during the other paths' rounds); its first batch is not timed."""
-    dataset = t.dataset()
+    dataset = t.dataset(open_data(t)[0])  # the cache, when used, is built here (untimed)
     step_fn = t.make_train_step(dataset.element_spec)
 
     def timed() -> float:

@@ -30,6 +30,7 @@ from showtell.captioning.config import InputConfig, ModelConfig, SyntheticConfig
 from showtell.captioning.data import synthetic
 from showtell.trainer.config import OptimizerConfig, TrainConfig
 from showtell.trainer.task import CaptionTask
+from showtell.trainer.training import open_data
 
 
 def examples_per_sec(step_fn, dataset, steps: int, batch_size: int) -> float:
@@ -65,11 +66,11 @@ def main() -> int:
             optimizer=OptimizerConfig(name="adam", learning_rate=1e-3, epochs_per_decay=0),
             train=TrainConfig(),
         )
-        trainer.prepare_data()
+        cache, _ = open_data(trainer)
         strategy = trainer.strategy
-        pipeline = strategy.experimental_distribute_dataset(trainer.dataset())
+        pipeline = strategy.experimental_distribute_dataset(trainer.dataset(cache))
         cached = strategy.experimental_distribute_dataset(
-            trainer.dataset().take(args.cached_batches).cache().repeat())
+            trainer.dataset(cache).take(args.cached_batches).cache().repeat())
         step_fn = trainer.make_train_step(pipeline.element_spec)
         rates = alternate({
             "pipeline": lambda: examples_per_sec(step_fn, pipeline, args.steps, args.batch_size),

@@ -57,6 +57,7 @@ from showtell.trainer.runners import SynchronousRunner
 from showtell.trainer.signals import StopRequest
 from showtell.trainer.summaries import TrainSummaries
 from showtell.trainer.task import CaptionTask
+from showtell.trainer.training import open_data, task_checkpoints
 
 OPTIMIZER = OptimizerConfig(name="sgd", learning_rate=0.5, epochs_per_decay=0, clip_gradients=5.0)
 
@@ -67,27 +68,30 @@ MODELS = {"im2txt": ModelConfig(),  # 512 × 512: a step of CPU seconds' tenths
 
 
 def task(data: Path, model_dir: Path, model: ModelConfig, batch: int, encoder_trains: bool,
-         n: int) -> CaptionTask:
+         n: int) -> tuple[CaptionTask, tf.data.Dataset]:
+    """The task and its global batches (phase 1's feature cache: built by the phase's first
+    process, then read)."""
     caption = CaptionTask(data_dir=data, model_dir=model_dir, model=model,
                           input_config=InputConfig(batch_size=batch), optimizer=OPTIMIZER,
                           train=TrainConfig(), train_inception=encoder_trains,
                           compute=ComputeConfig(steps_per_loop=n))
-    caption.prepare_data()  # phase 1's feature cache: built by the phase's first process, then read
-    return caption
+    cache, _ = open_data(caption)
+    return caption, caption.dataset(cache)
 
 
 def showtell_side(data: Path, model_dir: Path, model: ModelConfig, batch: int, encoder_trains: bool,
                   n: int) -> Callable[[int], float]:
     """``showtell train``'s loop: a round of ``steps`` steps → examples/s."""
-    caption = task(data, model_dir, model, batch, encoder_trains, n)
-    runner = SynchronousRunner(task=caption, steps_per_loop=n)
+    caption, dataset = task(data, model_dir, model, batch, encoder_trains, n)
+    runner = SynchronousRunner(task=caption, dataset=dataset, steps_per_loop=n)
+    checkpoints, _ = task_checkpoints(caption)
     train = TrainConfig()
     report = StepReport(summaries=TrainSummaries(model_dir), optimizer=caption.optimizer,
                         every=train.log_every_steps, steps=10**9, encoder_optimizer=caption.encoder_optimizer)
 
     def one_round(steps: int) -> float:
         controller = Controller(runner=runner, global_step=lambda: caption.step,
-                                checkpoints=caption.checkpoints, save_schedule=SaveSchedule(None, None),
+                                checkpoints=checkpoints, save_schedule=SaveSchedule(None, None),
                                 stop=StopRequest(), actions=[report],
                                 boundaries=[train.log_every_steps, train.histogram_every_steps])
         before, start = int(caption.optimizer.iterations.numpy()), time.perf_counter()
@@ -124,11 +128,10 @@ class FitPeer(keras.Model):
 def keras_side(data: Path, model_dir: Path, model: ModelConfig, batch: int, encoder_trains: bool,
                n: int) -> Callable[[int], float]:
     """``model.fit(steps_per_epoch=steps)`` with ``steps_per_execution`` n → examples/s."""
-    caption = task(data, model_dir, model, batch, encoder_trains, 1)
+    caption, dataset = task(data, model_dir, model, batch, encoder_trains, 1)
     peer = FitPeer(caption.model, OPTIMIZER.clip_gradients)
     peer.compile(optimizer=keras.optimizers.SGD(OPTIMIZER.learning_rate), steps_per_execution=n,
                  jit_compile=False)
-    dataset = caption.dataset()
 
     def one_round(steps: int) -> float:
         """With ``steps`` not a multiple of n, fit runs its last execution whole (n steps) on an

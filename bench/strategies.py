@@ -39,6 +39,7 @@ from showtell.captioning.config import InputConfig, ModelConfig, SyntheticConfig
 from showtell.captioning.data import synthetic  # noqa: E402
 from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig  # noqa: E402
 from showtell.trainer.task import CaptionTask  # noqa: E402
+from showtell.trainer.training import open_data  # noqa: E402
 
 
 def runner(data: Path, model_dir: Path, strategy: tf.distribute.Strategy, batch: int,
@@ -47,8 +48,7 @@ def runner(data: Path, model_dir: Path, strategy: tf.distribute.Strategy, batch:
                           input_config=InputConfig(batch_size=batch),
                           optimizer=OptimizerConfig(name="adam", learning_rate=3e-4, epochs_per_decay=0),
                           train=TrainConfig(), strategy=strategy, compute=compute)
-    trainer.prepare_data()
-    dist = strategy.experimental_distribute_dataset(trainer.dataset())
+    dist = strategy.experimental_distribute_dataset(trainer.dataset(open_data(trainer)[0]))
     step = trainer.make_train_step(dist.element_spec)
     float(step(next(iter(dist))))  # trace
 

@@ -7,7 +7,10 @@ visible in one place.
 
 from __future__ import annotations
 
+import math
+
 import keras
+import tensorflow as tf
 
 from showtell.trainer.config import OPTIMIZERS, OptimizerConfig
 
@@ -49,3 +52,18 @@ def build_optimizer(config: OptimizerConfig, steps_per_epoch: int) -> keras.opti
 def current_learning_rate(optimizer: keras.optimizers.Optimizer) -> float:
     """The rate the optimizer applies at its current iteration."""
     return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+
+
+def restore_configured_rates(rates: list[tuple[str, keras.Optimizer, OptimizerConfig]],
+                             strategy: tf.distribute.Strategy) -> list[str]:
+    """After a restore: a constant rate is a variable the checkpoint brought back, but the
+    configuration wins — a phase 2 started with another ``--learning-rate`` must train at it.
+    (A decaying schedule is code, not a variable: nothing to do.)  What changed, in words."""
+    changed = []
+    with strategy.scope():
+        for name, optimizer, config in rates:
+            restored = current_learning_rate(optimizer)
+            if not decays(config) and not math.isclose(restored, config.learning_rate, rel_tol=1e-6):
+                optimizer.learning_rate = config.learning_rate  # assigns the rate variable
+                changed.append(f"{name} {config.learning_rate:g} (the checkpoint's was {restored:g})")
+    return changed

@@ -30,16 +30,17 @@ class SynchronousRunner:
     no input-wait figure.  Every call is marked in the profiler's trace with the global step it
     starts at (a no-op unless a profiler runs: ``ProfileSteps`` needs nothing from here)."""
 
-    def __init__(self, *, task: CaptionTask, steps_per_loop: int = 1) -> None:
+    def __init__(self, *, task: CaptionTask, dataset: tf.data.Dataset, steps_per_loop: int = 1) -> None:
         """
         Args:
           task: what to train; its strategy runs the steps.
+          dataset: the global batches (``task.dataset(cache)``).
           steps_per_loop: the most steps one call runs (the controller's chunks end on intervals).
         """
         self.task, self.strategy, self.steps_per_loop = task, task.strategy, steps_per_loop
         self.workers = 1
         self.multi_worker = isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
-        self.dist = self.strategy.experimental_distribute_dataset(task.dataset())
+        self.dist = self.strategy.experimental_distribute_dataset(dataset)
         self.iterator = iter(self.dist)  # what the next steps read (a bench may start a fresh one)
         if steps_per_loop == 1:
             self._step = task.make_train_step(self.dist.element_spec)
@@ -108,17 +109,19 @@ class ParameterServerRunner:
     """Steps scheduled on the workers of a parameter-server cluster by its coordinator (the
     profiler, if on, traces the coordinator; the steps run on the workers)."""
 
-    def __init__(self, *, task: CaptionTask, coordinator, workers: int, steps_per_loop: int) -> None:
+    def __init__(self, *, task: CaptionTask, dataset_fn, coordinator, workers: int,
+                 steps_per_loop: int) -> None:
         """
         Args:
           task: what to train; its variables live on the ps tasks.
+          dataset_fn: builds a worker's pipeline (``task.dataset_factory(batch, cache)``).
           coordinator: the ``ClusterCoordinator`` that schedules steps on the workers.
           workers: how many worker tasks the cluster has (for the log).
           steps_per_loop: steps scheduled before each ``join`` (the controller's chunk).
         """
         self.task, self.coordinator = task, coordinator
         self.workers, self.steps_per_loop = workers, steps_per_loop
-        per_worker = coordinator.create_per_worker_dataset(task.dataset_factory(task.input_config.batch_size))
+        per_worker = coordinator.create_per_worker_dataset(dataset_fn)
         self._iterator = iter(per_worker)
         strategy = task.strategy
 

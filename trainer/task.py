@@ -1,17 +1,16 @@
-"""What is trained: model, optimizers, global step, data and checkpoints of one model dir.
+"""What is trained: model, optimizers, global step, datasets and steps — built, not run.
 
-``CaptionTask`` builds everything a training run holds — under the strategy's scope, in
-``__init__``, so no state appears later — and defines one replica's step.  It does not loop:
-the runners (``showtell.trainer.runners``) run its step, the controller
-(``showtell.trainer.controller``) decides how many and what happens between them.
+``CaptionTask`` builds everything a step needs — under the strategy's scope, in ``__init__``,
+so no state appears later — and defines one replica's step, the traced step and loop, and the
+datasets.  Like Model Garden's ``Task`` it only builds: the ``Trainer``
+(``showtell.trainer.training``) owns the checkpoints, the feature cache, scratch dirs and the
+learning rates a resume resets; the runners run its steps, the controller decides how many.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import math
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,16 +19,15 @@ import tensorflow as tf
 
 from showtell.captioning.config import CacheConfig, InputConfig, ModelConfig
 from showtell.captioning.data import inputs
-from showtell.captioning.data.feature_cache import BuildStats, FeatureCache, cache_key, ensure_cache
+from showtell.captioning.data.feature_cache import FeatureCache
 from showtell.captioning.data.manifest import Manifest, load_dataset
 from showtell.captioning.data.records import shard_files
 from showtell.captioning.model.modeldir import check_model_dir, recorded_encoder_init, trained_vocabulary_size
 from showtell.captioning.model.network import ShowAndTell, build_model, masked_loss_sum
-from showtell.captioning.weights.encoder import NONE, weights_digest
+from showtell.captioning.weights.encoder import NONE
 from showtell.common.errors import DataError
-from showtell.trainer.checkpoints import Checkpoints
 from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig
-from showtell.trainer.optimizer import build_optimizer, current_learning_rate, decays
+from showtell.trainer.optimizer import build_optimizer
 from showtell.trainer.transfer import decide_phase
 
 log = logging.getLogger(__name__)
@@ -56,7 +54,7 @@ class CaptionTask:
         self,
         *,
         data_dir: Path,
-        model_dir: Path,
+        model_dir: Path | None,
         model: ModelConfig,
         input_config: InputConfig,
         optimizer: OptimizerConfig,
@@ -73,7 +71,8 @@ class CaptionTask:
         """
         Args:
           data_dir: a dataset from ``showtell data``; its manifest fixes vocabulary and image size.
-          model_dir: restored from, and (chief only) written to.
+          model_dir: the run's, whose record (vocabulary, shape, encoder origin) the task must
+            agree with; None: a task of its own (a test, a bench), checked against nothing.
           model, input_config, optimizer, train: the run's configuration (``showtell.captioning.config``).
           strategy: default the current (default) strategy — one device.
           image_size: model input pixels; default the dataset's.
@@ -81,7 +80,7 @@ class CaptionTask:
           train_inception: phase 2 when true; None decides from the encoder's origin.
           cache: the phase-1 feature cache (used whenever the encoder is frozen).
           compute: mixed precision and XLA for the step (default float32, no XLA).
-          is_chief: only the chief writes checkpoints; others save to a scratch dir of their own.
+          is_chief: whether this task's process writes the model dir (the trainer's concern).
           independent_workers: parameter-server workers each build their own input pipeline,
             which must not share a seed (every worker would read the same examples).
         """
@@ -91,7 +90,7 @@ class CaptionTask:
         self.inception_weights = inception_weights
         self.cache_config = cache or CacheConfig()
         self.phase = decide_phase(train_inception=train_inception, inception_weights=inception_weights,
-                                  recorded_init=recorded_encoder_init(model_dir),
+                                  recorded_init=recorded_encoder_init(model_dir) if model_dir else None,
                                   cache_enabled=self.cache_config.enabled, optimizer=optimizer)
         self._resolve_model(model, image_size, optimizer.name)
         self.optimizer_config, self.train_config = optimizer, train
@@ -106,18 +105,18 @@ class CaptionTask:
         # with one caption per image visit, that is as many passes over the images as an image
         # has captions.
         self.steps_per_epoch = max(1, self.manifest.splits["train"].captions // self.batch_size)
-        self._cache: FeatureCache | None = None  # opened by prepare_data
 
         tf.keras.utils.set_random_seed(train.seed)
         self._build()
-        self.checkpoints = self._checkpoints(train.keep)
 
     def _resolve_model(self, model: ModelConfig, image_size: int | None, optimizer: str) -> None:
         """``model_config`` from the flags, the dataset, the model dir's record and the phase
         (checked before anything is written)."""
-        model = resolve_model_config(model, self.manifest, self.data_dir, image_size,
-                                     trained_vocabulary_size(self.model_dir, self.vocab, self.data_dir))
-        check_model_dir(self.model_dir, model, optimizer)
+        recorded = (trained_vocabulary_size(self.model_dir, self.vocab, self.data_dir)
+                    if self.model_dir is not None else None)
+        model = resolve_model_config(model, self.manifest, self.data_dir, image_size, recorded)
+        if self.model_dir is not None:
+            check_model_dir(self.model_dir, model, optimizer)
         self.model_config = dataclasses.replace(model, train_inception=self.phase.trains_encoder)
 
     def _build(self) -> None:
@@ -133,31 +132,27 @@ class CaptionTask:
             self._appliers = []
             self.optimizer = self._optimizer(build_optimizer(optimizer, self.steps_per_epoch),
                                              self._decoder_variables())
-            self._rates = [("learning rate", self.optimizer, optimizer)]
+            # (name, optimizer, config): what a resume sets back to the configured rate
+            self.rates = [("learning rate", self.optimizer, optimizer)]
             self.encoder_optimizer = None
             config = self.phase.encoder_optimizer
             if config is not None:
                 self.encoder_optimizer = self._optimizer(build_optimizer(config, self.steps_per_epoch),
                                                          self.model.encoder.trainable_weights)
-                self._rates.append(("encoder learning rate", self.encoder_optimizer, config))
-            self._gradient_fn = None
-            self._dense_gradients = False  # set by make_train_loop for towers
+                self.rates.append(("encoder learning rate", self.encoder_optimizer, config))
+            # --jit-compile: the loss and gradients XLA compiles (no collectives in them)
+            self._gradient_fn = tf.function(self._loss_and_gradients, jit_compile=True, autograph=False) \
+                if self.compute.jit_compile else self._loss_and_gradients
             self.global_step = tf.Variable(
                 0, dtype=tf.int64, trainable=False, name="global_step",
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
             )
 
-    def _checkpoints(self, keep: int) -> Checkpoints:
-        # Optimizers start fresh where a checkpoint has none: the encoder's before phase 2, both
-        # in a checkpoint `import-im2txt` wrote (weights only).
-        optional = {"optimizer": self.optimizer}
-        if self.encoder_optimizer:
-            optional["encoder_optimizer"] = self.encoder_optimizer
-        # Non-chief multi-worker tasks must save too (the save may run collectives) but into a
-        # scratch dir of their own; every task restores from the shared model dir.
-        self.scratch = None if self.is_chief else Path(tempfile.mkdtemp(prefix="showtell-worker-"))
-        return Checkpoints(self.model_dir, self.global_step, keep, optional=optional, write_dir=self.scratch,
-                           model=self.model)
+    def checkpointed_optimizers(self) -> dict[str, keras.Optimizer]:
+        """The optimizers a checkpoint holds, by name.  Optional when restoring: the encoder's
+        starts fresh before phase 2, both in a checkpoint ``import-im2txt`` wrote (weights only)."""
+        return {"optimizer": self.optimizer,
+                **({"encoder_optimizer": self.encoder_optimizer} if self.encoder_optimizer else {})}
 
     def _optimizer(self, optimizer: keras.Optimizer, variables: list) -> keras.Optimizer:
         """Build ``optimizer`` for ``variables`` and record what applies its gradients."""
@@ -173,19 +168,6 @@ class CaptionTask:
     @property
     def step(self) -> int:
         return int(self.global_step.numpy())
-
-    def apply_flag_rates(self) -> list[str]:
-        """After a restore: a constant rate is a variable the checkpoint brought back, but the
-        flags win — a phase 2 started with another ``--learning-rate`` must train at it.  (A
-        decaying schedule is code, not a variable: nothing to do.)  What changed, in words."""
-        changed = []
-        with self.strategy.scope():
-            for name, optimizer, config in self._rates:
-                restored = current_learning_rate(optimizer)
-                if not decays(config) and not math.isclose(restored, config.learning_rate, rel_tol=1e-6):
-                    optimizer.learning_rate = config.learning_rate  # assigns the rate variable
-                    changed.append(f"{name} {config.learning_rate:g} (the checkpoint's was {restored:g})")
-        return changed
 
     @property
     def optimizers(self) -> list:
@@ -206,8 +188,9 @@ class CaptionTask:
 
     # -- the step -------------------------------------------------------------------------
 
-    def replica_step(self, batch: dict[str, tf.Tensor]) -> tf.Tensor:
-        """One replica's share of a step: loss of the global batch, gradients, update."""
+    def replica_step(self, batch: dict[str, tf.Tensor], dense: bool = False) -> tf.Tensor:
+        """One replica's share of a step: loss of the global batch, gradients, update.  ``dense``:
+        sparse gradients (the word embedding's) summed dense (``make_train_loop``'s towers)."""
         clip = self.optimizer_config.clip_gradients
         groups = self._groups()
         # Divide by the words of the *global* batch: replicas' gradients are then summed by the
@@ -215,7 +198,7 @@ class CaptionTask:
         words = tf.reduce_sum(tf.cast(batch["mask"], tf.float32))
         global_words = tf.maximum(tf.distribute.get_replica_context().all_reduce("sum", words), 1.0)
         loss, grads = self._gradients(batch, global_words)
-        if self._dense_gradients:
+        if dense:
             grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
         if clip:  # one global norm over encoder and decoder together, as im2txt
             grads = _clip_global(grads, clip)
@@ -235,9 +218,6 @@ class CaptionTask:
         the first optimizer's loss scale and the gradients divided by it again, so clipping sees
         true gradients (an overflow stays inf/NaN); each optimizer then gets them in its own
         scale, which its ``LossScaleOptimizer`` divides out — or skips the update and lowers it."""
-        if self._gradient_fn is None:
-            self._gradient_fn = tf.function(self._loss_and_gradients, jit_compile=True, autograph=False) \
-                if self.compute.jit_compile else self._loss_and_gradients
         return self._gradient_fn(batch, global_words)
 
     def _loss_and_gradients(self, batch: dict[str, tf.Tensor], global_words: tf.Tensor
@@ -273,12 +253,12 @@ class CaptionTask:
         ``sparse_as_dense`` does: inside the loop, the sparse sum (a gather of each tower's
         length, then a plain or a padded gather) failed with a collective shape mismatch
         (mirrored over 2 logical CPUs, TF 2.21; ``tests/test_steps_per_loop.py``)."""
-        self._dense_gradients = self.strategy.num_replicas_in_sync > 1
+        dense = self.strategy.num_replicas_in_sync > 1
 
         @tf.function(autograph=False)
         def train_loop(iterator, steps):
             def body(i, losses):
-                per_replica = self.strategy.run(self.replica_step, args=(next(iterator),))
+                per_replica = self.strategy.run(self.replica_step, args=(next(iterator), dense))
                 return i + 1, losses.write(i, self.strategy.reduce("sum", per_replica, axis=None))
 
             _, losses = tf.while_loop(lambda i, _: i < steps, body,
@@ -289,38 +269,20 @@ class CaptionTask:
 
     # -- the data -------------------------------------------------------------------------
 
-    def prepare_data(self) -> BuildStats | None:
-        """Open the feature cache if this run reads one, building it if missing — once the
-        encoder's weights are in place (restored or loaded): the cache holds its outputs.  The
-        build's figures; None when nothing was built."""
-        if not self.uses_cache:
-            if self.cache_config.enabled:
-                log.info("feature cache not used: the encoder is training")
-            return None
-        cfg, size, config = self.cache_config, self.model_config.image_size, self.input_config
-        self._cache, stats = ensure_cache(
-            Path(cfg.root) if cfg.root else self.data_dir / "feature-cache",
-            cache_key(self.data_dir, self.files, weights_digest(self.model.encoder_weights), size, config,
-                      cfg.variants),
-            lambda images: self.model.features(images, training=False),
-            self.files, size, config, cfg.batch_size,
-        )
-        return stats
+    def dataset(self, cache: FeatureCache | None = None) -> tf.data.Dataset:
+        """Global batches: ``cache``'s encoder features while the encoder is frozen (the trainer
+        opens it: ``training.open_data``), else images."""
+        return self.dataset_factory(self.batch_size, cache)()
 
-    def dataset(self) -> tf.data.Dataset:
-        """Global batches: cached encoder features while the encoder is frozen (cache on), else images."""
-        return self.dataset_factory(self.batch_size)()
-
-    def dataset_factory(self, batch_size: int) -> Callable[[], tf.data.Dataset]:
-        """A no-argument function that builds the pipeline — what parameter-server workers call.
-        Changes nothing: a run on the cache calls ``prepare_data`` first."""
+    def dataset_factory(self, batch_size: int, cache: FeatureCache | None = None
+                        ) -> Callable[[], tf.data.Dataset]:
+        """A no-argument function that builds the pipeline — what parameter-server workers call."""
         size, config = self.model_config.image_size, self.input_config
         if not self.uses_cache:
             files = self.files
             return lambda: inputs.train_dataset(files, size, config, batch_size)
-        cache = self._cache
         if cache is None:
-            raise RuntimeError("CaptionTask.prepare_data() opens the feature cache before a dataset is built")
+            raise RuntimeError("a task on the feature cache reads the cache training.open_data() opened")
         return lambda: cache.train_dataset(config, batch_size)
 
 

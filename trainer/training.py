@@ -1,10 +1,11 @@
 """One training run of a model dir: restore or start, train to ``--steps``, save, say how it ended.
 
-``Trainer`` composes the parts: the task (``task.py``: model, optimizers, data, checkpoints),
-a runner for the strategy (``runners.py``), the controller's loop (``controller.py``) with its
-actions (``actions.py``).  It owns what happens once per run — the model dir's record of the
-run, the encoder's starting weights, the final checkpoint and the finished marker — and turns
-the distributed runtime's errors into one line.
+``Trainer`` composes the parts: the task (``task.py``: model, optimizers, datasets, steps —
+built, not run), a runner for the strategy (``runners.py``), the controller's loop
+(``controller.py``) with its actions (``actions.py``).  It owns the run's state and what happens
+once per run — the checkpoints (and a non-chief's scratch dir), the feature cache, the rates a
+resume sets back, the model dir's record of the run, the encoder's starting weights, the final
+checkpoint and the finished marker — and turns the distributed runtime's errors into one line.
 
 ``steps`` is a total: training runs until the global step (restored from the newest
 checkpoint) reaches it, so re-running a crashed command finishes the same run.
@@ -14,22 +15,26 @@ from __future__ import annotations
 
 import logging
 import shutil
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import tensorflow as tf
 
+from showtell.captioning.data.feature_cache import BuildStats, FeatureCache, cache_key, ensure_cache
 from showtell.captioning.data.manifest import VOCAB
 from showtell.captioning.model.modeldir import clear_finished, mark_finished, read_run_id, write_metadata
-from showtell.captioning.weights.encoder import NONE, load_encoder_weights
+from showtell.captioning.weights.encoder import NONE, load_encoder_weights, weights_digest
 from showtell.common import logs
 from showtell.common.errors import DataError
 from showtell.common.processes import keep_until_exit
 from showtell.trainer import run_config
 from showtell.trainer.actions import ProfileSteps, StepReport, WeightHistograms
-from showtell.trainer.checkpoints import SaveSchedule
+from showtell.trainer.checkpoints import Checkpoints, SaveSchedule
 from showtell.trainer.cluster import cluster_failure
 from showtell.trainer.controller import Action, Controller
+from showtell.trainer.optimizer import restore_configured_rates
 from showtell.trainer.prometheus import TrainerMetrics
 from showtell.trainer.runners import ParameterServerRunner, SynchronousRunner
 from showtell.trainer.signals import StopRequest
@@ -79,6 +84,7 @@ class Trainer:
         self.extra_actions = list(actions)
         self.profile_steps, self.strategy_name, self.settings = profile_steps, strategy_name, settings
         self.strategy_note = strategy_note or f"strategy {type(task.strategy).__name__}"
+        self.checkpoints, self.scratch = task_checkpoints(task)
 
     def run(self, stop: StopRequest | None = None) -> TrainResult:
         task, cfg = self.task, self.task.train_config
@@ -93,14 +99,14 @@ class Trainer:
         summaries = TrainSummaries(task.model_dir if task.is_chief else None)
         runner = profiler = None
         try:
-            cache_build = task.prepare_data()
-            runner = self._runner()
+            cache, cache_build = open_data(task)
+            runner = self._runner(cache)
             if self.profile_steps and task.is_chief:
                 profiler = ProfileSteps(logdir=task.model_dir / "train", first=self.profile_steps[0],
                                         last=self.profile_steps[1])
                 profiler(task.step)  # a range that starts with this run's first step
             controller = Controller(
-                runner=runner, global_step=lambda: task.step, checkpoints=task.checkpoints,
+                runner=runner, global_step=lambda: task.step, checkpoints=self.checkpoints,
                 save_schedule=SaveSchedule(cfg.save_every_secs, cfg.save_every_steps,
                                            first_secs=cfg.first_save_secs), stop=stop,
                 actions=[
@@ -117,7 +123,7 @@ class Trainer:
             )
             stopped_by = controller.train(cfg.steps)
         except DataError:
-            task.checkpoints.save()  # keep the progress made before the bad record
+            self.checkpoints.save()  # keep the progress made before the bad record
             raise
         except _CLUSTER_ERRORS as exc:
             raise cluster_failure(exc) from exc
@@ -125,10 +131,10 @@ class Trainer:
             if profiler is not None:
                 profiler.close()
             summaries.close()
-        path = task.checkpoints.save()
+        path = self.checkpoints.save()
         keep_until_exit(runner)  # its tf.data iterator: destroying it can take half a minute
-        if task.scratch is not None:
-            shutil.rmtree(task.scratch, ignore_errors=True)
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
         final = task.step
         log.info("encoder forward passes this run: %d for the feature cache, %d in training steps",
                  cache_build.forward_passes if cache_build else 0, runner.encoder_images)
@@ -147,7 +153,7 @@ class Trainer:
         logs.CONTEXT["run"] = read_run_id(str(self.task.model_dir)) or ""
         if self.metrics is not None:
             self.metrics.start(step, self.task.batch_size, logs.CONTEXT["run"])
-            self.task.checkpoints.on_save = self.metrics.saved
+            self.checkpoints.on_save = self.metrics.saved
 
     def _log_shape(self) -> None:
         task, replicas = self.task, self.task.strategy.num_replicas_in_sync
@@ -167,13 +173,16 @@ class Trainer:
         if self.settings is not None:
             run_config.ended(model_dir, read_run_id(str(model_dir)) or "", step, reason, finished)
 
-    def _runner(self) -> SynchronousRunner | ParameterServerRunner:
+    def _runner(self, cache: FeatureCache | None) -> SynchronousRunner | ParameterServerRunner:
+        task = self.task
         if self.coordinator is None:
-            steps = self.task.compute.loop_steps(self.task.uses_cache)
+            steps = task.compute.loop_steps(task.uses_cache)
             log.info("up to %d step%s per call (--steps-per-loop)", steps, "" if steps == 1 else "s")
-            return SynchronousRunner(task=self.task, steps_per_loop=steps)
-        cfg = self.task.train_config
-        return ParameterServerRunner(task=self.task, coordinator=self.coordinator, workers=self.workers,
+            return SynchronousRunner(task=task, dataset=task.dataset(cache), steps_per_loop=steps)
+        cfg = task.train_config
+        return ParameterServerRunner(task=task, dataset_fn=task.dataset_factory(task.input_config.batch_size,
+                                                                                 cache),
+                                     coordinator=self.coordinator, workers=self.workers,
                                      steps_per_loop=min(cfg.log_every_steps,
                                                         cfg.save_every_steps or cfg.log_every_steps))
 
@@ -182,15 +191,15 @@ class Trainer:
         record when starting, None when resumed."""
         task = self.task
         encoder_init = None
-        restored = task.checkpoints.restore_latest()
+        restored = self.checkpoints.restore_latest()
         if restored is None:
             # Before anything is written: a bad weights file leaves the model dir untouched.
             encoder_init = load_encoder_weights(task.model.encoder, task.inception_weights)
             log.info("no checkpoint in %s: starting from scratch%s", task.model_dir,
                      f", encoder from {task.inception_weights}" if encoder_init.pretrained else "")
         else:
-            log.info("resumed from %s at step %d", task.checkpoints.restored_from, restored)
-            for change in task.apply_flag_rates():
+            log.info("resumed from %s at step %d", self.checkpoints.restored_from, restored)
+            for change in restore_configured_rates(task.rates, task.strategy):
                 log.info("%s from the flags", change)
             if task.inception_weights != NONE:
                 log.info("%s not applied: the model dir's own checkpoint carries the encoder "
@@ -233,3 +242,30 @@ class Trainer:
             (task.model_dir / ENCODER_INIT_REPORT).write_text(encoder_init.report())
         # The vocabulary travels with the checkpoints: `showtell caption` needs no --data.
         shutil.copyfile(task.data_dir / VOCAB, task.model_dir / VOCAB)
+
+
+def task_checkpoints(task: CaptionTask) -> tuple[Checkpoints, Path | None]:
+    """The run's checkpoints of ``task``'s state, and the scratch dir a non-chief writes its own
+    into (None for the chief): multi-worker tasks must all save (the save may run collectives),
+    and every task restores from the shared model dir."""
+    scratch = None if task.is_chief else Path(tempfile.mkdtemp(prefix="showtell-worker-"))
+    return Checkpoints(task.model_dir, task.global_step, task.train_config.keep,
+                       optional=task.checkpointed_optimizers(), write_dir=scratch, model=task.model), scratch
+
+
+def open_data(task: CaptionTask) -> tuple[FeatureCache | None, BuildStats | None]:
+    """The feature cache a task on it reads, built if missing — once the encoder's weights are in
+    place (restored or loaded): the cache holds its outputs — and the build's figures (None when
+    nothing was built).  (None, None) when the encoder trains."""
+    if not task.uses_cache:
+        if task.cache_config.enabled:
+            log.info("feature cache not used: the encoder is training")
+        return None, None
+    cfg, size, config = task.cache_config, task.model_config.image_size, task.input_config
+    return ensure_cache(
+        Path(cfg.root) if cfg.root else task.data_dir / "feature-cache",
+        cache_key(task.data_dir, task.files, weights_digest(task.model.encoder_weights), size, config,
+                  cfg.variants),
+        lambda images: task.model.features(images, training=False),
+        task.files, size, config, cfg.batch_size,
+    )
