@@ -102,11 +102,11 @@ def main() -> None:
     ap.add_argument("--data", type=Path, required=True, help="the synthetic dataset it pretrained on")
     ap.add_argument("--fitted", type=int, default=400, help="fitted images scored beside the held-out ones")
     a = ap.parse_args()
-    images, labels = pretrain._train_images(a.data)
+    images, labels = pretrain.train_images(a.data)
     n_fit = round(len(images) * (1 - pretrain.HELD_OUT))
     size = images.shape[1]
-    _, model = pretrain._classifier(size)
-    state = pretrain._State(pretrain_state(a.out), model, __import__("keras").optimizers.Adam())
+    _, model = pretrain.classifier(size)
+    state = pretrain.PretrainState(pretrain_state(a.out), model, __import__("keras").optimizers.Adam())
     step = state.restore()
     held = {h: v[n_fit:] for h, v in labels.items()}
     fitted = {h: v[:a.fitted] for h, v in labels.items()}

@@ -49,7 +49,7 @@ def main() -> None:
     if not (a.data / "dataset.json").is_file():
         synthetic.build(a.data, SyntheticConfig())
     keras.utils.set_random_seed(0)
-    images, labels = pretrain._train_images(a.data)  # every head, the counts included
+    images, labels = pretrain.train_images(a.data)  # every head, the counts included
     colour_heads = {f"{c}s": tuple(range(synthetic.MAX_SHAPES + 1)) for c in synthetic.COLOURS}
     if a.colour_counts:  # from the colour heads: how many shapes of each colour
         for i, colour in enumerate(synthetic.COLOURS, start=1):
@@ -97,7 +97,7 @@ def main() -> None:
     for n, (x, y) in enumerate(fit, start=1):
         loss = float(step(x, y))
         if n % a.every == 0:
-            accuracy = pretrain._accuracy(model, images[n_fit:], held, size, config)
+            accuracy = pretrain.held_out_accuracy(model, images[n_fit:], held, size, config)
             print(json.dumps({"step": n, "seconds": round(time.monotonic() - start), "loss": round(loss, 3),
                               **{h: round(v, 2) for h, v in accuracy.items()}}), flush=True)
         if n >= a.steps:

@@ -226,10 +226,12 @@ def test_the_monitoring_profile_scrapes_what_the_services_serve(compose_tools):
     evaluator = parse_cli("showtell.evaluator.cli", services["evaluator"]["command"])
     scrape = yaml.safe_load((ROOT / "deploy" / "monitoring" / "prometheus.yml").read_text())
     targets = {job["job_name"]: job["static_configs"][0]["targets"] for job in scrape["scrape_configs"]}
+    pretrain = parse_cli("showtell.commands.pretrain", services["pretrain"]["command"])
     assert targets == {"showtell-evaluator": [f"evaluator:{evaluator.prometheus_port}"],
-                       "showtell-trainer": [f"trainer:{trainer.prometheus_port}"]}
-    assert trainer.prometheus_host == evaluator.prometheus_host == "0.0.0.0"  # inside their containers
-    for name in ("trainer", "evaluator"):
+                       "showtell-trainer": [f"trainer:{trainer.prometheus_port}"],
+                       "showtell-pretrain": [f"pretrain:{pretrain.prometheus_port}"]}
+    assert trainer.prometheus_host == evaluator.prometheus_host == pretrain.prometheus_host == "0.0.0.0"
+    for name in ("pretrain", "trainer", "evaluator"):
         assert all(str(trainer.prometheus_port) not in port for port in services[name].get("ports", []))
     prometheus = services["prometheus"]
     assert prometheus["profiles"] == ["monitoring"] and not prometheus["image"].endswith(":latest")

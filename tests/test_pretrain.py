@@ -59,8 +59,18 @@ def encoder_file(tiny_data: Path, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("pretrained") / "encoder.weights.h5"
     assert threading.current_thread() is threading.main_thread()  # where its handlers are installed
     before = signal.getsignal(signal.SIGTERM)
-    result = pretrain(data=tiny_data, out=out, steps=3, batch_size=4, report_every_secs=0)
+    from prometheus_client import CollectorRegistry
+
+    from showtell.trainer.prometheus import TrainerMetrics
+
+    registry = CollectorRegistry()
+    result = pretrain(data=tiny_data, out=out, steps=3, batch_size=4, report_every_secs=0,
+                      metrics=TrainerMetrics(registry))
     assert (result.started_from, result.steps) == (0, 3)
+    # the trainer's figures, from the same loop: the step, the images trained on, the run
+    assert registry.get_sample_value("showtell_trainer_step") == 3
+    assert registry.get_sample_value("showtell_trainer_examples_total") == 3 * 4
+    assert registry.get_sample_value("showtell_trainer_run_info", {"run_id": "pretrain"}) == 1
     assert set(result.accuracy) == set(synthetic.LABEL_HEADS)
     assert result.exit_code == 0  # its --steps ran out: finished
     assert signal.getsignal(signal.SIGTERM) is before  # the handler given back
@@ -71,7 +81,7 @@ def test_held_out_accuracy_scores_each_shape_head_on_the_images_that_have_that_s
     """A model that always answers "none" for the shapes scores 0 on them, not the share of
     scenes without that shape (0.74 for the third shape: how the old figure hid chance)."""
     from showtell.captioning.config import InputConfig
-    from showtell.trainer.pretrain import _accuracy
+    from showtell.trainer.pretrain import held_out_accuracy
 
     scenes = [synthetic.make_scene(0, "train", i, 75) for i in range(40)]
     labels = {h: np.array([synthetic.scene_labels(s)[h] for s in scenes]) for h in synthetic.LABEL_HEADS}
@@ -83,9 +93,9 @@ def test_held_out_accuracy_scores_each_shape_head_on_the_images_that_have_that_s
             return {h: tf.one_hot(pick(h)[:n], len(c)) for h, c in synthetic.LABEL_HEADS.items()}
         return model
 
-    right = _accuracy(answering(lambda h: labels[h]), images, labels, 75, InputConfig())
+    right = held_out_accuracy(answering(lambda h: labels[h]), images, labels, 75, InputConfig())
     assert right == dict.fromkeys(synthetic.LABEL_HEADS, 1.0)
-    none = _accuracy(answering(lambda h: np.zeros_like(labels[h])), images, labels, 75, InputConfig())
+    none = held_out_accuracy(answering(lambda h: np.zeros_like(labels[h])), images, labels, 75, InputConfig())
     assert none["shape3_kind"] == 0.0 and none["shape1_colour"] == 0.0
     assert (labels["shape3_kind"] == 0).mean() > 0.5  # most scenes have no third shape
 
@@ -133,6 +143,14 @@ def test_bad_pretrain_flags_and_data_are_one_line(tiny_data: Path, tmp_path: Pat
     assert line.startswith("showtell pretrain: error: --data ") and "no scene labels" in line
     assert "--inception-weights imagenet" in line
     assert "does not exist" in error("--data", str(tmp_path / "nowhere"), "--out", out, "--steps", "1")
+    import socket
+
+    with socket.socket() as taken:  # --prometheus-port, as the trainer's: a port in use is one line
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        line = error("--data", str(tiny_data), "--out", out, "--steps", "1", "--prometheus-port", str(port))
+    assert line.startswith(f"showtell pretrain: error: --prometheus-host 127.0.0.1 --prometheus-port {port}: "
+                           "cannot listen there"), line
     assert not (tmp_path / "encoder.weights.h5").exists()
 
 
@@ -195,7 +213,7 @@ def test_pretraining_resumes_where_it_ended_as_one_longer_run(encoder_file: Path
     from showtell.trainer.pretrain import pretrain
 
     fed: list[np.ndarray] = []  # the images of every batch pretrain() trains on, in order
-    real_step = pretraining._train_step
+    real_step = pretraining.make_train_step
     # The runs after the resumed one are read for the batches pretrain() feeds them and what they
     # report, never for what they learn: their steps take the batch and skip the training (each
     # real one traces Inception's gradient, ≈ 25 CPU-s a run).
@@ -210,7 +228,7 @@ def test_pretraining_resumes_where_it_ended_as_one_longer_run(encoder_file: Path
 
         return train
 
-    monkeypatch.setattr(pretraining, "_train_step", recording)
+    monkeypatch.setattr(pretraining, "make_train_step", recording)
     out = tmp_path / "encoder.weights.h5"  # the fixture's 3-step run, copied: its state goes on
     shutil.copy2(encoder_file, out)
     shutil.copytree(state_dir(encoder_file), state_dir(out))
@@ -239,13 +257,13 @@ def test_pretraining_resumes_where_it_ended_as_one_longer_run(encoder_file: Path
     # 3) restored into a classifier initialised otherwise holds the weights its encoder file holds.
     import keras
 
-    from showtell.trainer.pretrain import _classifier, _State, _train_step
+    from showtell.trainer.pretrain import PretrainState, classifier, make_train_step
 
     keras.utils.set_random_seed(1)
-    encoder, model = _classifier(75)
+    encoder, model = classifier(75)
     optimizer = keras.optimizers.Adam()
-    _train_step(model, optimizer)  # builds its slots, as a run does before restoring
-    assert _State(state_dir(encoder_file), model, optimizer).restore() == 3
+    make_train_step(model, optimizer)  # builds its slots, as a run does before restoring
+    assert PretrainState(state_dir(encoder_file), model, optimizer).restore() == 3
     saved = build_encoder(75)
     saved.load_weights(str(encoder_file))
     for restored, written in zip(encoder.weights, saved.weights, strict=True):

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,9 @@ from showtell.captioning.data.records import shard_files
 from showtell.captioning.model.network import build_encoder
 from showtell.common.errors import DataError, ShowtellError
 from showtell.common.files import sha256_of
+from showtell.trainer.checkpoints import SaveSchedule
+from showtell.trainer.controller import Controller, StepLogs
+from showtell.trainer.prometheus import TrainerMetrics
 from showtell.trainer.signals import StopRequest
 
 log = logging.getLogger(__name__)
@@ -63,7 +67,7 @@ class PretrainResult:
     loss: float = float("nan")  # the last step's (weighted sum over the heads)
 
 
-def _train_images(data: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def train_images(data: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Every train image once ([0, 1] floats, as stored) and its scene labels per head."""
     manifest, _ = load_dataset(data)
     if manifest.builder != synthetic.BUILDER:
@@ -89,7 +93,7 @@ def _train_images(data: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     return np.concatenate(images), {head: np.asarray(v, np.int32) for head, v in labels.items()}
 
 
-def _classifier(image_size: int) -> tuple[keras.Model, keras.Model]:
+def classifier(image_size: int) -> tuple[keras.Model, keras.Model]:
     """Inception v3 (BN momentum 0.9: its statistics must keep up with weights moving from
     random init) with one softmax head per label."""
     encoder = build_encoder(image_size, bn_momentum=0.9)
@@ -101,9 +105,12 @@ def _classifier(image_size: int) -> tuple[keras.Model, keras.Model]:
 def pretrain(*, data: Path, out: Path, seconds: float | None = None, steps: int | None = None,
              batch_size: int = 32, learning_rate: float = 1e-3, seed: int = 0,
              report_every_secs: float = 20.0, first_save_after: float | None = None,
-             fresh: bool = False) -> PretrainResult:
+             fresh: bool = False, metrics: TrainerMetrics | None = None) -> PretrainResult:
     """Train the encoder on ``data``'s scene labels for ``steps`` or ``seconds`` more, from where
     the last run left it (``pretrain_state(out)``) unless ``fresh``; write ``out``.
+
+    The steps run on the trainer's loop (``controller.Controller``: one step a call, actions
+    between, stops between steps): the progress line is an action, the first encoder a save.
 
     Args:
       data: a synthetic dataset directory (``showtell data synthetic``).
@@ -119,6 +126,7 @@ def pretrain(*, data: Path, out: Path, seconds: float | None = None, steps: int 
         an early encoder that phase 1 can start from while pretraining continues (the demo's
         preview); the end writes it again.
       fresh: start from random weights even when a state from an earlier run is there.
+      metrics: the Prometheus figures to keep (``pretrain --prometheus-port``), as a trainer's.
     """
     if not out.name.endswith(".weights.h5"):
         raise ShowtellError(f"--out {out}: the file name must end in .weights.h5 (Keras' weights format)")
@@ -127,70 +135,154 @@ def pretrain(*, data: Path, out: Path, seconds: float | None = None, steps: int 
     stop = StopRequest()
     stop.action = "ending pretraining and saving the encoder"
     stop.install()
-    first_save = None if first_save_after is None else time.monotonic() + first_save_after
+    started = time.monotonic()
     try:
-        return _pretrain(data, out, stop.time_limit(seconds), seconds, steps, batch_size, learning_rate,
-                         seed, report_every_secs, first_save, fresh)
+        return _pretrain(data, out, stop.time_limit(seconds), Budget(seconds, steps, started), batch_size,
+                         learning_rate, seed, report_every_secs, first_save_after, fresh, metrics)
     finally:
         stop.restore()
 
 
-def _pretrain(data: Path, out: Path, stop: StopRequest, seconds: float | None, steps: int | None,
-              batch_size: int, learning_rate: float, seed: int, report_every_secs: float,
-              first_save: float | None, fresh: bool) -> PretrainResult:
+@dataclass(frozen=True)
+class Budget:
+    """How long this run pretrains: ``steps`` more and/or ``seconds`` from ``started``."""
+
+    seconds: float | None
+    steps: int | None
+    started: float  # time.monotonic() at the call
+
+    def describe(self) -> str:
+        if self.seconds is None:
+            return f"{self.steps} steps"
+        either = f"{self.steps} steps or " if self.steps is not None else ""
+        return f"{either}{self.seconds:.0f} s"
+
+    def left(self, now: float) -> str:
+        return "" if self.seconds is None else f", {max(0.0, self.seconds - (now - self.started)):.0f} s left"
+
+
+def _pretrain(data: Path, out: Path, stop: StopRequest, budget: Budget, batch_size: int,
+              learning_rate: float, seed: int, report_every_secs: float, first_save_after: float | None,
+              fresh: bool, metrics: TrainerMetrics | None) -> PretrainResult:
     keras.utils.set_random_seed(seed)
-    images, labels = _train_images(data)
+    images, labels = train_images(data)
     n_fit = round(len(images) * (1 - HELD_OUT))
     log.info("pretraining on %d train images (%d held out) for %s", n_fit, len(images) - n_fit,
-             f"{steps} steps" if seconds is None else f"{seconds:.0f} s" if steps is None
-             else f"{steps} steps or {seconds:.0f} s")
-    size = images.shape[1]
-    encoder, model = _classifier(size)
+             budget.describe())
+    size, config = images.shape[1], InputConfig(seed=seed)
+    encoder, model = classifier(size)
     optimizer = keras.optimizers.Adam(learning_rate)
-    train_step = _train_step(model, optimizer)  # builds the optimizer's slots: restorable
-    state = _State(pretrain_state(out), model, optimizer)
+    step_fn = make_train_step(model, optimizer)  # builds the optimizer's slots: restorable
+    state = PretrainState(pretrain_state(out), model, optimizer)
     first = 0 if fresh else state.restore()
-    config = InputConfig(seed=seed)
-    # A resumed run takes up the batches where the last one left them: the same as one longer run.
-    fit = _fit_dataset(images[:n_fit], {h: v[:n_fit] for h, v in labels.items()}, config, batch_size,
-                       skip_steps=first)
-    start, step, loss = time.monotonic(), first, float("nan")
-    reported, reported_step = start, first
-    for x, y in fit:
-        loss = float(train_step(x, y))
-        step += 1
-        now = time.monotonic()
-        if step == first + 1 or now - reported >= report_every_secs:
-            held_out = _accuracy(model, images[n_fit:], {h: v[n_fit:] for h, v in labels.items()}, size,
+
+    def held_out() -> dict[str, float]:
+        return held_out_accuracy(model, images[n_fit:], {h: v[n_fit:] for h, v in labels.items()}, size,
                                  config)
-            left = "" if seconds is None else f", {max(0.0, seconds - (now - start)):.0f} s left"
-            log.info("pretrain step %d (%.0f s%s): loss %.3f, %.1f images/s; held-out accuracy %s", step,
-                     now - start, left, loss, (step - reported_step) * batch_size / (now - reported),
-                     _format(held_out))
-            reported, reported_step = time.monotonic(), step
-        if first_save is not None and now >= first_save:
-            first_save = None
-            _save(encoder, out, f"a first encoder, after {step} steps (pretraining goes on)")
-            state.encoder_written(step, out, final=False)
-        if (steps is not None and step - first >= steps) or stop:
-            break
-    elapsed = time.monotonic() - start
-    accuracy = _accuracy(model, images[n_fit:], {h: v[n_fit:] for h, v in labels.items()}, size, config)
+
+    # A resumed run takes up the batches where the last one left them: the same as one longer run.
+    runner = PretrainRunner(step_fn, fit_dataset(images[:n_fit], {h: v[:n_fit] for h, v in labels.items()},
+                                                 config, batch_size, skip_steps=first), first, batch_size)
+    preview = EncoderPreview(encoder, out, state, runner)
+    if metrics is not None:
+        metrics.start(first, batch_size, "pretrain")
+        preview.on_save = metrics.saved
+    remaining = None if first_save_after is None else max(1e-3, budget.started + first_save_after
+                                                             - time.monotonic())
+    controller = Controller(
+        runner=runner, global_step=lambda: runner.step, checkpoints=preview,
+        save_schedule=SaveSchedule(None, None, first_secs=remaining), stop=stop,
+        actions=[PretrainProgress(held_out, report_every_secs, budget, batch_size, first),
+                 *([metrics] if metrics is not None else [])])
+    stopped_by = controller.train(first + budget.steps if budget.steps is not None else 2**62)
+    step, elapsed = runner.step, time.monotonic() - budget.started
+    accuracy = held_out()
     log.info("pretrained %d steps in %.0f s (loss %.3f; %d steps in all); held-out accuracy: %s",
-             step - first, elapsed, loss, step, _format(accuracy))
-    finished = (steps is not None and step - first >= steps) or not stop or stop.final
+             step - first, elapsed, runner.loss, step, _format(accuracy))
+    finished = stopped_by is None or stop.final
     state.save(step, accuracy)
     _save(encoder, out, "the pretrained encoder")
     state.encoder_written(step, out, final=finished)
+    if metrics is not None:
+        metrics(step)
     code = stop.exit_code(finished)
     if code:  # as the trainer says it: a scheduler must not read a preempted pretraining as done
         log.info("stopped after %d steps by %s before finishing: exit %d — not done; the encoder so far "
                  "is saved", step - first, stop.reason, code)
     return PretrainResult(steps=step, seconds=elapsed, accuracy=accuracy, path=out, exit_code=code,
-                          started_from=first, loss=loss)
+                          started_from=first, loss=runner.loss)
 
 
-class _State:
+class PretrainRunner:
+    """The controller's runner for pretraining: one step a call on the fit batches, the global
+    step counted here (the state saves it)."""
+
+    steps_per_loop = 1
+
+    def __init__(self, step_fn: Callable, batches: tf.data.Dataset, first: int, batch_size: int) -> None:
+        self._step_fn, self._batches = step_fn, iter(batches)
+        self.step, self.batch_size, self.loss = first, batch_size, float("nan")
+        self._traced = False
+
+    def train(self, num_steps: int) -> StepLogs:
+        logs = StepLogs(traced=not self._traced)
+        for _ in range(num_steps):
+            waited = time.perf_counter()
+            x, y = next(self._batches)
+            computed = time.perf_counter()
+            self.loss = float(self._step_fn(x, y))
+            done = time.perf_counter()
+            logs.input_seconds += computed - waited
+            logs.compute_seconds += done - computed
+            logs.losses.append(self.loss)
+            self.step += 1
+        logs.examples = num_steps * self.batch_size
+        self._traced = True
+        return logs
+
+    def agree(self, flags: list[bool]) -> list[bool]:
+        return flags  # one process: nothing to agree with
+
+
+class PretrainProgress:
+    """The progress line, after the first step and then every ``every_secs`` (0: every step):
+    step, time (and time left), loss, images/s, held-out accuracy."""
+
+    def __init__(self, held_out: Callable[[], dict[str, float]], every_secs: float, budget: Budget,
+                 batch_size: int, first: int) -> None:
+        self.held_out, self.every, self.budget, self.batch_size = held_out, every_secs, budget, batch_size
+        self.first, self.reported_step, self.reported = first, first, budget.started
+
+    def __call__(self, step: int, logs: StepLogs) -> None:
+        now = time.monotonic()
+        if step != self.first + 1 and now - self.reported < self.every:
+            return
+        accuracy = self.held_out()
+        log.info("pretrain step %d (%.0f s%s): loss %.3f, %.1f images/s; held-out accuracy %s", step,
+                 now - self.budget.started, self.budget.left(now), logs.losses[-1],
+                 (step - self.reported_step) * self.batch_size / max(now - self.reported, 1e-9),
+                 _format(accuracy))
+        self.reported, self.reported_step = time.monotonic(), step
+
+
+class EncoderPreview:
+    """What the controller's save does in a pretraining: write the encoder so far — a first encoder
+    that phase 1 can start from while pretraining goes on (``first_save_after``)."""
+
+    def __init__(self, encoder: keras.Model, out: Path, state: PretrainState, runner: PretrainRunner) -> None:
+        self.encoder, self.out, self.state, self.runner = encoder, out, state, runner
+        self.on_save: Callable[[int, float], None] | None = None
+
+    def save(self) -> str:
+        started, step = time.monotonic(), self.runner.step
+        _save(self.encoder, self.out, f"a first encoder, after {step} steps (pretraining goes on)")
+        self.state.encoder_written(step, self.out, final=False)
+        if self.on_save is not None:
+            self.on_save(step, time.monotonic() - started)
+        return str(self.out)
+
+
+class PretrainState:
     """The pretraining's state beside its weights file: the classifier (encoder and heads), Adam's
     slots and the step in a TensorFlow checkpoint, and in ``progress.json`` the held-out accuracy
     it reached (the demo says what the last run reached) and what the weights file holds (a first
@@ -251,7 +343,7 @@ class _State:
                              "or choose another --out")
 
 
-def _fit_dataset(images: np.ndarray, labels: dict[str, np.ndarray], config: InputConfig,
+def fit_dataset(images: np.ndarray, labels: dict[str, np.ndarray], config: InputConfig,
                  batch_size: int, skip_steps: int = 0) -> tf.data.Dataset:
     """The images to fit, shuffled, augmented as the trainer's, batched, endlessly — from step
     ``skip_steps`` on.  Every choice is a function of the seed and the example's position in the
@@ -271,7 +363,7 @@ def _fit_dataset(images: np.ndarray, labels: dict[str, np.ndarray], config: Inpu
             .batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE))
 
 
-def _train_step(model: keras.Model, optimizer: keras.Optimizer):
+def make_train_step(model: keras.Model, optimizer: keras.Optimizer) -> Callable:
     """One step on every head (weighted by ``head_weight``), traced once."""
     # The slots made now, not inside the step: a tf.function that creates variables on its first
     # call traces twice, and tracing Inception's gradient costs ≈ 12 CPU-s (first step 25 → 13 s).
@@ -291,7 +383,7 @@ def _train_step(model: keras.Model, optimizer: keras.Optimizer):
     return train_step
 
 
-def _accuracy(model: keras.Model, images: np.ndarray, labels: dict[str, np.ndarray], size: int,
+def held_out_accuracy(model: keras.Model, images: np.ndarray, labels: dict[str, np.ndarray], size: int,
               config: InputConfig) -> dict[str, float]:
     """Per-head accuracy (``LABEL_HEADS``) in inference mode — a frozen encoder's.  A shape head is
     scored on the images that have that shape: most scenes have no third shape, and "none" is

@@ -8,9 +8,13 @@ import logging
 from pathlib import Path
 
 from showtell.captioning.config import WEIGHTS_IMAGENET, WEIGHTS_NONE, pretraining_done
+from showtell.common import exposition
+from showtell.common.exposition import MonitoringConfig
 from showtell.common.flags import (
     add_config_file_flag,
+    add_config_flags,
     add_verbose_flag,
+    config_from_flags,
     parse_args,
     positive_float,
     positive_int,
@@ -42,6 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--first-save-after", type=positive_float, metavar="SECONDS",
                    help="also write --out this long after the start and go on: an early encoder that "
                         "phase 1 can use while pretraining continues (the end writes it again)")
+    metrics = p.add_argument_group(MonitoringConfig.__doc__.splitlines()[0].rstrip("."))
+    add_config_flags(metrics, MonitoringConfig)
     add_config_file_flag(p)
     add_verbose_flag(p)
 
@@ -60,11 +66,19 @@ def run(args: argparse.Namespace) -> int:
         if args.if_missing and args.out.is_file():
             log.info("--if-missing: %s holds the encoder of a pretraining not done (a first one, or one "
                      "stopped early): going on with it", args.out)
-        from showtell.trainer.pretrain import pretrain
+        # The figures a trainer serves (a port in use: one line, before TensorFlow loads).
+        endpoint = exposition.serve("pretrain", config_from_flags(MonitoringConfig, args))
+        try:
+            from showtell.trainer.pretrain import pretrain
+            from showtell.trainer.prometheus import TrainerMetrics
 
-        result = pretrain(data=args.data, out=args.out, seconds=args.seconds, steps=args.steps,
-                          batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed,
-                          first_save_after=args.first_save_after, fresh=args.fresh)
+            result = pretrain(data=args.data, out=args.out, seconds=args.seconds, steps=args.steps,
+                              batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed,
+                              first_save_after=args.first_save_after, fresh=args.fresh,
+                              metrics=TrainerMetrics(endpoint.registry) if endpoint else None)
+        finally:
+            if endpoint is not None:
+                endpoint.close()
         return result.exit_code  # 143/130 when a signal ended it early (the encoder is saved)
 
     return run_command(PROG, body)
