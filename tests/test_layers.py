@@ -146,17 +146,17 @@ def longest_chain(graph: dict[str, set[str]], start: str) -> list[str]:
     return chain(start, frozenset())
 
 
-# Goal: 8 (a command's entry, its CLI, its service's top, … a leaf); measured 10 on both services —
-# the trainer's controller and task still import concrete checkpoints and model-dir code, the
-# evaluator's loop its model-dir reader.  A ceiling here: no chain may grow.
-CHAIN_CEILING = 10
+# Goal: 8 (a command's entry, its CLI, its service's top, … a leaf).  The trainer meets it: its
+# controller depends on protocols (Saver, Schedule, Stop), its runners on the task's (StepTask),
+# its task on no checkpoints.  The evaluator does not yet (10): its loop and serving reach the
+# model-dir reader (4 deep) and the best export the model's export — a ceiling, so no chain grows.
+CHAIN_CEILING = {"showtell.trainer.__main__": 8, "showtell.evaluator.__main__": 10, "showtell.__main__": 8}
 
 
-@pytest.mark.parametrize("entry", ["showtell.trainer.__main__", "showtell.evaluator.__main__",
-                                   "showtell.__main__"])
+@pytest.mark.parametrize("entry", sorted(CHAIN_CEILING))
 def test_no_import_chain_from_a_command_grows(entry: str):
     chain = longest_chain(import_graph(), entry)
-    assert len(chain) <= CHAIN_CEILING, " → ".join(chain)
+    assert len(chain) <= CHAIN_CEILING[entry], " → ".join(chain)
 
 
 def test_the_chain_measure_finds_the_longest():

@@ -171,11 +171,11 @@ def test_max_seconds_ends_the_run_finished_with_its_marker(tiny_data: Path, tmp_
 def test_im2txt_rate_is_halved_every_8_epochs():
     """The default schedule (im2txt's): SGD 2.0, × 0.5 at every 8 epochs, staircase."""
     from showtell.trainer.config import OptimizerConfig
-    from showtell.trainer.optimizer import build_optimizer, current_learning_rate, describe_rate
+    from showtell.trainer.optimizer import build_optimizer, current_learning_rate
 
     config = OptimizerConfig()
     optimizer = build_optimizer(config, steps_per_epoch=10)  # 8 epochs = 80 steps
-    assert type(optimizer).__name__ == "SGD" and describe_rate(config) == "2 × 0.5 every 8 epochs"
+    assert type(optimizer).__name__ == "SGD" and config.describe_rate() == "2 × 0.5 every 8 epochs"
     rates = {}
     for step in (0, 79, 80, 159, 160, 800):
         optimizer.iterations.assign(step)

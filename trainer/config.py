@@ -36,6 +36,17 @@ class OptimizerConfig:
         None, "the encoder's constant rate while it trains (default 0.0005, im2txt's, when pretrained; "
               "from scratch it follows --learning-rate; auto: that default)", type=or_auto(positive_float))
 
+    @property
+    def decays(self) -> bool:
+        """Whether the rate decays (else it is constant: a variable a checkpoint restores)."""
+        return bool(self.decay_factor) and self.decay_factor != 1.0 and bool(self.epochs_per_decay)
+
+    def describe_rate(self) -> str:
+        """The schedule in words, for the start-up log."""
+        if self.decays:
+            return f"{self.learning_rate:g} × {self.decay_factor:g} every {self.epochs_per_decay:g} epochs"
+        return f"{self.learning_rate:g} (constant)"
+
 
 IM2TXT_INCEPTION_LEARNING_RATE = 0.0005
 

@@ -14,9 +14,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from showtell.trainer.checkpoints import Checkpoints, SaveSchedule
-from showtell.trainer.signals import StopRequest
-
 log = logging.getLogger(__name__)
 
 ANOTHER_WORKER = "another worker's stop"
@@ -51,9 +48,33 @@ class Runner(Protocol):
     def agree(self, flags: list[bool]) -> list[bool]: ...
 
 
+class Saver(Protocol):
+    """Writes a checkpoint now (``checkpoints.Checkpoints``; a pretraining's encoder preview)."""
+
+    def save(self) -> str: ...
+
+
+class Schedule(Protocol):
+    """When a save is due (``checkpoints.SaveSchedule``)."""
+
+    def start(self, step: int) -> None: ...
+
+    def due(self, step: int) -> bool: ...
+
+    def saved(self, step: int) -> None: ...
+
+
+class Stop(Protocol):
+    """A stop requested (``signals.StopRequest``): true once requested, with its reason."""
+
+    reason: str | None
+
+    def __bool__(self) -> bool: ...
+
+
 class Controller:
-    def __init__(self, *, runner: Runner, global_step: Callable[[], int], checkpoints: Checkpoints,
-                 save_schedule: SaveSchedule, stop: StopRequest, actions: Sequence[Action] = (),
+    def __init__(self, *, runner: Runner, global_step: Callable[[], int], checkpoints: Saver,
+                 save_schedule: Schedule, stop: Stop, actions: Sequence[Action] = (),
                  boundaries: Sequence[int] = (), marks: Sequence[int] = ()) -> None:
         """
         Args:

@@ -15,20 +15,9 @@ import tensorflow as tf
 from showtell.trainer.config import OPTIMIZERS, OptimizerConfig
 
 
-def decays(config: OptimizerConfig) -> bool:
-    return bool(config.decay_factor) and config.decay_factor != 1.0 and bool(config.epochs_per_decay)
-
-
-def describe_rate(config: OptimizerConfig) -> str:
-    """The schedule in words, for the start-up log."""
-    if decays(config):
-        return f"{config.learning_rate:g} × {config.decay_factor:g} every {config.epochs_per_decay:g} epochs"
-    return f"{config.learning_rate:g} (constant)"
-
-
 def learning_rate(config: OptimizerConfig, steps_per_epoch: int):
     """Step-wise decay by ``decay_factor`` every ``epochs_per_decay`` epochs (or constant)."""
-    if not decays(config):
+    if not config.decays:
         return config.learning_rate
     return keras.optimizers.schedules.ExponentialDecay(
         config.learning_rate,
@@ -63,7 +52,7 @@ def restore_configured_rates(rates: list[tuple[str, keras.Optimizer, OptimizerCo
     with strategy.scope():
         for name, optimizer, config in rates:
             restored = current_learning_rate(optimizer)
-            if not decays(config) and not math.isclose(restored, config.learning_rate, rel_tol=1e-6):
+            if not config.decays and not math.isclose(restored, config.learning_rate, rel_tol=1e-6):
                 optimizer.learning_rate = config.learning_rate  # assigns the rate variable
                 changed.append(f"{name} {config.learning_rate:g} (the checkpoint's was {restored:g})")
     return changed

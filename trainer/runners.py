@@ -12,12 +12,33 @@ checkpoint, no logging: that is the controller's and its actions'.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Protocol
 
 import tensorflow as tf
 
+from showtell.captioning.config import InputConfig
 from showtell.captioning.data import inputs
 from showtell.trainer.controller import StepLogs
-from showtell.trainer.task import CaptionTask
+
+
+class StepTask(Protocol):
+    """What a runner uses of a task (``task.CaptionTask``): its strategy, steps and batch size."""
+
+    strategy: tf.distribute.Strategy
+    batch_size: int  # global examples a step
+    input_config: InputConfig
+    uses_cache: bool
+    files: list[str]
+
+    @property
+    def step(self) -> int: ...
+
+    def make_train_step(self, element_spec) -> Callable: ...
+
+    def make_train_loop(self) -> Callable: ...
+
+    def replica_step(self, batch: dict[str, tf.Tensor], dense: bool = False) -> tf.Tensor: ...
 
 
 class SynchronousRunner:
@@ -30,7 +51,7 @@ class SynchronousRunner:
     no input-wait figure.  Every call is marked in the profiler's trace with the global step it
     starts at (a no-op unless a profiler runs: ``ProfileSteps`` needs nothing from here)."""
 
-    def __init__(self, *, task: CaptionTask, dataset: tf.data.Dataset, steps_per_loop: int = 1) -> None:
+    def __init__(self, *, task: StepTask, dataset: tf.data.Dataset, steps_per_loop: int = 1) -> None:
         """
         Args:
           task: what to train; its strategy runs the steps.
@@ -109,7 +130,7 @@ class ParameterServerRunner:
     """Steps scheduled on the workers of a parameter-server cluster by its coordinator (the
     profiler, if on, traces the coordinator; the steps run on the workers)."""
 
-    def __init__(self, *, task: CaptionTask, dataset_fn, coordinator, workers: int,
+    def __init__(self, *, task: StepTask, dataset_fn, coordinator, workers: int,
                  steps_per_loop: int) -> None:
         """
         Args:

@@ -13,7 +13,6 @@ import logging
 
 from showtell.captioning.weights.encoder import NONE
 from showtell.trainer.config import IM2TXT_INCEPTION_LEARNING_RATE, OptimizerConfig
-from showtell.trainer.optimizer import describe_rate
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +30,7 @@ class Phase:
     def describe(self) -> str:
         text = f"encoder {'trains' if self.trains_encoder else 'frozen'}: {self.why}"
         if self.encoder_optimizer is not None:
-            text += f"; encoder learning rate {describe_rate(self.encoder_optimizer)}"
+            text += f"; encoder learning rate {self.encoder_optimizer.describe_rate()}"
         return text
 
 
