@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -37,7 +38,6 @@ from showtell.evaluator.config import (
     Finish,
     ServeConfig,
     WatchConfig,
-    eval_set_problem,
 )
 from showtell.evaluator.records.workdir import WorkDir
 
@@ -131,6 +131,32 @@ def run_once(args: argparse.Namespace) -> int:
         for s in one.samples:
             sys.stdout.write(f"  {s['caption']!r}  refs: {' | '.join(s['references'])}\n")
     return 0
+
+
+def eval_set_problem(sets: Sequence[EvalSet]) -> str | None:
+    """What is wrong with ``--eval-set``s (one line), before anything starts: a name used twice
+    or the default's, a path with no validation records."""
+    from showtell.api.contract import DEFAULT_SET
+    from showtell.captioning.data.manifest import load_dataset
+    from showtell.common.errors import DataError
+
+    seen: set[str] = set()
+    for spec in sets:
+        where = f"--eval-set {spec.name}={spec.data}"
+        if spec.name == DEFAULT_SET:
+            return f"{where}: {DEFAULT_SET!r} is the name of --data's validation split; choose another name"
+        if spec.name in seen:
+            return f"{where}: the name {spec.name!r} is given twice; each set needs its own"
+        seen.add(spec.name)
+        try:
+            manifest, _ = load_dataset(spec.data)
+        except (DataError, OSError) as exc:
+            return f"{where}: {str(exc).splitlines()[0]}"
+        split = manifest.splits.get("val")
+        if split is None or not split.images or not list(spec.data.glob("val-?????-of-?????")):
+            return (f"{where}: no validation records (val-NNNNN-of-NNNNN shards) there; build one with "
+                    f"`showtell data synthetic --out {spec.data}` or point at a dataset directory")
+    return None
 
 
 def _eval_set(text: str) -> EvalSet:

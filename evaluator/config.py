@@ -6,11 +6,11 @@ it sees ``argparse``."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from showtell.api.contract import POLICIES
 from showtell.common.exposition import MonitoringConfig
 from showtell.common.options import (
     boolean,
@@ -26,7 +26,6 @@ from showtell.evaluator.records.workdir import WorkDir
 if TYPE_CHECKING:
     from showtell.evaluator.records.store import Record
 
-POLICIES = ("latest", "all")
 SET_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")  # a label, a TensorBoard tag prefix, a directory name
 
 
@@ -60,30 +59,6 @@ class EvalSet:
         return f"{self.name}={self.data}" + (f":{self.max_examples}" if self.max_examples else "")
 
 
-def eval_set_problem(sets: Sequence[EvalSet]) -> str | None:
-    """What is wrong with ``--eval-set``s (one line), before anything starts: a name used twice
-    or the default's, a path with no validation records."""
-    from showtell.api.contract import DEFAULT_SET
-    from showtell.captioning.data.manifest import load_dataset
-    from showtell.common.errors import DataError
-
-    seen: set[str] = set()
-    for spec in sets:
-        where = f"--eval-set {spec.name}={spec.data}"
-        if spec.name == DEFAULT_SET:
-            return f"{where}: {DEFAULT_SET!r} is the name of --data's validation split; choose another name"
-        if spec.name in seen:
-            return f"{where}: the name {spec.name!r} is given twice; each set needs its own"
-        seen.add(spec.name)
-        try:
-            manifest, _ = load_dataset(spec.data)
-        except (DataError, OSError) as exc:
-            return f"{where}: {str(exc).splitlines()[0]}"
-        split = manifest.splits.get("val")
-        if split is None or not split.images or not list(spec.data.glob("val-?????-of-?????")):
-            return (f"{where}: no validation records (val-NNNNN-of-NNNNN shards) there; build one with "
-                    f"`showtell data synthetic --out {spec.data}` or point at a dataset directory")
-    return None
 TOKENIZERS = ("auto", "ptb", "regex")
 
 

@@ -11,14 +11,13 @@ import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from showtell.captioning.data.vocab import Vocabulary
+from showtell.captioning.data.vocab import VOCAB, Vocabulary
 from showtell.common.errors import DataError
 from showtell.common.files import write_atomic
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "dataset.json"
-VOCAB = "vocab.txt"
 # 2: one record per image with all its captions (1 was one record per caption, as im2txt).
 FORMAT_VERSION = 2
 

@@ -16,6 +16,8 @@ from pathlib import Path
 from showtell.common.errors import DataError
 from showtell.common.files import write_atomic
 
+VOCAB = "vocab.txt"  # a dataset's and a model dir's vocabulary file
+
 START, END, UNKNOWN = "<S>", "</S>", "<UNK>"
 SPECIALS = (START, END, UNKNOWN)
 START_ID, END_ID, UNKNOWN_ID = range(len(SPECIALS))  # the same in every vocabulary

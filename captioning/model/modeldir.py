@@ -18,8 +18,7 @@ import tensorflow as tf
 from google.protobuf import text_format
 
 from showtell.captioning.config import ModelConfig
-from showtell.captioning.data.manifest import VOCAB
-from showtell.captioning.data.vocab import Vocabulary, first_difference, same_ids
+from showtell.captioning.data.vocab import VOCAB, Vocabulary, first_difference, same_ids
 from showtell.captioning.internals import checkpoint_state_proto
 from showtell.common.errors import ModelDirError, ModelDirIncomplete, first_line
 from showtell.common.files import is_url, write_atomic

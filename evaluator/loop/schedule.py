@@ -12,8 +12,8 @@ import os
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from showtell.captioning.model.modeldir import CHECKPOINT_NAME, checkpoint_step
-from showtell.evaluator.config import POLICIES
+from showtell.api.contract import POLICIES
+from showtell.common.run_records import CHECKPOINT_NAME, checkpoint_step
 
 MAX_RETRY_SECS = 10.0  # longest wait between looks at a checkpoint whose files are still arriving
 FIRST_RETRY_SECS = 0.5  # the first look again; doubled each time up to MAX_RETRY_SECS

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
-from showtell.captioning.model.modeldir import checkpoint_step
+from showtell.common.run_records import checkpoint_step
 from showtell.evaluator.loop import schedule
 from showtell.evaluator.loop.schedule import Checkpoint, Skip
 from showtell.evaluator.records.store import Store

@@ -5,14 +5,13 @@ lock.  Each decides for itself whether the record concerns it; none steers the l
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 import tensorflow as tf
 
 from showtell.api.contract import DEFAULT_SET
 from showtell.captioning.model.modeldir import read_run_record
 from showtell.common.intervals import with_interval
-from showtell.evaluator.records.best_export import BestExport
 from showtell.evaluator.records.store import Record
 from showtell.evaluator.records.summaries import EvalSummaries
 
@@ -78,12 +77,18 @@ def session_hparams(revision: dict) -> dict[str, bool | int | float | str]:
     return {k: v for k, v in sorted(values.items()) if isinstance(v, (bool, int, float, str))}
 
 
+class Exporter(Protocol):
+    """What the action asks of a set's best export (``best_export.BestExport``)."""
+
+    def consider(self, record: Record, model: Any, vocab: Any) -> bool: ...
+
+
 class ExportBest:
     """``--export-best``: consider the model just evaluated (still in the evaluator's memory)
     for each evaluation set's own export (``exporters``: set name → its ``BestExport``); a failed
     export is logged and the previous one stays."""
 
-    def __init__(self, exporters: dict[str, BestExport], evaluator: Any) -> None:
+    def __init__(self, exporters: dict[str, Exporter], evaluator: Any) -> None:
         self.exporters, self.evaluator = exporters, evaluator
 
     def __call__(self, record: Record) -> None:

@@ -16,6 +16,8 @@ import re
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
@@ -27,7 +29,6 @@ from showtell.common.files import is_url
 from showtell.common.locks import held
 from showtell.evaluator import metric_names
 from showtell.evaluator.loop.status import Broadcast, Progress, Status
-from showtell.evaluator.records.best_export import BestExport
 from showtell.evaluator.records.store import Record, Store
 from showtell.evaluator.scoring import bootstrap
 from showtell.evaluator.scoring.bootstrap import Bootstrap, ImageStats
@@ -128,6 +129,17 @@ def decode_runs_token(token: str) -> int:
         raise ValueError("page_token is not one this server issued for ListRuns") from exc
 
 
+class ExportView(Protocol):
+    """What the service reads of the default set's best export (``best_export.BestExport``)."""
+
+    metric: str
+    maximize: bool
+
+    def path(self) -> Path | None: ...
+
+    def current(self) -> dict | None: ...
+
+
 class MetricsService(pb_grpc.MetricsServiceServicer):
     """The metrics service, served from ``grpc.aio``: every method is a coroutine on the
     server's event loop (store queries are short local SQLite reads), and a ``Watch`` stream
@@ -150,7 +162,7 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
     """
 
     def __init__(self, *, store: Store, status: Callable[[], Status], broadcast: Broadcast, policy: str,
-                 checkpoint_dir: str, observer: str, exporter: BestExport | None = None,
+                 checkpoint_dir: str, observer: str, exporter: ExportView | None = None,
                  max_streams: int = 10_000, bootstrap: Bootstrap | None = None,
                  eval_sets: tuple[str, ...] = (DEFAULT_SET,)) -> None:
         self.store, self.status, self.broadcast, self.policy = store, status, broadcast, policy

@@ -6,3 +6,4 @@ ALL_RUNS = "*"  # a request's run_id for every run (empty: the model dir's curre
 STOPPING = "the evaluator is stopping; reconnect to its next instance"  # how its streams end
 DEFAULT_SET = "val"  # the evaluation set of --data's validation split; a request's empty eval_set
 ALL_SETS = "*"  # a request's eval_set for every set
+POLICIES = ("latest", "all")  # EvaluatorStatus.policy: which checkpoints an evaluator takes

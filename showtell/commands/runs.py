@@ -18,16 +18,47 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from dataclasses import asdict
 from datetime import UTC
 from pathlib import Path
 
+from showtell.common import run_records
 from showtell.common.errors import ShowtellError, UsageError
+from showtell.common.files import is_url
 from showtell.common.flags import add_verbose_flag, positive_float, run_command, start_command
-from showtell.common.run_records import Run, diff, find, runs_in
+from showtell.common.locks import held
+from showtell.common.run_records import Run, diff, find
 
 PROG = "showtell runs"
+
+log = logging.getLogger(__name__)
+
+
+def runs_in(model_dir: Path) -> list[Run]:
+    """The runs recorded in a local ``model_dir``, oldest first."""
+    if is_url(str(model_dir)):
+        raise UsageError(f"{model_dir}: a URL model dir is read through TensorFlow; ask the evaluator "
+                         "that follows it instead (showtell runs --server HOST:PORT)")
+    if not model_dir.is_dir():  # a missing file, as in every command: exit 1
+        raise ShowtellError(f"{model_dir}: no such model dir")
+    current = run_records.current_run_id(model_dir)
+    found = []
+    for path in sorted((model_dir / run_records.RUNS).glob("*.json")):
+        try:
+            record = run_records.load(path)
+        except ShowtellError as exc:  # one bad file does not hide the other runs
+            log.warning("%s", exc)
+            continue
+        is_current = path.stem == current
+        newest = max(run_records.checkpoint_steps(model_dir), default=0) if is_current else None
+        run = run_records.summary(path.stem, record, str(model_dir), current=is_current,
+                                  training=is_current and held(model_dir, "trainer"),
+                                  newest_checkpoint=newest)
+        if run is not None:
+            found.append(run)
+    return sorted(found, key=lambda r: r.started)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -111,33 +111,6 @@ def current_run_id(model_dir: Path) -> str | None:
         return None
 
 
-def runs_in(model_dir: Path) -> list[Run]:
-    """The runs recorded in a local ``model_dir``, oldest first."""
-    from showtell.common.files import is_url
-    from showtell.common.locks import held
-
-    if is_url(str(model_dir)):
-        raise UsageError(f"{model_dir}: a URL model dir is read through TensorFlow; ask the evaluator "
-                         "that follows it instead (showtell runs --server HOST:PORT)")
-    if not model_dir.is_dir():  # a missing file, as in every command: exit 1
-        raise ShowtellError(f"{model_dir}: no such model dir")
-    current = current_run_id(model_dir)
-    found = []
-    for path in sorted((model_dir / RUNS).glob("*.json")):
-        try:
-            record = load(path)
-        except ShowtellError as exc:  # one bad file does not hide the other runs
-            log.warning("%s", exc)
-            continue
-        is_current = path.stem == current
-        run = summary(path.stem, record, str(model_dir), current=is_current,
-                      training=is_current and held(model_dir, "trainer"),
-                      newest_checkpoint=max(checkpoint_steps(model_dir), default=0) if is_current else None)
-        if run is not None:
-            found.append(run)
-    return sorted(found, key=lambda r: r.started)
-
-
 def find(run_id: str, dirs: Iterable[str]) -> dict:
     """A run's record from the first of ``dirs`` that holds it."""
     dirs = list(dirs)
