@@ -137,7 +137,7 @@ def pretrain(*, data: Path, out: Path, seconds: float | None = None, steps: int 
     stop.install()
     started = time.monotonic()
     try:
-        return _pretrain(data, out, stop.time_limit(seconds), Budget(seconds, steps, started), batch_size,
+        return _pretrain(data, out, stop, Budget(seconds, steps, started), batch_size,
                          learning_rate, seed, report_every_secs, first_save_after, fresh, metrics)
     finally:
         stop.restore()
@@ -192,7 +192,8 @@ def _pretrain(data: Path, out: Path, stop: StopRequest, budget: Budget, batch_si
     controller = Controller(
         runner=runner, global_step=lambda: runner.step, checkpoints=preview,
         save_schedule=SaveSchedule(None, None, first_secs=remaining), stop=stop,
-        actions=[PretrainProgress(held_out, report_every_secs, budget, batch_size, first),
+        actions=[TimeLimit(stop, budget),
+                 PretrainProgress(held_out, report_every_secs, budget, batch_size, first),
                  *([metrics] if metrics is not None else [])])
     stopped_by = controller.train(first + budget.steps if budget.steps is not None else 2**62)
     step, elapsed = runner.step, time.monotonic() - budget.started
@@ -242,6 +243,20 @@ class PretrainRunner:
 
     def agree(self, flags: list[bool]) -> list[bool]:
         return flags  # one process: nothing to agree with
+
+
+class TimeLimit:
+    """The pretraining's ``--seconds``, counted from its start but set once its first step is done:
+    a budget spent loading images and building the model (a slow machine's demo) still trains a
+    step, so every run makes progress.  A signal stops it at once, as before."""
+
+    def __init__(self, stop: StopRequest, budget: Budget) -> None:
+        self.stop, self.budget, self.set = stop, budget, False
+
+    def __call__(self, step: int, logs: StepLogs) -> None:
+        if not self.set:
+            self.stop.time_limit(self.budget.seconds, start=self.budget.started)
+            self.set = True
 
 
 class PretrainProgress:

@@ -41,10 +41,12 @@ class StopRequest:
             signal.signal(sig, handler)
         self._previous.clear()
 
-    def time_limit(self, seconds: float | None) -> StopRequest:
-        """Stop on the run's own terms ``seconds`` from now (``--max-seconds``)."""
+    def time_limit(self, seconds: float | None, start: float | None = None) -> StopRequest:
+        """Stop on the run's own terms ``seconds`` from now, or from ``start`` (a ``time.monotonic()``
+        reading: ``--max-seconds``, a pretraining's ``--seconds``)."""
         if seconds is not None:
-            self._deadline = (time.monotonic() + seconds, f"the {seconds:g} s time limit")
+            begun = time.monotonic() if start is None else start
+            self._deadline = (begun + seconds, f"the {seconds:g} s time limit")
         return self
 
     def _handle(self, signum: int, frame) -> None:
