@@ -32,7 +32,6 @@ from showtell.common.flags import (
     add_keys,
     add_verbose_flag,
     boolean,
-    config_from_flags,
     flag_type,
     hide_flags,
     or_auto,
@@ -48,13 +47,9 @@ from showtell.trainer import follow
 from showtell.trainer.cluster import STRATEGIES  # no TensorFlow import: --help stays instant
 from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig
 from showtell.trainer.experiment import (
-    Distribution,
-    EarlyStopSettings,
-    Follow,
-    Runtime,
-    Source,
     StepRange,
     TrainExperiment,
+    from_flags,
     keys,
 )
 
@@ -166,27 +161,7 @@ def experiment(args: argparse.Namespace) -> TrainExperiment:
     environment already applied); nothing past this module sees ``args``."""
     from showtell.trainer import run_config
 
-    train = config_from_flags(TrainConfig, args)
-    return TrainExperiment(
-        source=Source(data=args.data, model_dir=args.model_dir, image_size=args.image_size,
-                      inception_weights=args.inception_weights, train_inception=args.train_inception),
-        model=config_from_flags(ModelConfig, args),
-        input=config_from_flags(InputConfig, args, seed=train.seed),
-        optimizer=config_from_flags(OptimizerConfig, args), train=train,
-        cache=config_from_flags(CacheConfig, args), compute=config_from_flags(ComputeConfig, args),
-        monitoring=config_from_flags(MonitoringConfig, args),
-        follow=Follow(enabled=args.follow_encoder, preview_secs=args.preview_secs),
-        early_stop=EarlyStopSettings(
-            stop_when=args.stop_when, patience=args.patience, by=args.stop_when_by, evaluator=args.evaluator,
-            ca=args.evaluator_ca, auth_token_file=args.evaluator_auth_token_file,
-            tls_server_name=args.evaluator_tls_server_name),
-        distribution=Distribution(
-            strategy=args.strategy, devices=tuple(args.devices) if args.devices else None,
-            logical_cpus=args.logical_cpus, ps_hosts=args.ps_hosts, worker_hosts=args.worker_hosts,
-            chief_host=args.chief_host, job_name=args.job_name, task_index=args.task_index,
-            log_device_placement=args.log_device_placement),
-        runtime=Runtime(profile_steps=args.profile_steps, verbose=args.verbose, log_format=args.log_format),
-        settings=run_config.settings(vars(args)))
+    return from_flags(vars(args), run_config.settings(vars(args)))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ compares (``trainer/run_config.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -132,6 +132,24 @@ OTHER_KEYS = {
     "runtime.profile_steps": "profile_steps", "runtime.verbose": "verbose",
     "runtime.log_format": "log_format",
 }
+
+
+SECTIONS = {"source": Source, **CONFIG_SECTIONS, "follow": Follow, "early_stop": EarlyStopSettings,
+            "distribution": Distribution, "runtime": Runtime}
+
+
+def from_flags(flags: dict[str, Any], settings: dict[str, Any]) -> TrainExperiment:
+    """The experiment from every flag's value by dest (``vars(args)``), each placed by its dotted
+    key — the one table (``keys``) that says which flag is which field."""
+    values: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
+    for key, dest in keys().items():
+        section, name = key.split(".", 1)
+        values[section][name] = flags[dest]
+    devices = values["distribution"]["devices"]
+    values["distribution"]["devices"] = tuple(devices) if devices else None
+    built = {name: cls(**values[name]) for name, cls in SECTIONS.items()}
+    built["input"] = replace(built["input"], seed=built["train"].seed)  # the run's seed orders its input
+    return TrainExperiment(**built, settings=settings)
 
 
 def keys() -> dict[str, str]:
