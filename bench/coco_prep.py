@@ -21,6 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import tensorflow as tf
+from rounds import add_out, publish
 
 from showtell.captioning.config import CocoConfig
 from showtell.captioning.data import coco
@@ -71,6 +72,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=2)
+    add_out(parser, "coco_prep")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp:
@@ -84,14 +86,14 @@ def main() -> int:
         coco.build(Path(tmp) / "out", config)
         prep = args.images / (time.perf_counter() - started)
         written = sum(p.stat().st_size for p in (Path(tmp) / "out").glob("*-?????-of-?????")) / 2**20
-    print(json.dumps({
+    publish({
         "images": args.images, "jpeg_mb": round(mb, 1), "workers": args.workers,
         "read_decode_images_per_sec": round(limit, 1),
         "coco_prep_images_per_sec": round(prep, 1),
         "ratio_prep_over_read_decode": round(prep / limit, 3),
         "shards_mb": round(written, 1),
         "ratio_shard_bytes_over_jpeg_bytes": round(written / mb, 3),
-    }, indent=2))
+    }, args.out)
     return 0
 
 

@@ -20,7 +20,6 @@ seconds (its JVM children included) and evaluations are reported so its own cost
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import tempfile
@@ -28,7 +27,7 @@ import time
 from itertools import pairwise
 from pathlib import Path
 
-from rounds import alternate, ratio, spread
+from rounds import add_out, alternate, publish, ratio, spread
 
 ROOT = Path(__file__).resolve().parents[1]
 from showtell.common import processes  # noqa: E402
@@ -84,6 +83,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=60.0, help="training per round and side")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--eval-threads", type=int, default=1)
+    add_out(parser, "demo_overhead")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
@@ -119,14 +119,14 @@ def main() -> int:
         finally:
             processes.stop(evaluator)
         evaluations = (tmp_path / "evaluator.log").read_text().count(": ok ")
-    print(json.dumps({
+    publish({
         "seconds_per_round": args.seconds, "eval_threads": args.eval_threads,
         "trainer_examples_per_sec": {side: spread(r, 1) for side, r in rates.items()},
         "ratio_beside_over_alone": ratio(rates["beside"], rates["alone"]),
         "goal": 0.9,
         "evaluator": {"cpu_seconds_incl_children": round(cpu, 1), "evaluations": evaluations,
                       "seconds_waited_for_it_to_go_idle_before_each_alone_round": waits},
-    }, indent=2))
+    }, args.out)
     return 0
 
 

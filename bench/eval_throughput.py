@@ -36,11 +36,9 @@ without its tokenizer, plus one tokenizer run over 5,000 captions.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -50,7 +48,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import tensorflow as tf
-from rounds import alternate, ratio, spread, write_results
+from rounds import add_out, alternate, publish, ratio, spread
 
 from showtell.captioning.config import ModelConfig, SyntheticConfig
 from showtell.captioning.data import inputs, synthetic
@@ -180,7 +178,7 @@ def main() -> int:
     parser.add_argument("--warm", type=int, default=WARM_PASSES, help="untimed passes per path first")
     parser.add_argument("--meteor", choices=("true", "false"), default="true",
                         help="score METEOR too, as `showtell evaluate` does by default (true)")
-    parser.add_argument("--out", type=Path, help="also write the report (with commit, date, machine) here")
+    add_out(parser, "eval_throughput")
     parser.add_argument("--levers", action="store_true", help="also the evaluator with XLA (jit_compile)")
     parser.add_argument("--threads", type=int, help="TensorFlow's intra- and inter-op threads, as the "
                                                     "evaluator's --threads (default: TensorFlow's choice)")
@@ -256,9 +254,7 @@ def main() -> int:
     evaluator = statistics.median(rates["evaluator"]["wall"])
     report["minutes_per_5000_images"] = round(COCO_EVALUATION / evaluator / 60, 1)
     report["max_eval_examples_for_half_of_10_minutes"] = int(evaluator * 300)
-    print(json.dumps(report, indent=2))
-    if args.out is not None:
-        write_results(args.out, report, sys.argv[1:])
+    publish(report, args.out)
     return 0
 
 

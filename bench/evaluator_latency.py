@@ -17,7 +17,6 @@ reported, not assumed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import statistics
@@ -33,6 +32,8 @@ from watchdog.events import FileSystemEventHandler
 from watchdog.observers import Observer
 
 ROOT = Path(__file__).resolve().parents[1]
+from rounds import add_out, publish  # noqa: E402
+
 from showtell.common import processes  # noqa: E402
 from showtell.v1 import metrics_pb2 as pb  # noqa: E402
 from showtell.v1 import metrics_pb2_grpc as pb_grpc  # noqa: E402
@@ -94,6 +95,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoints", type=int, default=24)
     parser.add_argument("--every-steps", type=int, default=30)
+    add_out(parser, "evaluator_latency")
     args = parser.parse_args()
     procs: list[subprocess.Popen] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -168,7 +170,7 @@ def main() -> int:
         result["this_script_saw_each_write_after_ms"] = {"median": round(statistics.median(delays), 1),
                                                          "p95": round(percentile(delays, 0.95), 1)}
         result["goals"] = {"inotify detection median ms": 50, "freshness ms": 100}
-        print(json.dumps(result, indent=2))
+        publish(result, args.out)
     return 0
 
 

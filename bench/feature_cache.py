@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import logging
 import os
 import shutil
@@ -33,7 +32,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf
-from rounds import alternate, ratio, spread
+from rounds import add_out, alternate, publish, ratio, spread
 
 from showtell.captioning.config import CacheConfig, InputConfig, ModelConfig, SyntheticConfig
 from showtell.captioning.data import synthetic
@@ -112,6 +111,7 @@ def main() -> int:
     parser.add_argument("--image-steps", type=int, default=8, help="timed steps on images per round")
     parser.add_argument("--cache-steps", type=int, default=100, help="timed steps on the cache per round")
     parser.add_argument("--rounds", type=int, default=3)
+    add_out(parser, "feature_cache")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -144,7 +144,7 @@ def main() -> int:
         # Each round builds a whole cache anew: its steady rate against that round's forward pass.
         "build_ratio_steady_over_forward": ratio(rates["build"], rates["forward"]),
     }
-    print(json.dumps(result, indent=2))
+    publish(result, args.out)
     return 0
 
 

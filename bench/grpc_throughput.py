@@ -13,7 +13,6 @@ throughput as the median of the per-round ratios (goal ≥ 0.8).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
 import subprocess
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from rounds import alternate, ratio, spread
+from rounds import add_out, alternate, publish, ratio, spread
 
 ROOT = Path(__file__).resolve().parents[1]
 from showtell.common import processes  # noqa: E402
@@ -69,6 +68,7 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3)
+    add_out(parser, "grpc_throughput")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
@@ -120,7 +120,7 @@ def main() -> int:
     out["ratio_latest_over_health_throughput"] = ratio(throughput["latest"], throughput["health"])
     out["goal"] = 0.8
     out["clients"] = args.clients
-    print(json.dumps(out, indent=2))
+    publish(out, args.out)
     return 0
 
 

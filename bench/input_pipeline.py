@@ -14,7 +14,6 @@ in-memory with its spread (goal ≥ 0.95: the pipeline keeps the model busy).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -24,7 +23,7 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from rounds import alternate, ratio, spread
+from rounds import add_out, alternate, publish, ratio, spread
 
 from showtell.captioning.config import InputConfig, ModelConfig, SyntheticConfig
 from showtell.captioning.data import synthetic
@@ -53,6 +52,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=25, help="steps per round and source")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--cached-batches", type=int, default=20)
+    add_out(parser, "input_pipeline")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -85,7 +85,7 @@ def main() -> int:
         "image_size": trainer.model_config.image_size,
         "steps_per_round": args.steps,
     }
-    print(json.dumps(result, indent=2))
+    publish(result, args.out)
     return 0
 
 

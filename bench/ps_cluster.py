@@ -13,12 +13,11 @@ shares this machine's 2 cores, so this measures the PS machinery here, not multi
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import tempfile
 from pathlib import Path
 
-from rounds import alternate, ratio, spread
+from rounds import add_out, alternate, publish, ratio, spread
 
 from showtell.captioning.config import SyntheticConfig
 from showtell.captioning.data import synthetic
@@ -56,6 +55,7 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=16, help="per worker step")
     parser.add_argument("--log-every-steps", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
+    add_out(parser, "ps_cluster")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
@@ -69,11 +69,11 @@ def main() -> int:
         # No warm-up round: every cluster is new, and its first window (tracing) is not counted.
         steps_per_sec = alternate({"1_worker": lambda: cluster(1), "2_workers": lambda: cluster(2)},
                                   rounds=args.rounds, warm=0)
-    print(json.dumps({
+    publish({
         "batch_per_worker_step": args.batch_size,
         "steps_per_sec": {k: spread(v, 3) for k, v in steps_per_sec.items()},
         "ratio_2_over_1": ratio(steps_per_sec["2_workers"], steps_per_sec["1_worker"]),
-    }, indent=2))
+    }, args.out)
     return 0
 
 

@@ -10,6 +10,7 @@ can see whether a difference is larger than the noise.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -78,3 +79,16 @@ def write_results(path: Path, report: dict, argv: Sequence[str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(stamped, indent=1) + "\n")
 
+
+
+def add_out(parser: argparse.ArgumentParser, bench: str) -> None:
+    """``--out``: where the report is also written as a results file (see ``write_results``)."""
+    parser.add_argument("--out", type=Path, help=f"also write the report with its commit, date and machine "
+                        f"(bench/results/{bench}.json: what BENCHMARKS.md quotes)")
+
+
+def publish(report: dict, out: Path | None) -> None:
+    """Print ``report``; with ``out``, keep it as a results file too."""
+    print(json.dumps(report, indent=2))
+    if out is not None:
+        write_results(out, report, sys.argv[1:])

@@ -44,7 +44,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
 import tensorflow as tf
-from rounds import MIN_ROUNDS, order, ratio, spread, write_results
+from rounds import MIN_ROUNDS, add_out, order, publish, ratio, spread
 
 from showtell.captioning.config import InputConfig, ModelConfig, SyntheticConfig
 from showtell.captioning.data import synthetic
@@ -189,7 +189,7 @@ def main() -> int:
     parser.add_argument("--phase2-steps", type=int, default=20)
     parser.add_argument("--only", choices=("phase1", "phase2"))
     parser.add_argument("--model", choices=tuple(MODELS), default="im2txt")
-    parser.add_argument("--out", type=Path, help="also write the report (with commit, date, machine) here")
+    add_out(parser, "steps_per_loop")
     # one round of one side, in a process of its own (what the run above starts)
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--phase", choices=("phase1", "phase2"), help=argparse.SUPPRESS)
@@ -209,9 +209,7 @@ def main() -> int:
         for name in ("phase1", "phase2"):
             if args.only in (None, name):
                 report[name] = phase(args, name, data, Path(tmp))
-    print(json.dumps(report, indent=2))
-    if args.out:
-        write_results(args.out, report, sys.argv[1:])
+    publish(report, args.out)
     return 0
 
 

@@ -18,7 +18,6 @@ the two apart).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import tempfile
@@ -27,7 +26,7 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from rounds import alternate, ratio, spread
+from rounds import add_out, alternate, publish, ratio, spread
 
 from showtell.trainer.strategy import configure_devices
 
@@ -87,6 +86,7 @@ def main() -> int:
     parser.add_argument("--only", choices=("strategies", "levers"))
     parser.add_argument("--levers", help="which besides float32 (default on a GPU: bf16,fp16,xla; on a CPU "
                                          "bf16,xla — float16 kernels on a CPU are too slow to finish)")
+    add_out(parser, "strategies")
     args = parser.parse_args()
     if args.levers is None:
         args.levers = "bf16,fp16,xla" if args.device and "GPU" in args.device.upper() else "bf16,xla"
@@ -120,7 +120,7 @@ def main() -> int:
                 "examples_per_sec": {k: spread(v, 1) for k, v in rates.items()},
                 "over_float32": {k: ratio(v, rates["float32"]) for k, v in rates.items() if k != "float32"},
             }
-    print(json.dumps(report, indent=2))
+    publish(report, args.out)
     return 0
 
 

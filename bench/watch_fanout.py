@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import re
 import statistics
@@ -29,6 +28,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from showtell.common import processes
 
 ROOT = Path(__file__).resolve().parents[1]
+from rounds import add_out, publish  # noqa: E402
+
 from showtell.v1 import metrics_pb2 as pb  # noqa: E402
 from showtell.v1 import metrics_pb2_grpc as pb_grpc  # noqa: E402
 
@@ -101,6 +102,7 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=1000)
     parser.add_argument("--connections", type=int, default=100)
     parser.add_argument("--calls", type=int, default=200, help="health and GetLatest calls measured")
+    add_out(parser, "watch_fanout")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
@@ -128,7 +130,7 @@ def main() -> int:
             processes.stop(proc)
     figures.update(streams=args.streams, connections=args.connections,
                    goals={"p99_ms": 50, "fanout_last_s": 1.0})
-    print(json.dumps(figures, indent=2))
+    publish(figures, args.out)
     return 0
 
 

@@ -21,6 +21,19 @@ def _git(*words: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *words], cwd=ROOT, capture_output=True, text=True, check=False)
 
 
+def _bench_source(commit: str, bench: str) -> str:
+    """The bench's source at ``commit``, with ``rounds.add_out``'s ``"--out"`` if the bench calls it."""
+    if _git("cat-file", "-e", f"{commit}^{{commit}}").returncode == 0:
+        shown = _git("show", f"{commit}:bench/{bench}.py")
+        assert shown.returncode == 0, shown.stderr
+        source = shown.stdout
+    else:  # only a shallow clone may lack it; a full one must have it
+        assert _git("rev-parse", "--is-shallow-repository").stdout.strip() == "true", \
+            f"{commit}: no such commit in this repository"
+        source = (ROOT / "bench" / f"{bench}.py").read_text()
+    return source + ('"--out"' if re.search(r"\badd_out\(parser", source) else "")
+
+
 def _range(figure: dict, digits: int) -> str:
     return f"{figure['median']:.{digits}f} ({figure['min']:.{digits}f}–{figure['max']:.{digits}f})"
 
@@ -61,16 +74,9 @@ def test_a_results_file_names_a_commit_whose_bench_takes_its_flags(path: Path):
     changed = saved["tree_changed"]
     assert changed == [], f"run the bench on a committed tree (changed: {changed})"
     assert re.fullmatch(r"[0-9a-f]{40}", saved["commit"]), saved["commit"]
-    if _git("cat-file", "-e", f"{saved['commit']}^{{commit}}").returncode == 0:
-        source = _git("show", f"{saved['commit']}:bench/{saved['bench']}.py")
-    else:  # only a shallow clone may lack it; a full one must have it
-        assert _git("rev-parse", "--is-shallow-repository").stdout.strip() == "true", \
-            f"{saved['commit']}: no such commit in this repository"
-        source = subprocess.CompletedProcess([], 0, (ROOT / "bench" / f"{saved['bench']}.py").read_text(), "")
-    assert source.returncode == 0, source.stderr
+    source = _bench_source(saved["commit"], saved["bench"])
     for flag in (a.split("=", 1)[0] for a in saved["argv"] if a.startswith("--")):
-        assert f'"{flag}"' in source.stdout, \
-            f"{flag}: not a flag of bench/{saved['bench']}.py at {saved['commit']}"
+        assert f'"{flag}"' in source, f"{flag}: not a flag of bench/{saved['bench']}.py at {saved['commit']}"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", saved["date"])
 
 
