@@ -18,13 +18,13 @@ the first (untimed), so no batch size pays for it.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import subprocess
 import tempfile
 from pathlib import Path
 
 from demo_overhead import ROOT, trainer_rate
+from rounds import add_out, publish
 
 from showtell.common import processes
 from showtell.demo import ENCODER_FILE, TRAIN_FLAGS
@@ -77,6 +77,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=150.0, help="phase-1 training per batch size")
     parser.add_argument("--pretrain", type=float, default=240.0, help="seconds of encoder pretraining, once")
     parser.add_argument("--target", type=float, default=0.4)
+    add_out(parser, "batch_sweep")
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -97,8 +98,8 @@ def main() -> int:
     for r in results.values():
         r[f"seconds_to_exact_match_{args.target:g}"] = seconds_to(r["curve"], args.target)
         r[f"seconds_to_exact_match_{common:g}"] = seconds_to(r["curve"], common)
-    print(json.dumps({"seconds_each": args.seconds, "pretrain_seconds": args.pretrain, "target": args.target,
-                      "highest_target_all_reached": common, "by_batch": results}, indent=2))
+    publish({"seconds_each": args.seconds, "pretrain_seconds": args.pretrain, "target": args.target,
+             "highest_target_all_reached": common, "by_batch": results}, args.out)
     return 0
 
 

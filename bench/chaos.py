@@ -31,7 +31,6 @@ runs a short version.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import re
@@ -429,6 +428,8 @@ def _terminated(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rounds import add_out, publish  # here: the tests import this module as bench.chaos, for Soak
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=600)
     p.add_argument("--kills", type=int, default=20)
@@ -436,6 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cluster", choices=["single", "ps"], default="single",
                    help="the trainer as one process, or as a parameter-server cluster (ps, 2 workers, chief)")
     p.add_argument("--dir", type=Path, help="where the run's files go (default: a temporary directory)")
+    add_out(p, "chaos")
     args = p.parse_args(argv)
     # A harness's SIGTERM (a timeout) ends the soak through its clean-up: nothing is left running.
     signal.signal(signal.SIGTERM, _terminated)
@@ -443,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     base.mkdir(parents=True, exist_ok=True)
     result = Soak(base=base, seconds=args.seconds, kills=args.kills, seed=args.seed,
                   cluster=args.cluster).run()
-    print(json.dumps({**result, "dir": str(base)}))
+    publish({**result, "dir": str(base)}, args.out, argv, indent=None)
     return 1 if result["violations"] else 0
 
 

@@ -25,6 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from rounds import add_out, publish  # noqa: E402
+
 from showtell.common.processes import free_ports  # noqa: E402
 from tests import docker_engine  # noqa: E402 - the tests' engine harness, from the checkout
 from tests.helpers import wait_for  # noqa: E402
@@ -51,6 +53,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--switch", action="store_true",
                     help="also wait for the final encoder's first evaluation")
+    add_out(ap, "compose_up")
     args = ap.parse_args()
     build = docker_engine.prebuild(ROOT).wait()
     grpc_port, board_port = free_ports(2)
@@ -80,7 +83,7 @@ def main() -> None:
     finally:
         stack.run("down", "-v", "--remove-orphans", check=False)
         docker_engine.stop_prebuild()
-    print(json.dumps(figures))
+    publish(figures, args.out, indent=None)
 
 
 if __name__ == "__main__":

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import sys
 import time
 from pathlib import Path
+
+from rounds import add_out, publish
 
 
 def main() -> None:
@@ -26,6 +27,7 @@ def main() -> None:
                         help="the checkout to build (its own tests/docker_engine.py builds it)")
     parser.add_argument("--no-wheelhouse", action="store_true",
                         help="let the builds fetch their wheels from PyPI, as a user's `up` does")
+    add_out(parser, "image_build")
     args = parser.parse_args()
     sys.path.insert(0, str(args.checkout))
     engine = importlib.import_module("tests.docker_engine")
@@ -40,7 +42,8 @@ def main() -> None:
             image = result.engine.client.images.get(f"showtell-{service}:test").attrs
             figures[f"{service}_image_mb"] = round(image["Size"] / 1e6)
         figures["wall_s"] = round(time.monotonic() - started, 1)
-        print(json.dumps({"checkout": str(args.checkout), "wheelhouse": not args.no_wheelhouse, **figures}))
+        publish({"checkout": str(args.checkout), "wheelhouse": not args.no_wheelhouse, **figures}, args.out,
+                indent=None)
     finally:
         engine.stop_prebuild()
 

@@ -87,8 +87,10 @@ def add_out(parser: argparse.ArgumentParser, bench: str) -> None:
                         f"(bench/results/{bench}.json: what BENCHMARKS.md quotes)")
 
 
-def publish(report: dict, out: Path | None) -> None:
-    """Print ``report``; with ``out``, keep it as a results file too."""
-    print(json.dumps(report, indent=2))
+def publish(report: dict, out: Path | None, argv: Sequence[str] | None = None,
+            indent: int | None = 2) -> None:
+    """Print ``report``; with ``out``, keep it as a results file too (``argv``: the bench's
+    arguments, when ``main`` was given them rather than reading ``sys.argv``)."""
+    print(json.dumps(report, indent=indent))
     if out is not None:
-        write_results(out, report, sys.argv[1:])
+        write_results(out, report, sys.argv[1:] if argv is None else argv)

@@ -31,7 +31,7 @@ def _bench_source(commit: str, bench: str) -> str:
         assert _git("rev-parse", "--is-shallow-repository").stdout.strip() == "true", \
             f"{commit}: no such commit in this repository"
         source = (ROOT / "bench" / f"{bench}.py").read_text()
-    return source + ('"--out"' if re.search(r"\badd_out\(parser", source) else "")
+    return source + ('"--out"' if re.search(r"\badd_out\(", source) else "")
 
 
 def _range(figure: dict, digits: int) -> str:
