@@ -34,35 +34,150 @@ def _bench_source(commit: str, bench: str) -> str:
     return source + ('"--out"' if re.search(r"\badd_out\(", source) else "")
 
 
-def _range(figure: dict, digits: int) -> str:
-    return f"{figure['median']:.{digits}f} ({figure['min']:.{digits}f}–{figure['max']:.{digits}f})"
+def _range(figure: dict, digits: int = 3) -> str:
+    """A ratio as BENCHMARKS.md writes it: median (min–max), and "; 1.0 inside" when 1.0 lies in
+    the spread (then the run cannot tell the two apart, and the row must say so)."""
+    text = f"{figure['median']:.{digits}f} ({figure['min']:.{digits}f}–{figure['max']:.{digits}f}"
+    return text + ("; 1.0 inside" if figure.get("one_inside_spread") else ")")
 
 
-# bench → (the BENCHMARKS.md row it feeds, what the row must hold, made from the file's report)
-FIGURES: dict[str, list[tuple[str, Callable[[dict], str]]]] = {
+def _closed(figure: dict, digits: int = 3) -> str:
+    """``_range`` with its bracket closed: "0.91 (0.80–1.02; 1.0 inside)"."""
+    return _range(figure, digits) + (")" if figure.get("one_inside_spread") else "")
+
+
+def _rates(figures: dict, first: str, second: str, digits: int = 1) -> str:
+    """Two paths' median rates: "A vs B"."""
+    return f"{figures[first]['median']:.{digits}f} vs {figures[second]['median']:.{digits}f}"
+
+
+def _batch(r: dict, batch: str) -> str:
+    one = r["by_batch"][batch]
+    common = f"seconds_to_exact_match_{r['highest_target_all_reached']:g}"
+    return f"| {batch} | {one['examples_per_sec']:.1f} | {one['best_exact_match']:.3f} | {one[common]:.1f} s"
+
+
+# bench → (the BENCHMARKS.md row it feeds, what the row must hold — a text, or texts — made from the
+# file's report)
+FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = {
     "eval_throughput": [
         ("evaluator ÷ plain forward pass, images per CPU second, at this size",
-         lambda r: f"**{_range(r['ratio_evaluator_over_forward_cpu'], 3)}**"),
+         lambda r: f"**{_range(r['ratio_evaluator_over_forward_cpu'])}**"),
         ("the same per wall-clock second",
-         lambda r: _range(r["ratio_evaluator_over_forward_wall"], 3)),
+         lambda r: _range(r["ratio_evaluator_over_forward_wall"])),
         ("METEOR's warm JVM, per evaluation",
          lambda r: f"{r['meteor_cpu_sec_per_evaluation']['median']:.2f} CPU-s: "
                    f"{r['meteor_share_of_an_evaluation'] * 100:.1f} % of the evaluation"),
         ("the tokenizer's CPU per evaluation",
          lambda r: f"{r['tokenizer_cpu_sec_per_evaluation']['median']:.2f} CPU-s"),
         ("evaluator ÷ forward per CPU second for a 5,000-image evaluation",
-         lambda r: f"**{_range(r['ratio_evaluator_over_forward_cpu_at_5000_images'], 3)}"),
+         lambda r: f"**{_range(r['ratio_evaluator_over_forward_cpu_at_5000_images'])}"),
         ("the intervals (1,000 resamples, every metric) of a 5,000-image evaluation",
          lambda r: f"{r['bootstrap_cpu_sec_at_5000_images']['median']:.2f} CPU-s"),
     ],
     "steps_per_loop": [
         ("showtell, 10 a call ÷ Keras fit, 10 a call, fresh processes",
-         lambda r: f"**{_range(r['phase1']['showtell_10_over_keras_fit_10'], 3)}** | "
-                   f"**{_range(r['phase2']['showtell_10_over_keras_fit_10'], 3)}**"),
+         lambda r: f"**{_closed(r['phase1']['showtell_10_over_keras_fit_10'])}** | "
+                   f"**{_closed(r['phase2']['showtell_10_over_keras_fit_10'])}**"),
         ("showtell, 10 steps a call ÷ 1, fresh processes",
-         lambda r: f"{_range(r['phase1']['showtell_10_over_showtell_1'], 3)} | "
-                   f"{_range(r['phase2']['showtell_10_over_showtell_1'], 3)}"),
+         lambda r: f"{_closed(r['phase1']['showtell_10_over_showtell_1'])} | "
+                   f"{_closed(r['phase2']['showtell_10_over_showtell_1'])}"),
+        ("examples/s by round, fresh processes: showtell 1 / showtell 10 / Keras fit 10",
+         lambda r: " | ".join(" / ".join(", ".join(f"{v:.1f}" for v in r[phase]["examples_per_sec"][side]["rounds"])
+                                         for side in ("showtell_1", "showtell_10", "keras_fit_10"))
+                              for phase in ("phase1", "phase2"))),
     ],
+    "grpc_throughput": [
+        ("gRPC `GetLatest` ÷ `Health/Check` requests/s",
+         lambda r: f"{_closed(r['ratio_latest_over_health_throughput'])}; "
+                   f"{r['latest']['requests_per_sec']['median']:.0f} vs "
+                   f"{r['health']['requests_per_sec']['median']:.0f} requests/s, "
+                   f"p99 {r['latest']['p99_ms']:.1f} / {r['health']['p99_ms']:.1f} ms"),
+    ],
+    "watch_fanout": [
+        ("Watch streams on 100 connections",
+         lambda r: f"health p99 **{r['health_p99_ms']:.2f} ms**, GetLatest p99 {r['latest_p99_ms']:.2f} ms; "
+                   f"a new evaluation reaches the last stream in **{r['fanout_last_s']:.3f} s**"),
+    ],
+    "evaluator_latency": [
+        ("detection (evaluation start − state-file write)",
+         lambda r: f"**{r['inotify']['detection_ms']['median']:.1f} ms** / {r['inotify']['detection_ms']['p95']:.1f}"
+                   f" ms (goal: median ≤ 50 ms) | {r['poll_1s']['detection_ms']['median']:.0f} ms / "
+                   f"{r['poll_1s']['detection_ms']['p95']:.0f} ms"),
+        ("freshness (arrival on a Watch stream − write − the evaluation's own time)",
+         lambda r: f"**{r['inotify']['freshness_minus_eval_ms']['median']:.1f} ms** / "
+                   f"{r['inotify']['freshness_minus_eval_ms']['p95']:.1f} ms (goal ≤ 100 ms) | "
+                   f"{r['poll_1s']['freshness_minus_eval_ms']['median']:.0f} ms / "
+                   f"{r['poll_1s']['freshness_minus_eval_ms']['p95']:.0f} ms"),
+    ],
+    "input_pipeline": [
+        ("input pipeline ÷ the same batches in memory",
+         lambda r: (_range(r["ratio_pipeline_over_in_memory"]),
+                    _rates(r["examples_per_sec"], "pipeline", "in_memory") + " examples/s")),
+    ],
+    "feature_cache": [
+        ("training on the phase-1 feature cache ÷ on images",
+         lambda r: f"**{r['train_ratio_cache_over_images']['median']:.1f}×** "
+                   f"({r['train_ratio_cache_over_images']['min']:.1f}–{r['train_ratio_cache_over_images']['max']:.1f}); "
+                   f"{r['train_examples_per_sec_cache']['median']:.1f} vs "
+                   f"{r['train_examples_per_sec_images']['median']:.1f} examples/s"),
+        ("a whole cache build (steady) ÷ a plain encoder forward pass",
+         lambda r: f"**{_range(r['build_ratio_steady_over_forward'])}"),
+    ],
+    "strategies": [
+        ("`mirrored`, 1 replica ÷ `one_device`",
+         lambda r: f"**{_range(r['strategies']['mirrored_1_over_one_device'])}"),
+        ("`mirrored` over 2 logical CPUs ÷ 1 replica",
+         lambda r: _range(r["strategies"]["mirrored_2_logical_over_mirrored_1"])),
+        ("`--mixed-precision bf16` ÷ float32", lambda r: _range(r["levers"]["over_float32"]["bf16"])),
+        ("`--jit-compile` (XLA) ÷ float32", lambda r: _range(r["levers"]["over_float32"]["xla"])),
+    ],
+    "ps_cluster": [
+        ("parameter-server cluster, 2 workers ÷ 1",
+         lambda r: (_range(r["ratio_2_over_1"]), _rates(r["steps_per_sec"], "2_workers", "1_worker", 3) + " steps/s")),
+    ],
+    "demo_overhead": [
+        ("the demo's phase-1 trainer beside the demo's evaluator ÷ alone",
+         lambda r: f"**{_range(r['ratio_beside_over_alone'])}"),
+    ],
+    "coco_prep": [
+        ("`showtell data coco` ÷ read + decode of the same JPEGs",
+         lambda r: f"**{_range(r['ratio_prep_over_read_decode'])}**; "
+                   + _rates(r["images_per_sec"], "coco_prep", "read_decode", 0) + " img/s"),
+        ("shards written ÷ JPEG bytes",
+         lambda r: f"**{r['ratio_shard_bytes_over_jpeg_bytes']:.3f}** ({r['shards_mb']:.1f} MB ÷ {r['jpeg_mb']:.1f} MB"),
+    ],
+    "batch_sweep": [(f"| {b} |", lambda r, b=b: _batch(r, b)) for b in ("8", "16", "32", "64")],
+}
+
+# Rows of BENCHMARKS.md no bench's results file feeds: each with what produces it instead, or why
+# its bench's file is not kept yet.  A new row must be added to FIGURES or here (tested below).
+NOT_FROM_A_BENCH = {
+    "`bash .ci/run` on a fresh clone": "`make test` prints it",
+    "the same on a slower machine (its `make check`": "`make test` prints it",
+    "`make check` (lint + the quick in-process tests": "`make check` prints it",
+    "the same on the slower machine, 2026-11-27": "`make check` prints it",
+    "first `[evaluation]` line": "three `make demo`, their consoles",
+    "longest quiet on the console": "three `make demo`",
+    "| evaluations |": "three `make demo`",
+    "pretraining steps (in all, resumed)": "three `make demo`",
+    "held-out colours / kinds at its end": "three `make demo`",
+    "exact match at the end (100 validation scenes": "three `make demo`",
+    "the same model on 900 scenes of seed 424242": "`showtell evaluate` after each demo",
+    "the phase-1 trainers' final checkpoint → exit": "three `make demo`",
+    "| in all |": "three `make demo`",
+    "an idle evaluator, its METEOR JVM included": "a test, run with -s",
+    "Watch clients that never read a 4-MB replay": "a test, run with -s",
+    "rebuild after a one-line `.py` edit": "the Docker test's `docker figures` line",
+    "COCO's PTB tokenizer − the regex stand-in": "two `showtell evaluate --once`",
+}
+NOT_KEPT_YET = {
+    "single trainer: `bench/chaos.py": "a 30-minute soak, run before results files were kept",
+    "PS cluster: `bench/chaos.py": "a 40-minute soak, run before results files were kept",
+    "both images built from nothing": "needs the Docker engine alone on the machine",
+    "image sizes (CPU)": "needs the Docker engine alone on the machine",
+    "`docker compose up` (every default": "needs the Docker engine alone on the machine",
+    "the final encoder's run: started": "needs the Docker engine alone on the machine",
 }
 
 
@@ -89,7 +204,39 @@ def test_benchmarks_figures_are_the_results_files_own(bench: str):
     for label, figure in FIGURES[bench]:
         rows = [line for line in lines if label in line]
         assert len(rows) == 1, f"BENCHMARKS.md: {len(rows)} rows hold {label!r}"
-        assert figure(report) in rows[0], f"{label!r}: {figure(report)!r} is not in {rows[0]!r}"
-    section = "\n".join(lines)
-    assert f"bench/results/{bench}.json" in section and commit in section, \
-        f"BENCHMARKS.md names neither the results file nor its commit {commit}"
+        expected = figure(report)
+        for piece in expected if isinstance(expected, tuple) else (expected,):
+            assert piece in rows[0], f"{label!r}: {piece!r} is not in {rows[0]!r}"
+    text = "\n".join(lines)
+    command = " ".join([f"bench/{bench}.py", *saved["argv"]])
+    assert command in " ".join(text.replace("`", " ` ").split()), f"BENCHMARKS.md does not give the command the file ran: {command!r}"
+    assert f"bench/results/{bench}.json" in text and commit in text and saved["date"][:10] in text, \
+        f"BENCHMARKS.md names not all of the results file, its commit {commit} and date {saved['date'][:10]}"
+
+
+def _table_rows(text: str) -> list[str]:
+    """Every table row but headers and separators."""
+    lines = text.splitlines()
+    return [line for i, line in enumerate(lines) if line.startswith("|") and not line.startswith("|---")
+            and not (i + 1 < len(lines) and lines[i + 1].startswith("|---"))]
+
+
+def _unaccounted(text: str) -> tuple[list[str], list[str]]:
+    """Rows no label accounts for, and labels no row holds."""
+    labels = [label for rows in FIGURES.values() for label, _ in rows] + [*NOT_FROM_A_BENCH, *NOT_KEPT_YET]
+    rows = _table_rows(text)
+    return ([row[:80] for row in rows if not any(label in row for label in labels)],
+            [label for label in labels if not any(label in row for row in rows)])
+
+
+def test_every_benchmarks_row_is_a_results_files_or_says_where_it_comes_from():
+    """Each figure row of BENCHMARKS.md is fed by a results file (FIGURES), or named with what else
+    produces it, or with why its file is not kept yet; no entry outlives its row.  Planted: a new
+    row, and a row removed, are both found."""
+    text = (ROOT / "BENCHMARKS.md").read_text()
+    assert _unaccounted(text) == ([], [])
+    planted = text.replace("| figure | value | command, date |\n|---|---|---|\n",
+                           "| figure | value | command, date |\n|---|---|---|\n| a new figure | 1.5× | x |\n", 1)
+    assert _unaccounted(planted)[0] == ["| a new figure | 1.5× | x |"]
+    removed = "\n".join(line for line in text.splitlines() if "image sizes (CPU)" not in line)
+    assert _unaccounted(removed)[1] == ["image sizes (CPU)"]
