@@ -51,11 +51,31 @@ def _rates(figures: dict, first: str, second: str, digits: int = 1) -> str:
     return f"{figures[first]['median']:.{digits}f} vs {figures[second]['median']:.{digits}f}"
 
 
+def _by_round(rates: dict) -> str:
+    """Each side's rate by round: "78.1, 78.1, 78.1 / 106.5, 113.6, 118.1 / …"."""
+    return " / ".join(", ".join(f"{v:.1f}" for v in rates[side]["rounds"])
+                      for side in ("showtell_1", "showtell_10", "keras_fit_10"))
+
+
+def _latency(r: dict, key: str, goal: str) -> str:
+    """inotify's median (bold) and p95, its goal, then polling's: one row of the latency table."""
+    inotify, polling = r["inotify"][key], r["poll_1s"][key]
+    return (f"**{inotify['median']:.1f} ms** / {inotify['p95']:.1f} ms {goal} | "
+            f"{polling['median']:.0f} ms / {polling['p95']:.0f} ms")
+
+
+def _times(figure: dict) -> str:
+    """A large ratio as "**16.1×** (15.7–16.1)"."""
+    return f"**{figure['median']:.1f}×** ({figure['min']:.1f}–{figure['max']:.1f})"
+
+
 def _batch(r: dict, batch: str) -> str:
     one = r["by_batch"][batch]
     common = f"seconds_to_exact_match_{r['highest_target_all_reached']:g}"
     return f"| {batch} | {one['examples_per_sec']:.1f} | {one['best_exact_match']:.3f} | {one[common]:.1f} s"
 
+
+STREAM_PHASES = ("idle", "streams_open", "after_close")  # watch_fanout's process figures, in order
 
 # bench → (the BENCHMARKS.md row it feeds, what the row must hold — a text, or texts — made from the
 # file's report)
@@ -83,9 +103,7 @@ FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = 
          lambda r: f"{_closed(r['phase1']['showtell_10_over_showtell_1'])} | "
                    f"{_closed(r['phase2']['showtell_10_over_showtell_1'])}"),
         ("examples/s by round, fresh processes: showtell 1 / showtell 10 / Keras fit 10",
-         lambda r: " | ".join(" / ".join(", ".join(f"{v:.1f}" for v in r[phase]["examples_per_sec"][side]["rounds"])
-                                         for side in ("showtell_1", "showtell_10", "keras_fit_10"))
-                              for phase in ("phase1", "phase2"))),
+         lambda r: " | ".join(_by_round(r[phase]["examples_per_sec"]) for phase in ("phase1", "phase2"))),
     ],
     "grpc_throughput": [
         ("gRPC `GetLatest` ÷ `Health/Check` requests/s",
@@ -96,19 +114,18 @@ FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = 
     ],
     "watch_fanout": [
         ("Watch streams on 100 connections",
-         lambda r: f"health p99 **{r['health_p99_ms']:.2f} ms**, GetLatest p99 {r['latest_p99_ms']:.2f} ms; "
-                   f"a new evaluation reaches the last stream in **{r['fanout_last_s']:.3f} s**"),
+         lambda r: (f"health p99 **{r['health']['p99_ms']:.2f} ms**, "
+                    f"GetLatest p99 {r['get_latest']['p99_ms']:.2f} ms; "
+                    f"a new evaluation reaches the last stream in **{r['fanout']['last_s']:.3f} s** "
+                    f"(first {r['fanout']['first_s']:.3f}, median {r['fanout']['median_s']:.3f})",
+                    "threads " + " → ".join(str(r[k]["threads"]) for k in STREAM_PHASES),
+                    "fds " + " → ".join(str(r[k]["fds"]) for k in STREAM_PHASES))),
     ],
     "evaluator_latency": [
         ("detection (evaluation start − state-file write)",
-         lambda r: f"**{r['inotify']['detection_ms']['median']:.1f} ms** / {r['inotify']['detection_ms']['p95']:.1f}"
-                   f" ms (goal: median ≤ 50 ms) | {r['poll_1s']['detection_ms']['median']:.0f} ms / "
-                   f"{r['poll_1s']['detection_ms']['p95']:.0f} ms"),
+         lambda r: _latency(r, "detection_ms", "(goal: median ≤ 50 ms)")),
         ("freshness (arrival on a Watch stream − write − the evaluation's own time)",
-         lambda r: f"**{r['inotify']['freshness_minus_eval_ms']['median']:.1f} ms** / "
-                   f"{r['inotify']['freshness_minus_eval_ms']['p95']:.1f} ms (goal ≤ 100 ms) | "
-                   f"{r['poll_1s']['freshness_minus_eval_ms']['median']:.0f} ms / "
-                   f"{r['poll_1s']['freshness_minus_eval_ms']['p95']:.0f} ms"),
+         lambda r: _latency(r, "freshness_minus_eval_ms", "(goal ≤ 100 ms)")),
     ],
     "input_pipeline": [
         ("input pipeline ÷ the same batches in memory",
@@ -117,10 +134,9 @@ FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = 
     ],
     "feature_cache": [
         ("training on the phase-1 feature cache ÷ on images",
-         lambda r: f"**{r['train_ratio_cache_over_images']['median']:.1f}×** "
-                   f"({r['train_ratio_cache_over_images']['min']:.1f}–{r['train_ratio_cache_over_images']['max']:.1f}); "
-                   f"{r['train_examples_per_sec_cache']['median']:.1f} vs "
-                   f"{r['train_examples_per_sec_images']['median']:.1f} examples/s"),
+         lambda r: (_times(r["train_ratio_cache_over_images"]),
+                    f"{r['train_examples_per_sec_cache']['median']:.1f} vs "
+                    f"{r['train_examples_per_sec_images']['median']:.1f} examples/s")),
         ("a whole cache build (steady) ÷ a plain encoder forward pass",
          lambda r: f"**{_range(r['build_ratio_steady_over_forward'])}"),
     ],
@@ -134,7 +150,8 @@ FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = 
     ],
     "ps_cluster": [
         ("parameter-server cluster, 2 workers ÷ 1",
-         lambda r: (_range(r["ratio_2_over_1"]), _rates(r["steps_per_sec"], "2_workers", "1_worker", 3) + " steps/s")),
+         lambda r: (_range(r["ratio_2_over_1"]),
+                    _rates(r["steps_per_sec"], "2_workers", "1_worker", 3) + " steps/s")),
     ],
     "demo_overhead": [
         ("the demo's phase-1 trainer beside the demo's evaluator ÷ alone",
@@ -145,7 +162,8 @@ FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = 
          lambda r: f"**{_range(r['ratio_prep_over_read_decode'])}**; "
                    + _rates(r["images_per_sec"], "coco_prep", "read_decode", 0) + " img/s"),
         ("shards written ÷ JPEG bytes",
-         lambda r: f"**{r['ratio_shard_bytes_over_jpeg_bytes']:.3f}** ({r['shards_mb']:.1f} MB ÷ {r['jpeg_mb']:.1f} MB"),
+         lambda r: f"**{r['ratio_shard_bytes_over_jpeg_bytes']:.3f}** "
+                   f"({r['shards_mb']:.1f} MB ÷ {r['jpeg_mb']:.1f} MB"),
     ],
     "batch_sweep": [(f"| {b} |", lambda r, b=b: _batch(r, b)) for b in ("8", "16", "32", "64")],
 }
@@ -209,7 +227,8 @@ def test_benchmarks_figures_are_the_results_files_own(bench: str):
             assert piece in rows[0], f"{label!r}: {piece!r} is not in {rows[0]!r}"
     text = "\n".join(lines)
     command = " ".join([f"bench/{bench}.py", *saved["argv"]])
-    assert command in " ".join(text.replace("`", " ` ").split()), f"BENCHMARKS.md does not give the command the file ran: {command!r}"
+    assert command in " ".join(text.replace("`", " ` ").split()), \
+        f"BENCHMARKS.md does not give the command the file ran: {command!r}"
     assert f"bench/results/{bench}.json" in text and commit in text and saved["date"][:10] in text, \
         f"BENCHMARKS.md names not all of the results file, its commit {commit} and date {saved['date'][:10]}"
 
@@ -235,8 +254,8 @@ def test_every_benchmarks_row_is_a_results_files_or_says_where_it_comes_from():
     row, and a row removed, are both found."""
     text = (ROOT / "BENCHMARKS.md").read_text()
     assert _unaccounted(text) == ([], [])
-    planted = text.replace("| figure | value | command, date |\n|---|---|---|\n",
-                           "| figure | value | command, date |\n|---|---|---|\n| a new figure | 1.5× | x |\n", 1)
+    header = "| figure | value | command, date |\n|---|---|---|\n"
+    planted = text.replace(header, header + "| a new figure | 1.5× | x |\n", 1)
     assert _unaccounted(planted)[0] == ["| a new figure | 1.5× | x |"]
     removed = "\n".join(line for line in text.splitlines() if "image sizes (CPU)" not in line)
     assert _unaccounted(removed)[1] == ["image sizes (CPU)"]
