@@ -135,10 +135,12 @@ FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = 
     "feature_cache": [
         ("training on the phase-1 feature cache ÷ on images",
          lambda r: (_times(r["train_ratio_cache_over_images"]),
-                    f"{r['train_examples_per_sec_cache']['median']:.1f} vs "
-                    f"{r['train_examples_per_sec_images']['median']:.1f} examples/s")),
+                    _rates(r, "train_examples_per_sec_cache", "train_examples_per_sec_images")
+                    + " examples/s")),
         ("a whole cache build (steady) ÷ a plain encoder forward pass",
-         lambda r: f"**{_range(r['build_ratio_steady_over_forward'])}"),
+         lambda r: (f"**{_range(r['build_ratio_steady_over_forward'])}",
+                    _rates(r, "cache_build_images_per_sec_steady", "plain_forward_images_per_sec", 2)
+                    + " images/s")),
     ],
     "strategies": [
         ("`mirrored`, 1 replica ÷ `one_device`",
