@@ -138,11 +138,14 @@ FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = 
     ],
     "strategies": [
         ("`mirrored`, 1 replica ÷ `one_device`",
-         lambda r: f"**{_range(r['strategies']['mirrored_1_over_one_device'])}"),
+         lambda r: (f"**{_range(r['strategies']['mirrored_1_over_one_device'])}",
+                    _rates(r["strategies"]["examples_per_sec"], "mirrored_1", "one_device") + " examples/s")),
         ("`mirrored` over 2 logical CPUs ÷ 1 replica",
          lambda r: _range(r["strategies"]["mirrored_2_logical_over_mirrored_1"])),
-        ("`--mixed-precision bf16` ÷ float32", lambda r: _range(r["levers"]["over_float32"]["bf16"])),
-        ("`--jit-compile` (XLA) ÷ float32", lambda r: _range(r["levers"]["over_float32"]["xla"])),
+        *[(f"{flag} ÷ float32",
+           lambda r, lever=lever: (_range(r["levers"]["over_float32"][lever]),
+                                   _rates(r["levers"]["examples_per_sec"], lever, "float32") + " examples/s"))
+          for flag, lever in (("`--mixed-precision bf16`", "bf16"), ("`--jit-compile` (XLA)", "xla"))],
     ],
     "ps_cluster": [
         ("parameter-server cluster, 2 workers ÷ 1",
