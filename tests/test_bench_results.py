@@ -154,7 +154,10 @@ FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = 
     ],
     "demo_overhead": [
         ("the demo's phase-1 trainer beside the demo's evaluator ÷ alone",
-         lambda r: f"**{_range(r['ratio_beside_over_alone'])}"),
+         lambda r: (f"**{_range(r['ratio_beside_over_alone'])}",
+                    _rates(r["trainer_examples_per_sec"], "beside", "alone") + " examples/s",
+                    f"the evaluator used {r['evaluator']['cpu_seconds_incl_children']:.1f} CPU-s for "
+                    f"{r['evaluator']['evaluations']} evaluations")),
     ],
     "coco_prep": [
         ("`showtell data coco` ÷ read + decode of the same JPEGs",
