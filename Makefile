@@ -58,14 +58,14 @@ docs: install
 	$(BIN)/python -m showtell.cli_reference > docs/cli.md
 
 bench: install
-	$(BIN)/python bench/input_pipeline.py
-	$(BIN)/python bench/evaluator_latency.py
-	$(BIN)/python bench/grpc_throughput.py
-	$(BIN)/python bench/feature_cache.py
-	$(BIN)/python bench/strategies.py
-	$(BIN)/python bench/ps_cluster.py
-	$(BIN)/python bench/coco_prep.py
-	$(BIN)/python bench/eval_throughput.py
+	$(BIN)/python bench/input_pipeline.py --out bench/results/input_pipeline.json
+	$(BIN)/python bench/evaluator_latency.py --out bench/results/evaluator_latency.json
+	$(BIN)/python bench/grpc_throughput.py --out bench/results/grpc_throughput.json
+	$(BIN)/python bench/feature_cache.py --out bench/results/feature_cache.json
+	$(BIN)/python bench/strategies.py --out bench/results/strategies.json
+	$(BIN)/python bench/ps_cluster.py --out bench/results/ps_cluster.json
+	$(BIN)/python bench/coco_prep.py --out bench/results/coco_prep.json
+	$(BIN)/python bench/eval_throughput.py --images 128 --rounds 5 --out bench/results/eval_throughput.json
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache node_modules

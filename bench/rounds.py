@@ -66,13 +66,14 @@ def write_results(path: Path, report: dict, argv: Sequence[str]) -> None:
 
     def git(*words: str) -> str:
         done = subprocess.run(["git", *words], cwd=root, capture_output=True, text=True, check=False)
-        return done.stdout.strip()
+        return done.stdout.rstrip()  # not lstrip: a status line starts with a space (" M path")
 
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
     stamped = {"bench": Path(sys.argv[0]).stem, "commit": git("rev-parse", "HEAD"),
+               # other results files are output, not code: `make bench` writes them one after another
                "tree_changed": [line[3:] for line in git("status", "--porcelain", "--untracked-files=no")
-                                .splitlines()],
+                                .splitlines() if not line[3:].startswith("bench/results/")],
                "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "argv": list(argv),
                "machine": {"cpus": os.cpu_count(), "cpu": cpu, "python": platform.python_version()},
                "report": report}
