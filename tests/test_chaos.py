@@ -123,3 +123,46 @@ def test_the_soak_sees_a_named_checkpoint_never_recorded_and_a_failure(tmp_path:
     soak = _soak_with_history(tmp_path, failed)
     soak.named[9] = [1.0, 2.0]  # named while the evaluator was up (no down intervals)
     assert soak.check()["violations"] == ["step 9 was named but never recorded", "step 5 failed: bad read"]
+
+
+def _wait_for(condition, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return condition()
+
+
+def test_only_the_replacement_ends_a_down_interval_and_then_silence_counts(tmp_path: Path):
+    """``Soak.probe_health`` against a real health server on loopback: a SERVING answer while the
+    killed evaluator has no replacement yet (a SIGTERMed one answers until its handler runs) does not
+    end the down interval; once the replacement is started it does, and from then on an unanswered
+    probe counts.  Without the first rule CI saw a replacement's start-up counted 28 times."""
+    import threading
+    from concurrent import futures
+
+    import grpc
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    servicer = health.HealthServicer()
+    servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    soak = Soak(base=tmp_path, seconds=0, kills=0, seed=0, port=port)
+    soak.serving, soak.replaced = False, False  # as right after a kill
+    soak.down.append([time.monotonic(), None])
+    probe = threading.Thread(target=soak.probe_health, daemon=True)
+    probe.start()
+    try:
+        assert not _wait_for(lambda: soak.serving, 1.5), "the old process' SERVING ended the interval"
+        assert soak.down[-1][1] is None and soak.recoveries == []
+        soak.replaced = True  # what Soak.start does for an evaluator
+        assert _wait_for(lambda: soak.serving), "the replacement's SERVING did not end the interval"
+        assert len(soak.recoveries) == 1 and soak.health_failures == 0
+        server.stop(0)
+        assert _wait_for(lambda: soak.health_failures >= 1), "silence while serving was not counted"
+    finally:
+        soak.done = True
+        probe.join(5)
+        server.stop(0)
