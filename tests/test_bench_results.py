@@ -77,8 +77,8 @@ def _clock(seconds: float) -> str:
 
 STREAM_PHASES = ("idle", "streams_open", "after_close")  # watch_fanout's process figures, in order
 
-# bench → (the BENCHMARKS.md row it feeds, what the row must hold — a text, or texts — made from the
-# file's report)
+# results file (its bench, or bench.variant) → (the BENCHMARKS.md row it feeds, what the row must
+# hold — a text, or texts — made from the file's report)
 FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = {
     "eval_throughput": [
         ("evaluator ÷ plain forward pass, images per CPU second, at this size",
@@ -227,7 +227,7 @@ NOT_KEPT_YET = {
 def test_a_results_file_names_a_commit_whose_bench_takes_its_flags(path: Path):
     saved = json.loads(path.read_text())
     assert {"bench", "commit", "tree_changed", "date", "argv", "machine", "report"} <= set(saved)
-    assert saved["bench"] == path.stem
+    assert saved["bench"] == path.stem.split(".")[0]  # chaos.ps.json: bench/chaos.py, its PS soak
     changed = saved["tree_changed"]
     assert changed == [], f"run the bench on a committed tree (changed: {changed})"
     assert re.fullmatch(r"[0-9a-f]{40}", saved["commit"]), saved["commit"]
@@ -237,13 +237,13 @@ def test_a_results_file_names_a_commit_whose_bench_takes_its_flags(path: Path):
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", saved["date"])
 
 
-@pytest.mark.parametrize("bench", sorted(FIGURES))
-def test_benchmarks_figures_are_the_results_files_own(bench: str):
-    path = ROOT / "bench" / "results" / f"{bench}.json"
+@pytest.mark.parametrize("name", sorted(FIGURES))
+def test_benchmarks_figures_are_the_results_files_own(name: str):
+    path = ROOT / "bench" / "results" / f"{name}.json"
     saved = json.loads(path.read_text())
-    report, commit = saved["report"], saved["commit"][:7]
+    report, commit, bench = saved["report"], saved["commit"][:7], saved["bench"]
     lines = (ROOT / "BENCHMARKS.md").read_text().splitlines()
-    for label, figure in FIGURES[bench]:
+    for label, figure in FIGURES[name]:
         rows = [line for line in lines if label in line]
         assert len(rows) == 1, f"BENCHMARKS.md: {len(rows)} rows hold {label!r}"
         expected = figure(report)
@@ -253,7 +253,7 @@ def test_benchmarks_figures_are_the_results_files_own(bench: str):
     command = " ".join([f"bench/{bench}.py", *saved["argv"]])
     assert command in " ".join(text.replace("`", " ` ").split()), \
         f"BENCHMARKS.md does not give the command the file ran: {command!r}"
-    assert f"bench/results/{bench}.json" in text and commit in text and saved["date"][:10] in text, \
+    assert f"bench/results/{name}.json" in text and commit in text and saved["date"][:10] in text, \
         f"BENCHMARKS.md names not all of the results file, its commit {commit} and date {saved['date'][:10]}"
 
 

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import tensorflow as tf
 
-from showtell.captioning.model.inference import beam_search
+from showtell.captioning.model.inference import beam_search, top_k_rows
 
 START, END = 0, 1
 
@@ -127,3 +127,60 @@ def test_the_search_ends_when_every_hypothesis_has_and_traces_its_step_once():
     traced, _ = search(tf.zeros([3, 1]))
     assert len(calls) == 1  # one trace of the step, not one per position
     np.testing.assert_array_equal(traced.numpy(), np.repeat(ids.numpy(), 3, axis=0))
+
+
+def _flat_beam_search(log_table: np.ndarray, batch: int, k: int,
+                      max_length: int) -> tuple[np.ndarray, np.ndarray]:
+    """The search as first written, over every word of every hypothesis at once (numpy, stable
+    sorts: ties to the lower index) — the reference the candidates-only search must equal."""
+    vocab = log_table.shape[0]
+    words = np.full(batch * k, START)
+    scores = np.tile([0.0] + [-1e9] * (k - 1), (batch, 1))
+    finished = np.zeros((batch, k), bool)
+    ids = np.full((batch, k, max_length), END)
+    only_end = np.where(np.arange(vocab) == END, 0.0, -1e9)
+    for t in range(max_length):
+        log_probs = log_table[words].reshape(batch, k, vocab)
+        log_probs = np.where(finished[..., None], only_end, log_probs)
+        total = (scores[..., None] + log_probs).reshape(batch, k * vocab)
+        flat = np.argsort(-total, axis=1, kind="stable")[:, :k]
+        scores = np.take_along_axis(total, flat, 1)
+        beam, word = flat // vocab, flat % vocab
+        ids = np.take_along_axis(ids, beam[..., None], 1)
+        ids[:, :, t] = word
+        finished = np.take_along_axis(finished, beam, 1) | (word == END)
+        words = word.reshape(-1)
+    return ids, scores
+
+
+def test_the_search_over_a_large_vocabulary_equals_the_search_over_every_word():
+    """At 1,000 words each step takes each hypothesis' best words through ``top_k_rows``' chunks;
+    the captions and scores are those of the search over all k × V candidates."""
+    vocab, batch, k, max_length = 1000, 4, 3, 8
+    table = np.random.default_rng(11).dirichlet(np.ones(vocab) * 0.05, size=vocab) + 1e-9
+    table[:, END] = np.linspace(0.01, 0.3, vocab)  # some hypotheses end, at different steps
+    log_table = np.log(table / table.sum(1, keepdims=True)).astype(np.float32)
+    ids, scores = beam_search(tf.zeros([batch, 1]), _markov_step(np.exp(log_table)), START, END,
+                              beam_size=k, max_length=max_length)
+    expected_ids, expected_scores = _flat_beam_search(log_table.astype(np.float64), batch, k, max_length)
+    assert (expected_ids == END).any() and not (expected_ids == END).all()
+    np.testing.assert_array_equal(ids.numpy(), expected_ids)
+    np.testing.assert_allclose(scores.numpy(), expected_scores, rtol=1e-5)
+
+
+def test_top_k_rows_is_top_k_ties_and_padding_included():
+    """``top_k_rows``: the values and indices of ``tf.math.top_k``, with many equal values (ties to
+    the lower index) and at a vocabulary no chunk size divides (padded), or too small to chunk."""
+    rng = np.random.default_rng(5)
+    for vocab in (12000, 1009, 200):
+        for x in (rng.normal(size=(16, vocab)), rng.integers(0, 4, size=(16, vocab))):
+            x = tf.constant(x, tf.float32)
+            values, indices = top_k_rows(x, 3)
+            expected = tf.math.top_k(x, 3)
+            np.testing.assert_array_equal(values.numpy(), expected.values.numpy())
+            np.testing.assert_array_equal(indices.numpy(), expected.indices.numpy())
+    # A tie across chunks whose maxima differ: the chunk with the larger maximum comes later in
+    # the row, and its 2 must still lose to the earlier chunk's two.
+    row = np.zeros((1, 1000), np.float32)
+    row[0, [0, 1, 100, 101]] = [2, 2, 5, 2]
+    assert top_k_rows(tf.constant(row), 3)[1].numpy().tolist() == [[100, 0, 1]]

@@ -125,8 +125,13 @@ class ShowAndTell(keras.Model):
 
     def step(self, word_ids: tf.Tensor, state: list[tf.Tensor]) -> tuple[tf.Tensor, list[tf.Tensor]]:
         """Inference: one word in → log-probabilities of the next word, new state."""
+        logits, state = self.step_logits(word_ids, state)
+        return tf.nn.log_softmax(logits), state
+
+    def step_logits(self, word_ids: tf.Tensor, state: list[tf.Tensor]) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        """``step`` before the softmax: what beam search takes (it normalises only its candidates)."""
         output, new_state = self.lstm.cell(self.word_embedding(word_ids), list(state), training=False)
-        return tf.nn.log_softmax(self.logits(output)), list(new_state)
+        return self.logits(output), list(new_state)
 
 
 @contextlib.contextmanager

@@ -84,8 +84,8 @@ class Validator:
                 losses = word_losses(model.logits(words), tf.boolean_mask(target_ids, real))
                 loss_sums = tf.math.unsorted_segment_sum(losses, word_owner, images)
                 counts = tf.math.unsorted_segment_sum(tf.ones_like(losses), word_owner, images)
-            ids, _ = beam_search(model.start_state(embedding), model.step, vocab.start_id, vocab.end_id,
-                                 beam_size, max_length)
+            ids, _ = beam_search(model.start_state(embedding), model.step_logits, vocab.start_id,
+                                 vocab.end_id, beam_size, max_length)
             return loss_sums, counts, ids[:, 0]
 
         def evaluate_batch(images, captions):
