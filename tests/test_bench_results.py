@@ -75,6 +75,23 @@ def _clock(seconds: float) -> str:
     return f"{whole // 60}:{whole % 60:02d}"
 
 
+def _tally(counts: dict[str, int]) -> str:
+    """A soak's counts by kind, in a fixed order: "evaluator SIGKILL at a random moment 15; …"."""
+    return "; ".join(f"{kind} {n}" for kind, n in sorted(counts.items()))
+
+
+def _soak(r: dict) -> tuple[str, ...]:
+    """A chaos soak's row: its kills by kind and landing, resumes, recovery, checkpoints, violations."""
+    trainer = "trainer" if r["cluster"] == "single" else "chief"
+    return (f"{r['kills']} kills: {_tally(r['kills_by'])}; aimed kills missed: {r['aimed_kills_missed']}",
+            f"{r['trainer_resumes_checked']} {trainer} resumes checked at the newest named checkpoint "
+            f"({r['trainer_killed_before_restoring']} killed again before restoring)",
+            f"the evaluator back to SERVING within {r['worst_evaluator_recovery_s']} s at worst",
+            f"{r['checkpoints_named']} named: {r['evaluated']} evaluated; recorded skipped: "
+            f"{_tally(r['skipped'])}; {r['unseen_while_down']} deleted while the evaluator was down",
+            f"| **{len(r['violations'])}** |")
+
+
 STREAM_PHASES = ("idle", "streams_open", "after_close")  # watch_fanout's process figures, in order
 
 # results file (its bench, or bench.variant) → (the BENCHMARKS.md row it feeds, what the row must
@@ -183,6 +200,7 @@ FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = 
                    + ("the trainer container never restarted" if r["restarts"] == 0 else
                       f"the trainer container restarted {r['restarts']} times")),
     ],
+    "chaos": [("single trainer, 2026-11-27", _soak)],
     "coco_prep": [
         ("`showtell data coco` ÷ read + decode of the same JPEGs",
          lambda r: f"**{_range(r['ratio_prep_over_read_decode'])}**; "
@@ -216,10 +234,7 @@ NOT_FROM_A_BENCH = {
     "COCO's PTB tokenizer − the regex stand-in": "two `showtell evaluate --once`",
 }
 NOT_KEPT_YET = {
-    "single trainer: `bench/chaos.py": "a 30-minute soak, run before results files were kept",
     "PS cluster: `bench/chaos.py": "a 40-minute soak, run before results files were kept",
-    **{f"| {batch} | ": "bench/batch_sweep.py: 15 minutes of both cores, not rerun since --out"
-       for batch in (8, 16, 32, 64)},
 }
 
 
