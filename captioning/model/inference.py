@@ -59,8 +59,7 @@ def beam_search(
         logits, state = step_fn(words, state)
         per = k if logits.shape[-1] is None else min(k, logits.shape[-1])  # candidates per hypothesis
         top, word = top_k_rows(logits, per)
-        peak = tf.reduce_max(logits, -1, keepdims=True)
-        norm = peak + tf.math.log(tf.reduce_sum(tf.exp(logits - peak), -1, keepdims=True))
+        norm = tf.reduce_logsumexp(logits, -1, keepdims=True)
         log_probs, word = tf.reshape(top - norm, [batch, k, per]), tf.reshape(word, [batch, k, per])
         # A finished hypothesis offers </S> alone, at no cost (its other candidates are impossible).
         log_probs = tf.where(finished[..., None], tf.constant([0.0] + [NEG] * (per - 1)), log_probs)
