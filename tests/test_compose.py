@@ -503,10 +503,12 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: 
         "SHOWTELL_EVAL_EXAMPLES": "8", "SHOWTELL_RECIPE": str(recipe),
         "SHOWTELL_METEOR": "false",  # its JVM: ≈ 7 CPU-s per evaluator (PTB tokenizing still uses the JRE)
         # the encoder's pretraining, short: a first encoder after its first step, the final one after
-        # 120 s (by then the half-a-core trainer has started on the first).  With 60 s, a machine
+        # 240 s (by then the half-a-core trainer has started on the first).  With 60 s, a machine
         # whose first half-a-core step took 54 s (tracing) wrote both 6 s apart: the trainer never
-        # saw the first, and the test waited for a switch that could not come.
-        "SHOWTELL_PRETRAIN_SECONDS": "120", "SHOWTELL_PRETRAIN_FIRST_SAVE": "3",
+        # saw the first; with 120 s, CI's took 124 s, and the final encoder was the first one's
+        # bytes (now a step newer, and a trainer told so either way), 5 s after it.  The trainer's
+        # preview began 55 s after the first encoder there: 240 s leaves twice that.
+        "SHOWTELL_PRETRAIN_SECONDS": "240", "SHOWTELL_PRETRAIN_FIRST_SAVE": "3",
         "SHOWTELL_GRPC_PORT": str(grpc_port), "SHOWTELL_TENSORBOARD_PORT": str(board_port),
     }, ["docker-compose.yml", str(_half_a_core_each(tmp_path))])
     pki = make_pki(tmp_path / "pki")

@@ -131,6 +131,47 @@ def test_on_a_first_encoder_the_run_is_a_preview_and_on_a_final_one_it_is_not(tm
     assert watch.preview_secs is None
 
 
+
+def _call_final(encoder: Path) -> None:
+    """What a pretraining whose last step was its first encoder's leaves: the same bytes, their
+    record now final."""
+    record = json.loads((pretrain_state(encoder) / "progress.json").read_text())
+    record["encoder"]["final"] = True
+    (pretrain_state(encoder) / "progress.json").write_text(json.dumps(record))
+
+
+def test_the_same_bytes_called_final_end_the_preview_and_the_wait(tmp_path: Path):
+    """The CI stack whose pretraining's first step outlasted its --seconds: the final encoder was
+    the first one's bytes, only its record changed — and the trainer waited for newer bytes for
+    ever.  A preview that ends on bytes now called final goes on; a wait ends when they are."""
+    encoder = tmp_path / "encoder.weights.h5"
+    encoder.write_bytes(b"a first encoder")
+    _first_encoder(encoder)
+    clock, stop = FakeClock(), StopRequest()
+    watch = follow.EncoderWatch(encoder, stop, preview_secs=60, every_secs=10, clock=clock)
+    assert watch.preview_secs == 60
+    watch(10)
+    _call_final(encoder)  # during the preview
+    clock.now += 60
+    watch(100)
+    assert not stop and watch.preview_secs is None  # not a preview any more: the run goes on
+    clock.now += 600
+    watch(200)
+    assert not stop
+
+    _first_encoder(encoder)  # the wait after a preview, then the record turns final
+    stop = StopRequest()
+    flipped = threading.Timer(0.5, _call_final, (encoder,))
+    gave_up = threading.Timer(5, stop.request, ("the test gave up",))
+    began = time.monotonic()
+    flipped.start(), gave_up.start()
+    try:
+        assert follow.wait_for_newer(encoder, follow._sha256(encoder), stop, poll=0.05)
+    finally:
+        flipped.cancel(), gave_up.cancel()
+    assert not stop and 0.5 <= time.monotonic() - began < 3  # not before the record said so
+
+
 @pytest.mark.e2e
 def test_a_trainer_waits_for_the_encoder_then_starts_again_on_a_newer_one(tiny_data: Path, tmp_path: Path,
                                                                          procs: Procs):
@@ -176,6 +217,6 @@ def test_a_trainer_waits_for_the_encoder_then_starts_again_on_a_newer_one(tiny_d
     assert trainer.poll() is None  # the same process (exec), still training
     text = log.read_text()
     assert "a preview of 3 s, then a wait for the final one" in text and "kept aside in" in text
-    assert "starting again on the newer encoder" in text
+    assert "starting again on the final encoder" in text
     trainer.send_signal(signal.SIGTERM)
     assert trainer.wait(120) == 143

@@ -272,3 +272,12 @@ def test_pretraining_resumes_where_it_ended_as_one_longer_run(encoder_file: Path
     # one, and ends on its own terms (the demo's short pretraining on a loaded machine)
     again = pretrain(data=tiny_data, out=out, seconds=0.01, batch_size=4, fresh=True)
     assert (again.started_from, again.steps, again.exit_code) == (0, 1, 0)
+    # and with a first encoder asked for too, the time limit falls on the first encoder's step: one
+    # step more, so the final encoder is not the first one again (a follower waits for a newer one)
+    saves: list[int] = []
+    real_save = pretraining.EncoderPreview.save
+    monkeypatch.setattr(pretraining.EncoderPreview, "save",
+                        lambda preview: (saves.append(preview.runner.step), real_save(preview))[1])
+    both = pretrain(data=tiny_data, out=out, seconds=0.01, first_save_after=0.001, batch_size=4, fresh=True)
+    assert (saves, both.steps, both.exit_code) == ([1], 2, 0)
+    assert json.loads((state_dir(out) / "progress.json").read_text())["encoder"]["step"] == 2

@@ -288,7 +288,7 @@ def _next_encoder(exp: TrainExperiment, stop, result) -> int:
             code = stop.exit_code(finished=False)
             log.info("stopped (%s) while waiting for the final encoder: exit %d", stop.reason, code)
             return code
-    log.info("starting again on the newer encoder")
+    log.info("starting again on the final encoder")
     return follow.RESTART
 
 

@@ -115,7 +115,12 @@ class EncoderWatch:
         if self._started is None:
             self._started = now
         if self.preview_secs and now - self._started >= self.preview_secs:
-            self.stop.request(PREVIEW_DONE)
+            if _said_final(self.path, self.sha256):
+                log.info("step %d: the pretraining ended on the encoder this run started from (its final "
+                         "one is these bytes): no longer a preview, the run goes on", step)
+                self.preview_secs = None
+            else:
+                self.stop.request(PREVIEW_DONE)
         if now - self._checked < self.every_secs:
             return
         self._checked = now
@@ -129,8 +134,16 @@ class EncoderWatch:
             self.stop.request(ENCODER_REPLACED)
 
 
+def _said_final(path: Path, sha256: str) -> bool:
+    """Whether the pretraining's record names ``sha256`` its final encoder: a pretraining whose
+    ``--steps`` ended at its first encoder's step wrote the same bytes again, and only the record
+    changed."""
+    return bool((pretrained_encoder(path, sha256) or {}).get("final"))
+
+
 def wait_for_newer(path: Path, sha256: str, stop, report_every: float = 60.0, poll: float = 2.0) -> bool:
-    """Sleep until ``path`` holds other bytes than ``sha256``; False if stopped first.
+    """Sleep until ``path`` holds the final encoder: other bytes than ``sha256``, or the same bytes
+    the pretraining's record now calls final; False if stopped first.
 
     The bytes are compared once before the first sleep: the final encoder may have landed while the
     preview saved its final checkpoint, and a wait that only looked for changes from then on would
@@ -139,6 +152,10 @@ def wait_for_newer(path: Path, sha256: str, stop, report_every: float = 60.0, po
     if signature is not None and _sha256(path) != sha256:
         return True
     while True:
+        if _said_final(path, sha256):
+            log.info("the pretraining ended on the encoder in %s this run started from: it is the final one",
+                     path)
+            return True
         if stop.wait(poll):
             return False
         now = _signature(path)

@@ -196,6 +196,13 @@ def _pretrain(data: Path, out: Path, stop: StopRequest, budget: Budget, batch_si
                  PretrainProgress(held_out, report_every_secs, budget, batch_size, first),
                  *([metrics] if metrics is not None else [])])
     stopped_by = controller.train(first + budget.steps if budget.steps is not None else 2**62)
+    if stop.final and preview.saved_step == runner.step:
+        # The time limit fell on the first encoder's step (a slow machine's first step, tracing,
+        # outlasted --seconds): one step more, so the final encoder a follower waits for
+        # (``train --follow-encoder``) is newer weights, not the first one's bytes again.
+        log.info("%s ended the pretraining on its first encoder's step %d: one more step, so the final "
+                 "encoder is a newer one", stop.reason, runner.step)
+        runner.train(1)
     step, elapsed = runner.step, time.monotonic() - budget.started
     accuracy = held_out()
     log.info("pretrained %d steps in %.0f s (loss %.3f; %d steps in all); held-out accuracy: %s",
@@ -287,11 +294,13 @@ class EncoderPreview:
     def __init__(self, encoder: keras.Model, out: Path, state: PretrainState, runner: PretrainRunner) -> None:
         self.encoder, self.out, self.state, self.runner = encoder, out, state, runner
         self.on_save: Callable[[int, float], None] | None = None
+        self.saved_step: int | None = None  # the step of the first encoder written, if one was
 
     def save(self) -> str:
         started, step = time.monotonic(), self.runner.step
         _save(self.encoder, self.out, f"a first encoder, after {step} steps (pretraining goes on)")
         self.state.encoder_written(step, self.out, final=False)
+        self.saved_step = step
         if self.on_save is not None:
             self.on_save(step, time.monotonic() - started)
         return str(self.out)

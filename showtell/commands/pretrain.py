@@ -30,7 +30,9 @@ log = logging.getLogger(__name__)
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, required=True, help="a synthetic dataset (`showtell data synthetic`)")
     p.add_argument("--out", type=Path, required=True, help="the weights file to write (*.weights.h5)")
-    p.add_argument("--seconds", type=positive_float, help="stop after this many seconds")
+    p.add_argument("--seconds", type=positive_float,
+                   help="stop after this many seconds, counted from the start (one step at least, and one "
+                        "past --first-save-after's encoder: the final encoder is always newer)")
     p.add_argument("--steps", type=positive_int, help="stop after this many steps (of this run)")
     p.add_argument("--batch-size", type=positive_int, default=32, help="images per step (default 32)")
     p.add_argument("--learning-rate", type=positive_float, default=1e-3, help="Adam's rate (default 0.001)")
