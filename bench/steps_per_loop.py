@@ -15,7 +15,12 @@ Like with like:
 * **the same clipping**: both clip the gradients to one global norm with
   ``tf.clip_by_global_norm``, which keeps the embedding's sparse gradient sparse (Keras'
   ``global_clipnorm`` would make it dense);
-* **steps counted by the optimizer** (its ``iterations``) on both sides.
+* **steps counted by the optimizer** (its ``iterations``) on both sides;
+* **tf.data's autotuning thread off on both sides** (``--autotune off``, the default): with it on,
+  releasing an iterator waits for that thread's timed sleep (gdb: ``RootDataset::Iterator``'s
+  destructor joining the thread in ``model::Model::OptimizeLoop``'s ``CondVar`` wait) — up to tens of
+  seconds, whichever side it falls on: the rounds of exactly 40.96 s (3,200 examples at 78.1/s) were
+  that sleep, not the loop.  ``--autotune on`` measures it as users' pipelines run.
 
 Reported per phase: each side's examples/s (median, spread, every round) and the per-round ratios
 showtell(N) ÷ Keras fit(N) (goal ≥ 1.0, every round ≥ 0.95), showtell(N) ÷ showtell(1) and
@@ -24,6 +29,7 @@ has one); showtell's phase 2 has two (the encoder's own rate) — the same updat
 
     .venv/bin/python bench/steps_per_loop.py [--rounds 3] [--n 10] [--batch-size 32]
         [--phase1-steps 100] [--phase2-steps 20] [--model im2txt|small] [--only phase1|phase2]
+        [--autotune off|on]
         [--out bench/results/steps_per_loop.json]
 """
 
@@ -68,21 +74,26 @@ MODELS = {"im2txt": ModelConfig(),  # 512 × 512: a step of CPU seconds' tenths
 
 
 def task(data: Path, model_dir: Path, model: ModelConfig, batch: int, encoder_trains: bool,
-         n: int) -> tuple[CaptionTask, tf.data.Dataset]:
+         n: int, autotune: bool = True) -> tuple[CaptionTask, tf.data.Dataset]:
     """The task and its global batches (phase 1's feature cache: built by the phase's first
-    process, then read)."""
+    process, then read); without ``autotune``, no tuning thread (the same parallelism elsewhere)."""
     caption = CaptionTask(data_dir=data, model_dir=model_dir, model=model,
                           input_config=InputConfig(batch_size=batch), optimizer=OPTIMIZER,
                           train=TrainConfig(), train_inception=encoder_trains,
                           compute=ComputeConfig(steps_per_loop=n))
     cache, _ = open_data(caption)
-    return caption, caption.dataset(cache)
+    dataset = caption.dataset(cache)
+    if not autotune:
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        dataset = dataset.with_options(options)
+    return caption, dataset
 
 
 def showtell_side(data: Path, model_dir: Path, model: ModelConfig, batch: int, encoder_trains: bool,
-                  n: int) -> Callable[[int], float]:
+                  n: int, autotune: bool) -> Callable[[int], float]:
     """``showtell train``'s loop: a round of ``steps`` steps → examples/s."""
-    caption, dataset = task(data, model_dir, model, batch, encoder_trains, n)
+    caption, dataset = task(data, model_dir, model, batch, encoder_trains, n, autotune)
     runner = SynchronousRunner(task=caption, dataset=dataset, steps_per_loop=n)
     checkpoints, _ = task_checkpoints(caption)
     train = TrainConfig()
@@ -126,9 +137,9 @@ class FitPeer(keras.Model):
 
 
 def keras_side(data: Path, model_dir: Path, model: ModelConfig, batch: int, encoder_trains: bool,
-               n: int) -> Callable[[int], float]:
+               n: int, autotune: bool) -> Callable[[int], float]:
     """``model.fit(steps_per_epoch=steps)`` with ``steps_per_execution`` n → examples/s."""
-    caption, dataset = task(data, model_dir, model, batch, encoder_trains, 1)
+    caption, dataset = task(data, model_dir, model, batch, encoder_trains, 1, autotune)
     peer = FitPeer(caption.model, OPTIMIZER.clip_gradients)
     peer.compile(optimizer=keras.optimizers.SGD(OPTIMIZER.learning_rate), steps_per_execution=n,
                  jit_compile=False)
@@ -150,7 +161,8 @@ def one(args: argparse.Namespace) -> int:
     kind, n = args.one.rsplit("_", 1)
     side = showtell_side if kind == "showtell" else keras_side
     model_dir = Path(tempfile.mkdtemp(dir=args.work))
-    run = side(args.data, model_dir, MODELS[args.model], args.batch_size, encoder_trains, int(n))
+    run = side(args.data, model_dir, MODELS[args.model], args.batch_size, encoder_trains, int(n),
+               args.autotune == "on")
     run(args.n)  # tracing, autotuning: not timed
     rate = run(args.phase2_steps if encoder_trains else args.phase1_steps)
     print(json.dumps({"examples_per_sec": rate}), flush=True)
@@ -165,7 +177,7 @@ def phase(args: argparse.Namespace, name: str, data: Path, work: Path) -> dict[s
             argv = [sys.executable, __file__, "--one", side, "--phase", name, "--data", str(data),
                     "--work", str(work), "--n", str(args.n), "--batch-size", str(args.batch_size),
                     "--phase1-steps", str(args.phase1_steps), "--phase2-steps", str(args.phase2_steps),
-                    "--model", args.model]
+                    "--model", args.model, "--autotune", args.autotune]
             done = subprocess.run(argv, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 raise SystemExit(f"{name} {side} round {index}: exit {done.returncode}\n"
@@ -189,6 +201,9 @@ def main() -> int:
     parser.add_argument("--phase2-steps", type=int, default=20)
     parser.add_argument("--only", choices=("phase1", "phase2"))
     parser.add_argument("--model", choices=tuple(MODELS), default="im2txt")
+    parser.add_argument("--autotune", choices=("on", "off"), default="off",
+                        help="tf.data's autotuning thread on both sides (off: an iterator's release "
+                             "does not wait for its sleep)")
     add_out(parser, "steps_per_loop")
     # one round of one side, in a process of its own (what the run above starts)
     parser.add_argument("--one", help=argparse.SUPPRESS)
@@ -202,7 +217,8 @@ def main() -> int:
     if args.rounds < MIN_ROUNDS:
         raise SystemExit(f"--rounds {args.rounds}: at least {MIN_ROUNDS}, or the spread means nothing")
     report: dict[str, object] = {"batch": args.batch_size, "n": args.n, "model": args.model,
-                                 "rounds": args.rounds, "fresh_process_per_round": True}
+                                 "rounds": args.rounds, "fresh_process_per_round": True,
+                                 "tf_data_autotune": args.autotune == "on"}
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         synthetic.build(data, SyntheticConfig(train_images=600, val_images=8))
