@@ -87,6 +87,25 @@ def test_eval_images_yield_each_image_once_with_all_references(tiny_data: Path):
     assert sorted(rows) == sorted((i, r) for i, refs_ in refs.items() for r in refs_)
 
 
+
+def test_a_pass_that_ends_has_no_tuning_thread_for_its_release_to_wait_for(tiny_data: Path, tmp_path: Path):
+    """An evaluation's and a cache build's pipelines run without tf.data's autotuning thread:
+    releasing their iterator joined it, asleep up to tens of seconds (``inputs.one_pass``); both
+    still yield every image.  Training's pipeline, whose iterator lives as long as the run, keeps
+    its tuning."""
+    from showtell.captioning.data.feature_cache import FeatureCache
+
+    files = shard_files(tiny_data, "val")
+    evaluation = inputs.eval_images(files, 75, batch_size=3)
+    views = FeatureCache(tmp_path, {"variants": 2})._views(files, 75, InputConfig(), 4)
+    for ds in (evaluation, views):
+        assert ds.options().autotune.enabled is False
+    images = load_dataset(tiny_data)[0].splits["val"].images
+    assert sum(int(b["image_id"].shape[0]) for b in evaluation) == images
+    assert sum(int(ids.shape[0]) for ids, _ in views) == images
+    training = inputs.train_dataset(shard_files(tiny_data, "train"), 75, InputConfig(batch_size=4))
+    assert training.options().autotune.enabled is not False
+
 def test_training_shows_each_caption_once_per_as_many_passes_as_an_image_has_captions(tiny_data: Path):
     """One record per image: each pass shows an image once, with its captions in turn."""
     files = shard_files(tiny_data, "train")

@@ -156,7 +156,7 @@ class FeatureCache:
 
         images = tf.data.TFRecordDataset(list(files)).map(inputs.graph_fn(parse_example))
         ds = images.map(inputs.graph_fn(views), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        return ds.batch(max(1, batch_size // variants)).prefetch(2)
+        return inputs.one_pass(ds.batch(max(1, batch_size // variants)).prefetch(2))
 
     def _forward_fn(self, encoder: Encoder, image_size: int):
         @tf.function(input_signature=[tf.TensorSpec([None, self.variants, image_size, image_size, 3])],
