@@ -89,16 +89,16 @@ def test_eval_images_yield_each_image_once_with_all_references(tiny_data: Path):
 
 
 def test_a_pass_that_ends_has_no_tuning_thread_for_its_release_to_wait_for(tiny_data: Path, tmp_path: Path):
-    """An evaluation's and a cache build's pipelines run without tf.data's autotuning thread:
-    releasing their iterator joined it, asleep up to tens of seconds (``inputs.one_pass``); both
-    still yield every image.  Training's pipeline, whose iterator lives as long as the run, keeps
+    """An evaluation's, a cache build's and the references' pipelines run without tf.data's
+    autotuning thread (the pretraining's held-out pass too): releasing their iterator joined it,
+    asleep up to tens of seconds (``inputs.one_pass``).  The first two still yield every image.  Training's pipeline, whose iterator lives as long as the run, keeps
     its tuning."""
     from showtell.captioning.data.feature_cache import FeatureCache
 
     files = shard_files(tiny_data, "val")
     evaluation = inputs.eval_images(files, 75, batch_size=3)
     views = FeatureCache(tmp_path, {"variants": 2})._views(files, 75, InputConfig(), 4)
-    for ds in (evaluation, views):
+    for ds in (evaluation, views, inputs.caption_records(files)):
         assert ds.options().autotune.enabled is False
     images = load_dataset(tiny_data)[0].splits["val"].images
     assert sum(int(b["image_id"].shape[0]) for b in evaluation) == images

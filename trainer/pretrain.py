@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from showtell.captioning.config import PRETRAIN_PROGRESS, InputConfig, pretrain_progress, pretrain_state
 from showtell.captioning.data import synthetic
-from showtell.captioning.data.inputs import eval_images, preprocess_image
+from showtell.captioning.data.inputs import eval_images, one_pass, preprocess_image
 from showtell.captioning.data.manifest import load_dataset
 from showtell.captioning.data.records import shard_files
 from showtell.captioning.model.network import build_encoder
@@ -414,8 +414,8 @@ def held_out_accuracy(model: keras.Model, images: np.ndarray, labels: dict[str, 
     learnt at once, so counting it would put chance for the third shape's kind at ≈ 0.8."""
     if not len(images):
         return {}
-    plain = tf.data.Dataset.from_tensor_slices(images).map(
-        lambda image: preprocess_image(image, size, False, config)).batch(128)
+    plain = one_pass(tf.data.Dataset.from_tensor_slices(images).map(
+        lambda image: preprocess_image(image, size, False, config)).batch(128))
     outputs = [model(x, training=False) for x in plain]
     accuracy = {}
     for head in synthetic.LABEL_HEADS:  # the counts only help: not reported

@@ -197,8 +197,8 @@ def teacher_forcing(captions: tf.RaggedTensor) -> dict[str, tf.Tensor]:
 
 def caption_records(files: Sequence[str]) -> tf.data.Dataset:
     """(image id, ragged caption ids) per record, in file order — no image decoded."""
-    return tf.data.TFRecordDataset(list(files)).map(graph_fn(parse_example)).map(
-        graph_fn(lambda r: (r["image_id"], r["captions"])))
+    return one_pass(tf.data.TFRecordDataset(list(files)).map(graph_fn(parse_example)).map(
+        graph_fn(lambda r: (r["image_id"], r["captions"]))))
 
 
 def load_references(files: Sequence[str], vocab: Vocabulary) -> dict[int, list[str]]:
