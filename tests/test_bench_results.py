@@ -125,6 +125,14 @@ FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = 
         ("examples/s by round, fresh processes: showtell 1 / showtell 10 / Keras fit 10",
          lambda r: " | ".join(_by_round(r[phase]["examples_per_sec"]) for phase in ("phase1", "phase2"))),
     ],
+    "steps_per_loop.small": [
+        ("32/32 model, 1,000 steps: showtell 10 ÷ Keras fit 10",
+         lambda r: f"**{_closed(r['phase1']['showtell_10_over_keras_fit_10'])}**"),
+        ("32/32 model, 1,000 steps: showtell 10 a call ÷ 1",
+         lambda r: f"**{_closed(r['phase1']['showtell_10_over_showtell_1'])}**"),
+        ("32/32 model, 1,000 steps, examples/s by round",
+         lambda r: _by_round(r["phase1"]["examples_per_sec"])),
+    ],
     "grpc_throughput": [
         ("gRPC `GetLatest` ÷ `Health/Check` requests/s",
          lambda r: f"{_closed(r['ratio_latest_over_health_throughput'])}; "

@@ -91,8 +91,8 @@ def test_eval_images_yield_each_image_once_with_all_references(tiny_data: Path):
 def test_a_pass_that_ends_has_no_tuning_thread_for_its_release_to_wait_for(tiny_data: Path, tmp_path: Path):
     """An evaluation's, a cache build's and the references' pipelines run without tf.data's
     autotuning thread (the pretraining's held-out pass too): releasing their iterator joined it,
-    asleep up to tens of seconds (``inputs.one_pass``).  The first two still yield every image.  Training's pipeline, whose iterator lives as long as the run, keeps
-    its tuning."""
+    asleep up to tens of seconds (``inputs.one_pass``).  The first two still yield every image.
+    Training's pipeline, whose iterator lives as long as the run, keeps its tuning."""
     from showtell.captioning.data.feature_cache import FeatureCache
 
     files = shard_files(tiny_data, "val")
