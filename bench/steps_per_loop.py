@@ -9,7 +9,7 @@ Like with like:
 * **every round of every side is a fresh process** (``--one``), the sides' order alternating
   round by round (``rounds.order``): nothing of one side — its input pipeline's threads, its
   iterators, its thread pools' state — lives through another's round;
-* in each process, one untimed call of N steps first (tracing, tf.data's autotuning), then the
+* in each process, one untimed call of N steps first (tracing, the pipeline filling), then the
   timed round: **the input iterator opened and released inside the timed window** on both sides
   (``fit`` opens its own and drops it when it returns; showtell's round does the same);
 * **the same clipping**: both clip the gradients to one global norm with
@@ -53,7 +53,7 @@ import tensorflow as tf
 from rounds import MIN_ROUNDS, add_out, order, publish, ratio, spread
 
 from showtell.captioning.config import InputConfig, ModelConfig, SyntheticConfig
-from showtell.captioning.data import synthetic
+from showtell.captioning.data import inputs, synthetic
 from showtell.captioning.model.network import masked_loss_sum
 from showtell.trainer.actions import StepReport
 from showtell.trainer.checkpoints import SaveSchedule
@@ -83,11 +83,7 @@ def task(data: Path, model_dir: Path, model: ModelConfig, batch: int, encoder_tr
                           compute=ComputeConfig(steps_per_loop=n))
     cache, _ = open_data(caption)
     dataset = caption.dataset(cache)
-    if not autotune:
-        options = tf.data.Options()
-        options.autotune.enabled = False
-        dataset = dataset.with_options(options)
-    return caption, dataset
+    return caption, dataset if autotune else inputs.one_pass(dataset)  # each round's pass ends
 
 
 def showtell_side(data: Path, model_dir: Path, model: ModelConfig, batch: int, encoder_trains: bool,

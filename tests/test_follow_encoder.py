@@ -105,15 +105,21 @@ def _first_encoder(encoder: Path, step: int = 40, sha256: str | None = None) -> 
     (state / "progress.json").write_text(json.dumps({"encoder": record}))
 
 
+def _call_final(encoder: Path) -> None:
+    """What a pretraining whose last step was its first encoder's leaves: the same bytes, their
+    record now final."""
+    record = json.loads((pretrain_state(encoder) / "progress.json").read_text())
+    record["encoder"]["final"] = True
+    (pretrain_state(encoder) / "progress.json").write_text(json.dumps(record))
+
+
 def test_on_a_first_encoder_the_run_is_a_preview_and_on_a_final_one_it_is_not(tmp_path: Path):
     encoder = tmp_path / "encoder.weights.h5"
     encoder.write_bytes(b"a first encoder")
     _first_encoder(encoder)
     for final, expected in ((False, follow.PREVIEW_DONE), (True, None)):
         if final:  # the record of the same bytes, now final
-            record = json.loads((pretrain_state(encoder) / "progress.json").read_text())
-            record["encoder"]["final"] = True
-            (pretrain_state(encoder) / "progress.json").write_text(json.dumps(record))
+            _call_final(encoder)
         clock, stop = FakeClock(), StopRequest()
         watch = follow.EncoderWatch(encoder, stop, preview_secs=60, every_secs=10, clock=clock)
         clock.now += 30  # building, the feature cache: not training time
@@ -130,14 +136,6 @@ def test_on_a_first_encoder_the_run_is_a_preview_and_on_a_final_one_it_is_not(tm
     watch = follow.EncoderWatch(encoder, stop, preview_secs=1, clock=FakeClock())
     assert watch.preview_secs is None
 
-
-
-def _call_final(encoder: Path) -> None:
-    """What a pretraining whose last step was its first encoder's leaves: the same bytes, their
-    record now final."""
-    record = json.loads((pretrain_state(encoder) / "progress.json").read_text())
-    record["encoder"]["final"] = True
-    (pretrain_state(encoder) / "progress.json").write_text(json.dumps(record))
 
 
 def test_the_same_bytes_called_final_end_the_preview_and_the_wait(tmp_path: Path):

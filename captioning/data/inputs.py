@@ -33,9 +33,9 @@ def one_pass(ds: tf.data.Dataset) -> tf.data.Dataset:
     build): releasing the pass's iterator joins that thread, which sleeps on a timer that doubles
     to tens of seconds (gdb: ``RootDataset::Iterator::~Iterator`` waiting on the thread in
     ``model::Model::OptimizeLoop``'s ``CondVar`` wait): evaluations of 128 images took 41.8 s in
-    3 rounds of 5 and 23.7 s in the others, at the same CPU-s.  ``AUTOTUNE`` parallelism still
-    starts at the cores there are, and prefetching still grows its buffer; only the tuning thread
-    is gone."""
+    3 rounds of 5 and 23.7 s in the others, at the same CPU-s.  ``AUTOTUNE`` values then stay at
+    tf.data's untuned defaults: evaluations measured so run every round at the same rate
+    (BENCHMARKS, "The evaluator")."""
     options = tf.data.Options()
     options.autotune.enabled = False
     return ds.with_options(options)
