@@ -158,8 +158,10 @@ def timed(one_pass: Callable[[], int], live: Callable[[], float] = lambda: 0.0
         wall, cpu, child, kept = time.perf_counter(), cpu_seconds(), children_cpu(), live()
         images = one_pass()
         used = live() - kept
-        return (images / (time.perf_counter() - wall), images / (cpu_seconds() - cpu + used),
-                children_cpu() - child, used)
+        figures = (images / (time.perf_counter() - wall), images / (cpu_seconds() - cpu + used),
+                   children_cpu() - child, used)
+        logging.warning("%d images: %.2f images/s, %.2f per CPU-s", images, *figures[:2])  # if a run dies
+        return figures
 
     return run
 
@@ -243,7 +245,8 @@ def main() -> int:
             if name != "forward":
                 report[f"ratio_{name}_over_forward_{clock}"] = ratio(values, rates["forward"][clock])
     # The tokenizer: measured inside each evaluator pass (its JVM's CPU), and apart at two sizes.
-    per_1000 = (at_coco["median"] - at_size["median"]) / (COCO_EVALUATION - args.images) * 1000
+    per_1000 = ((at_coco["median"] - at_size["median"]) / (COCO_EVALUATION - args.images) * 1000
+                if args.images != COCO_EVALUATION else at_coco["median"] / COCO_EVALUATION * 1000)
     report["tokenizer_cpu_sec_per_evaluation"] = spread(tokenizer, 3)
     report["meteor_cpu_sec_per_evaluation"] = spread(meteor_cpu, 3)  # its warm JVM's, per pass
     report["meteor_share_of_an_evaluation"] = round(statistics.median(meteor_cpu) / (
