@@ -240,7 +240,7 @@ FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = 
 # which).  A new row must be added to FIGURES or here (tested below).
 NOT_FROM_A_BENCH = {
     "`bash .ci/run` on a fresh clone": "`make test` prints it",
-    "the same on a slower machine (its `make check`": "`make test` prints it",
+    "the same on a slower machine, 2026-11-28": "`make test` prints it",
     "`make check` (lint + the quick in-process tests": "`make check` prints it",
     "the same on the slower machine, 2026-11-27": "`make check` prints it",
     "first `[evaluation]` line": "three `make demo`, their consoles",
