@@ -220,7 +220,7 @@ def main() -> int:
         for one_pass in passes.values():  # untimed: tracing, warm caches, METEOR's JVM
             for _ in range(args.warm):
                 one_pass(args.warm_images)
-        paths = {name: timed(one_pass, live if name != "forward" else lambda: 0.0)
+        paths = {name: timed(one_pass) if name == "forward" else timed(one_pass, live)
                  for name, one_pass in passes.items()}
         measured = alternate(paths, rounds=args.rounds, warm=0)
         scorer.close()
