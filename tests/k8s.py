@@ -58,3 +58,41 @@ def restricted_violations(pod: dict) -> list[str]:
         if any(port.get("hostPort") for port in container.get("ports", [])):
             problems.append(f"{name}: hostPort")
     return problems
+
+
+# The custom resources' schemas, as the CRDs at the versions the docs install validate them
+# (tests/crds/: each file says its release and where its fields come from).
+CRDS = Path(__file__).parent / "crds"
+
+
+def _crd_schemas() -> dict[str, tuple[dict, str]]:
+    """kind → (JSON schema, the Kubernetes minor whose schemas its embedded types come from)."""
+    schemas = {}
+    for path in sorted(CRDS.glob("*.yaml")):
+        spec = yaml.safe_load(path.read_text())
+        for kind, schema in spec["schemas"].items():
+            schemas[kind] = (schema, spec["kubernetes"])
+    return schemas
+
+
+CUSTOM_KINDS = frozenset(_crd_schemas())
+
+
+def crd_violations(doc: dict) -> list[str]:
+    """What the API server, with the CRD of the version the docs install, refuses in ``doc`` (a
+    rendered custom object) under strict field validation: one line per error, empty if none."""
+    import json
+
+    import jsonschema
+    import kubernetes_validate
+    from referencing import Registry, Resource
+
+    schema, version = _crd_schemas()[doc["kind"]]
+    package = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
+    definitions = json.loads((package / f"v{version}.0-local-strict" / "_definitions.json").read_text())
+    registry = Resource.from_contents(definitions) @ Registry()
+    # the "$ref"s are relative to the Kubernetes schemas' own base ("/api/_definitions.json")
+    validator = jsonschema.Draft202012Validator({**schema, "$id": "https://kubernetes.io/crd.json"},
+                                                registry=registry)
+    return sorted(f"{doc['kind']} {'.'.join(map(str, e.absolute_path))}: {e.message}"
+                  for e in validator.iter_errors(doc))

@@ -49,7 +49,9 @@ def signal_exit_code(signum: int) -> int:
     """The exit status of a run that a signal stopped before it finished: 128 + the signal (143
     for SIGTERM, 130 for SIGINT), as a shell reports a process the signal killed.  Schedulers read
     it as "not done": Kubernetes marks the pod Failed, not Succeeded (a preempted trainer is not
-    finished), and Kubeflow's ``restartPolicy: ExitCode`` retries 128-255.  A service whose only end
+    finished), and Kubeflow's ``restartPolicy: ExitCode`` retries 130, 137 and 143 (and 138,
+    the program's own "retry me"), every other code failing the job
+    (``train.IsRetryableExitCode``).  A service whose only end
     is a signal (an evaluator with no end of its own, a parameter server) exits 0 on it instead."""
     return 128 + int(signum)
 
