@@ -363,10 +363,12 @@ def test_the_client_alone_installs_without_tensorflow_and_queries_an_evaluator(s
     assert not (tmp_path / "m2").exists()
 
 
-def _with_stats(step: int, right, ids=None) -> Record:
-    """Run "cmp"'s evaluation at ``step``: exact match per image (``right``), stats kept."""
+def _with_stats(step: int, right, ids=None, fingerprint: str = "a" * 64) -> Record:
+    """Run "cmp"'s evaluation at ``step``: exact match per image (``right``), stats kept, of the
+    set ``fingerprint`` names."""
     right = np.asarray(right, dtype=float)
-    stats = ImageStats(np.arange(len(right)) if ids is None else np.asarray(ids), {bootstrap.EXACT: right})
+    stats = ImageStats(np.arange(len(right)) if ids is None else np.asarray(ids), {bootstrap.EXACT: right},
+                       fingerprint=fingerprint)
     drawn = Bootstrap(samples=500)
     bounds = {k: list(v) for k, v in intervals(stats, drawn).items()}
     return Record(step, f"/c/ckpt-{step}", 1.0, 2.0, 0.5, len(right), metrics={"exact_match": right.mean()},
@@ -383,7 +385,9 @@ def test_compare_two_evaluations_of_the_same_images_and_refuse_what_cannot_be(se
                    replace(_with_stats(5, before), image_stats=b"", intervals={}, bootstrap={})):  # older
         served.record(record)
     served.record(replace(_with_stats(10, before), run="cmp2"))
-    for run in ("cmp", "cmp2"):
+    # the same ids, of another set (the demo's val and unseen sets both number their scenes from 0)
+    served.record(replace(_with_stats(10, after, fingerprint="b" * 64), run="cmp3"))
+    for run in ("cmp", "cmp2", "cmp3"):
         (Path(served.store.path).parent / "m" / "runs" / f"{run}.json").write_text(json.dumps(
             {"run_id": run, "revisions": [_revision("2026-11-04T10:00:00+0000", 0, seed=len(run))]}))
     differ = showtell_main("runs", "diff", "cmp", "cmp2", "--metric", "exact_match", "--server",
@@ -393,6 +397,14 @@ def test_compare_two_evaluations_of_the_same_images_and_refuse_what_cannot_be(se
     assert lines[:2] == ["--seed: 3 → 4", "best by exact_match, compared:"]
     assert lines[2].startswith("B step 10 of run cmp2 against A step 20 of run cmp: 300 images")
     assert lines[-1].startswith("  exact_match") and lines[-1].endswith("B worse")
+    other_set = showtell_main("runs", "diff", "cmp", "cmp3", "--metric", "exact_match", "--server",
+                              served.target)
+    assert other_set.returncode == 2 and other_set.stdout.startswith("--seed: 3 → 4"), other_set.stdout
+    assert error_lines(other_set.stderr) == [
+        "showtell runs: error: best by exact_match: not compared (step 20 and step 10 were not the same "
+        "images (300 with the same ids, but of different sets: other images or references, set fingerprints "
+        "aaaaaaaaaaaa and bbbbbbbbbbbb): a paired comparison needs evaluations of the same images (the same "
+        "set and size))"]
     latest = showtell_main("metrics", "latest", "--server", served.target, "--run", "cmp")
     low, high = served.store.at_step("cmp", 30)[0].intervals["exact_match"]
     assert f"exact_match {before.mean():.4f} ({low:.4f}–{high:.4f})" in latest.stdout
@@ -424,6 +436,10 @@ def test_compare_two_evaluations_of_the_same_images_and_refuse_what_cannot_be(se
     assert refused("cmp:10", "cmp:30") == [
         where + "step 10 and step 30 were not the same images (300 and 300 evaluated, different ones): a "
         "paired comparison needs evaluations of the same images (the same set and size)"]
+    assert refused("cmp:10", "cmp3:10") == [
+        where + "step 10 and step 10 were not the same images (300 with the same ids, but of different "
+        "sets: other images or references, set fingerprints aaaaaaaaaaaa and bbbbbbbbbbbb): a paired "
+        "comparison needs evaluations of the same images (the same set and size)"]
     assert refused("cmp:10", "cmp:99") == [where + "b: step 99 of run cmp was never evaluated"]
     assert refused("nobody:1", "cmp:10") == [where + "a: step 1 of run nobody was never evaluated"]
     assert refused("cmp:5", "cmp:10") == [where + "a: step 5 (run cmp) was recorded before per-image "

@@ -209,6 +209,18 @@ def load_references(files: Sequence[str], vocab: Vocabulary) -> dict[int, list[s
     return refs
 
 
+def image_fingerprints(files: Sequence[str]) -> dict[int, bytes]:
+    """Each image's encoded bytes, fingerprinted (farmhash64, 8 bytes), by image id: with the
+    references, what tells two evaluation sets whose image ids agree apart (an evaluation's set
+    fingerprint is built from these)."""
+    def fingerprint(record):
+        return record["image_id"], tf.fingerprint(record["image_data"][None])[0]
+
+    records = tf.data.TFRecordDataset(list(files)).map(graph_fn(parse_example))
+    ds = one_pass(records.map(graph_fn(fingerprint)))
+    return {int(image_id): bytes(digest.numpy()) for image_id, digest in checked(ds, files)}
+
+
 def input_error(exc: tf.errors.OpError, files: Sequence[str]) -> Exception:
     """The clearest error for a failed input pipeline: name the bad shard if one is found."""
     found = find_bad_record(files)

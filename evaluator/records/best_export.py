@@ -106,9 +106,14 @@ class BestExport:
             if self.when == "significant":
                 why_not = self.judge(info, record) if self.judge else "no per-image statistics are at hand"
                 if why_not:
-                    log.info("--export-best-when significant: step %d's %s %.6g is better than the export's "
-                             "(step %d, %.6g) but %s; the export stays", record.step, self.metric, value,
-                             info["step"], info["value"], why_not)
+                    # Two evaluations that cannot be paired never will be: say how to move on.
+                    unpaired = why_not.startswith("the two were not the same images")
+                    (log.warning if unpaired else log.info)(
+                        "--export-best-when significant: step %d's %s %.6g is better than the export's "
+                        "(step %d, %.6g) but %s; the export stays%s", record.step, self.metric, value,
+                        info["step"], info["value"], why_not,
+                        " — evaluate the set the export was (same --data, --max-eval-examples), or "
+                        "remove the export's versions to start anew" if unpaired else "")
                     return False
         info = {"step": record.step, "metric": self.metric, "mode": self.mode, "value": value,
                 "checkpoint": record.checkpoint, "run": record.run}

@@ -27,6 +27,7 @@ resample counts come from a seeded generator, so a record's interval can be reco
 from __future__ import annotations
 
 import io
+import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from showtell.evaluator import metric_names as names
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SAMPLES = 1000
 DEFAULT_CONFIDENCE = 0.95
@@ -73,6 +76,9 @@ class ImageStats:
     image_ids: np.ndarray  # int64 [images]
     columns: Mapping[str, np.ndarray] = field(default_factory=dict)  # float64 [images] each
     meteor_offset: float = 0.0  # the corpus METEOR minus the mean of the per-image ones
+    # The evaluated set's images and references, digested (``evaluation.set_fingerprint``): two
+    # sets whose ids agree but whose images differ are not paired.  Empty: recorded before it was.
+    fingerprint: str = ""
 
     def __len__(self) -> int:
         return len(self.image_ids)
@@ -102,6 +108,7 @@ class ImageStats:
     def to_bytes(self) -> bytes:
         buffer = io.BytesIO()
         np.savez_compressed(buffer, image_ids=self.image_ids, meteor_offset=np.float64(self.meteor_offset),
+                            fingerprint=np.str_(self.fingerprint),
                             **{f"column_{k}": v for k, v in self.columns.items()})
         return buffer.getvalue()
 
@@ -110,7 +117,9 @@ class ImageStats:
         with np.load(io.BytesIO(data)) as saved:
             columns = {k.removeprefix("column_"): saved[k] for k in saved.files if k.startswith("column_")}
             offset = float(saved["meteor_offset"])
-            return cls(image_ids=saved["image_ids"], meteor_offset=offset, columns=columns)
+            fingerprint = str(saved["fingerprint"]) if "fingerprint" in saved.files else ""
+            return cls(image_ids=saved["image_ids"], meteor_offset=offset, columns=columns,
+                       fingerprint=fingerprint)
 
 
 def _bleu(sums: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -189,6 +198,10 @@ def compare(a: ImageStats, b: ImageStats, bootstrap: Bootstrap) -> list[Comparis
     if len(a) != len(b) or not np.array_equal(np.sort(a.image_ids), np.sort(b.image_ids)):
         raise NotPaired(f"not the same images ({len(a)} and {len(b)} evaluated"
                         + (", different ones)" if len(a) == len(b) else ")"))
+    if a.fingerprint and b.fingerprint and a.fingerprint != b.fingerprint:
+        raise NotPaired(f"not the same images ({len(a)} with the same ids, but of different sets: other "
+                        f"images or references, set fingerprints {a.fingerprint[:12]} and "
+                        f"{b.fingerprint[:12]})")
     b = _aligned(b, a.image_ids)
     counts = resample_counts(len(a), bootstrap)
     point_a, point_b = a.metrics(), b.metrics()
@@ -214,7 +227,8 @@ def _aligned(stats: ImageStats, order: np.ndarray) -> ImageStats:
     where = {int(i): row for row, i in enumerate(stats.image_ids)}
     rows = np.array([where[int(i)] for i in order])
     return ImageStats(image_ids=stats.image_ids[rows], meteor_offset=stats.meteor_offset,
-                      columns={k: np.asarray(v)[rows] for k, v in stats.columns.items()})
+                      columns={k: np.asarray(v)[rows] for k, v in stats.columns.items()},
+                      fingerprint=stats.fingerprint)
 
 
 def export_judge(stats_of: Callable[[str | None, int, str], bytes | None], metric: str, maximize: bool,
@@ -226,9 +240,14 @@ def export_judge(stats_of: Callable[[str | None, int, str], bytes | None], metri
     def judge(info: dict, record) -> str:
         exported = stats_of(info.get("run"), info["step"], info["checkpoint"])
         new = stats_of(record.run, record.step, record.checkpoint)
-        if exported is None or new is None:
-            whose = "export's" if exported is None else "new"
-            return f"the {whose} evaluation has no per-image statistics"
+        if exported is None:  # it never can be compared: waiting would keep it for ever
+            log.warning("--export-best-when significant: the export (step %d) has no per-image "
+                        "statistics to test against (evaluated before they were kept, or its history "
+                        "is gone), so step %d replaces it on its value alone; later exports are tested",
+                        info["step"], record.step)
+            return ""
+        if new is None:
+            return "the new evaluation has no per-image statistics"
         try:
             found = {c.metric: c for c in compare(ImageStats.from_bytes(exported), ImageStats.from_bytes(new),
                                                   drawn)}

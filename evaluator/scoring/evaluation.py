@@ -7,9 +7,11 @@ traced graphs are reused.  References are read once.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +61,7 @@ class _Loaded:
         # References as text: scored against the model's captions word for word, whatever ids
         # either vocabulary gives the words.
         self.references = inputs.load_references(self.files, self.vocab)
+        self.images = inputs.image_fingerprints(self.files)
         self.validator: Validator | None = None
         self.unknown_words: list[str] = []
 
@@ -177,6 +180,7 @@ class CheckpointEvaluator:
             scored = self.scorer.score_images(captions, loaded.references)
             metrics.update(scored.corpus)
             stats = _with_scores(stats, scored)
+        stats = replace(stats, fingerprint=set_fingerprint(stats.image_ids, loaded.images, loaded.references))
         intervals = bootstrap.intervals(stats, self.bootstrap) if len(stats) else {}
         shown = [{"image_id": i, "caption": c, "references": loaded.references.get(i, [])}
                  for i, c in list(captions.items())[: self.samples]]
@@ -186,6 +190,18 @@ class CheckpointEvaluator:
                           train_seconds=seconds, intervals=intervals,
                           bootstrap=self.bootstrap.as_dict() if intervals else {}, stats=stats,
                           eval_set=loaded.spec.name)
+
+
+def set_fingerprint(image_ids: Iterable[int], images: Mapping[int, bytes],
+                    references: Mapping[int, Sequence[str]]) -> str:
+    """What an evaluation was of: sha256 over its images in id order — each id, its encoded
+    image's fingerprint and its references' text.  Equal ids are not enough: two synthetic sets
+    of other seeds both number their scenes from 0."""
+    digest = hashlib.sha256()
+    for image_id in sorted(int(i) for i in image_ids):
+        digest.update(image_id.to_bytes(8, "little", signed=True) + images.get(image_id, b""))
+        digest.update("\x1f".join(references.get(image_id, ())).encode() + b"\x1e")
+    return digest.hexdigest()
 
 
 def _image_stats(validation, references) -> ImageStats:

@@ -148,7 +148,9 @@ def _ask(args: argparse.Namespace, verb: str | None, run_ids: list[str]) -> int:
 
 def _best_compared(client, run_ids: list[str], metric: str) -> str:
     """The two runs' best evaluations by ``metric`` compared on the same images (paired
-    bootstrap), or the one line saying why they cannot be."""
+    bootstrap), or the one line saying why they cannot be.  Two evaluations of different images
+    (another set, another size) are refused (``UsageError``, exit 2): that comparison would
+    mislead, where a run with nothing to compare merely has no answer."""
     import grpc
 
     from showtell.commands.metrics import format_comparison
@@ -160,6 +162,8 @@ def _best_compared(client, run_ids: list[str], metric: str) -> str:
     except grpc.RpcError as error:
         if error.code() != grpc.StatusCode.INVALID_ARGUMENT:
             raise
+        if "were not the same images" in error.details():
+            raise UsageError(f"best by {metric}: not compared ({error.details()})") from None
         return f"best by {metric}: not compared ({error.details()})"
 
 
