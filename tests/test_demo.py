@@ -86,6 +86,21 @@ def test_demo_runs_the_recipe_phase_by_phase(tmp_path: Path, procs):
     assert re.search(r"^ *\d+:\d\d \[demo\] stopping the evaluator \(pid \d+\)$", text, re.M), text[-3000:]
     pictures = sorted((base / "pictures").glob("val-*.png"))
     assert len(pictures) == 6 and all(p.stat().st_size > 100 for p in pictures)
+    # The two sets number their scenes from 0 alike, yet are never paired: their evaluations carry
+    # different set fingerprints.  And the unseen set's references keep their words.
+    from showtell.evaluator.records.store import Store
+    from showtell.evaluator.scoring import bootstrap
+
+    store = Store(base / "model-eval" / "evaluations.sqlite")
+    step = finished["step"]
+    [val] = store.at_step(current["run_id"], step)
+    [unseen] = store.at_step(current["run_id"], step, eval_set="unseen")
+    a, b = (bootstrap.ImageStats.from_bytes(store.image_stats(r)) for r in (val, unseen))
+    assert sorted(a.image_ids) == sorted(b.image_ids) and a.fingerprint != b.fingerprint
+    with pytest.raises(bootstrap.NotPaired, match="of different sets"):
+        bootstrap.compare(a, b, bootstrap.Bootstrap(samples=10))
+    assert "references_with_unknown" not in unseen.metrics and "references_with_unknown" not in val.metrics
+    store.close()
 
 
 def test_demo_sigint_stops_every_child_and_keeps_what_they_wrote(tmp_path: Path, procs):

@@ -90,3 +90,26 @@ def test_words_the_model_lacks_become_unknown_and_are_counted(tiny_data: Path):
         pairs = inputs.teacher_forcing(batch["captions"])
         unknown_targets += int(((pairs["target_ids"].numpy() == UNKNOWN_ID) * pairs["mask"].numpy()).sum())
     assert counted == expected == unknown_targets
+
+
+def test_a_set_whose_references_lost_words_says_so_in_one_line_and_in_the_record(
+        tiny_model: Path, tmp_path: Path, showtell_main):
+    """A set built from 4 training scenes (the demo's unseen set as it was): its own vocabulary
+    lacks words its validation references use, so they hold <UNK> and no caption can match them —
+    one WARNING naming the set, and the share of such images in the record."""
+    from showtell.captioning.config import SyntheticConfig
+    from showtell.captioning.data import inputs, synthetic
+    from showtell.captioning.data.records import shard_files
+
+    lost = tmp_path / "lost"
+    synthetic.build(lost, SyntheticConfig(train_images=4, val_images=12, seed=1, train_shards=1))
+    refs = inputs.load_references(shard_files(lost, "val"), Vocabulary.load(lost / "vocab.txt"))
+    share = sum(any("<UNK>" in r.split() for r in v) for v in refs.values()) / len(refs)
+    assert share > 0  # the premise
+    result = showtell_main("evaluate", "--once", "--json", "--model-dir", str(tiny_model), "--data",
+                           str(lost), "--beam-size", "1", "--meteor", "false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout)["metrics"]["references_with_unknown"] == pytest.approx(share)
+    warned = [line for line in result.logs.splitlines()
+              if "references hold words its vocabulary lacks" in line]
+    assert len(warned) == 1 and str(lost) in warned[0], result.logs[-3000:]

@@ -21,7 +21,7 @@ from showtell.api.contract import DEFAULT_SET
 from showtell.captioning.data import inputs
 from showtell.captioning.data.manifest import VOCAB, load_dataset
 from showtell.captioning.data.records import shard_files
-from showtell.captioning.data.vocab import Vocabulary, same_ids
+from showtell.captioning.data.vocab import UNKNOWN, Vocabulary, same_ids
 from showtell.captioning.model.modeldir import (
     TRAIN_SECONDS,
     checkpoint_step,
@@ -62,6 +62,15 @@ class _Loaded:
         # either vocabulary gives the words.
         self.references = inputs.load_references(self.files, self.vocab)
         self.images = inputs.image_fingerprints(self.files)
+        # Images whose references lost a word to the set's own vocabulary (<UNK>): no caption can
+        # match them, so every metric on this set is capped — said once, and in each record.
+        self.unknown_references = {i for i, refs in self.references.items()
+                                   if any(UNKNOWN in ref.split() for ref in refs)}
+        if self.unknown_references:
+            log.warning("%s: %d of %d images' references hold words its vocabulary lacks (%s): no caption "
+                        "can match them; build the set with a vocabulary that covers its references "
+                        "(more training scenes, or the training data's vocabulary)", spec.data,
+                        len(self.unknown_references), len(self.references), UNKNOWN)
         self.validator: Validator | None = None
         self.unknown_words: list[str] = []
 
@@ -175,6 +184,9 @@ class CheckpointEvaluator:
                    names.EXACT_MATCH: exact_match(captions, loaded.references)}
         if validator.id_map is not None:  # another vocabulary: say how much of it the model lacks
             metrics[names.UNKNOWN_REFERENCE_WORDS] = float(loss.unknown_words)
+        if loaded.unknown_references and captions:
+            lost = sum(i in loaded.unknown_references for i in captions)
+            metrics[names.REFERENCES_WITH_UNKNOWN] = lost / len(captions)
         stats = _image_stats(validation, loaded.references)
         if self.scorer is not None:
             scored = self.scorer.score_images(captions, loaded.references)
