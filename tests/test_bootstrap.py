@@ -3,6 +3,8 @@ right on data whose answer is known, in-process (numpy only)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -41,25 +43,45 @@ def test_a_hand_checked_case():
     assert abs((counts[:, 0] == 1).mean() - 0.5) < 0.03  # one of each half the time
 
 
-def _covered(trials: int, make, truth: float, metric: str, seed: int = 0) -> int:
+def _covered(trials: int, make, truth: float, metric: str, seed: int = 0, confidence: float = 0.95) -> int:
     rng = np.random.default_rng(seed)
     hits = 0
     for trial in range(trials):
-        low, high = intervals(make(rng), Bootstrap(samples=400, seed=trial))[metric]
+        low, high = intervals(make(rng), Bootstrap(samples=400, confidence=confidence, seed=trial))[metric]
         hits += low <= truth <= high
     return hits
 
 
-def _within_binomial(hits: int, trials: int, p: float) -> bool:
-    """``hits`` of ``trials`` is within 3.5 standard deviations of ``p``."""
-    return abs(hits / trials - p) <= 3.5 * np.sqrt(p * (1 - p) / trials)
+def _within_binomial(hits: int, trials: int, p: float, alpha: float = 1e-4) -> bool:
+    """``hits`` of ``trials`` is in the central region of Binomial(trials, ``p``) that holds all
+    but ``alpha`` of it: neither tail beyond it has more than ``alpha`` / 2 (exact, no normal
+    approximation)."""
+    def pmf(k: int) -> float:
+        return math.exp(math.lgamma(trials + 1) - math.lgamma(k + 1) - math.lgamma(trials - k + 1)
+                        + k * math.log(p) + (trials - k) * math.log1p(-p))
+
+    below = sum(pmf(k) for k in range(hits + 1))
+    above = sum(pmf(k) for k in range(hits, trials + 1))
+    return below > alpha / 2 and above > alpha / 2
 
 
-def test_95_percent_intervals_cover_a_known_rate_about_95_percent_of_the_time():
-    """Exact match of 150 images, each right with chance 0.3: ≈ 95 % of the intervals hold 0.3."""
-    trials = 300
-    hits = _covered(trials, lambda rng: _exact(rng.random(150) < 0.3), 0.3, "exact_match")
+def test_the_binomial_bound_is_exact():
+    """Binomial(20, ½): P(X ≤ 3) = 1351 / 2**20 ≈ 0.0013, P(X ≤ 4) = 6196 / 2**20 ≈ 0.0059."""
+    assert not _within_binomial(3, 20, 0.5, alpha=0.005) and _within_binomial(4, 20, 0.5, alpha=0.005)
+    assert not _within_binomial(17, 20, 0.5, alpha=0.005) and _within_binomial(16, 20, 0.5, alpha=0.005)
+
+
+def test_95_percent_intervals_cover_a_known_rate_95_percent_of_the_time_and_90_percent_ones_do_not():
+    """Exact match of 150 images, each right with chance 0.3: ≈ 95 % of the intervals hold 0.3.
+    1,000 trials tell that from a 90 % interval presented as 95 % (300 at ±3.5σ accepted 276/300):
+    the 90 % intervals' own coverage must fail the 95 % test."""
+    trials = 1000
+    make = lambda rng: _exact(rng.random(150) < 0.3)  # noqa: E731
+    hits = _covered(trials, make, 0.3, "exact_match")
     assert _within_binomial(hits, trials, 0.95), f"{hits}/{trials} intervals covered the truth"
+    narrow = _covered(trials, make, 0.3, "exact_match", confidence=0.90)
+    assert _within_binomial(narrow, trials, 0.90), f"{narrow}/{trials} 90 % intervals covered the truth"
+    assert not _within_binomial(narrow, trials, 0.95), f"{narrow}/{trials} passed as 95 %"
 
 
 def test_the_loss_interval_resamples_images_not_words():
@@ -112,6 +134,18 @@ def test_the_paired_test_sees_a_real_improvement_an_unpaired_look_misses():
     low_b, _ = intervals(_exact(b), drawn)["exact_match"]
     _, high_a = intervals(_exact(a), drawn)["exact_match"]
     assert low_b < high_a  # unpaired, they overlap
+
+
+def test_the_p_value_on_a_hand_computed_case():
+    """Two images; A right on neither, B on the first: B − A is ½, and a resample's difference is
+    half the times it drew image 0.  Seed 1's nine resamples draw it 1, 0, 2, 0, 2, 1, 1, 2, 0
+    times: differences ½, 0, 1, 0, 1, ½, ½, 1, 0, whose mean is ½; centred on it, six lie at least
+    ½ (the observed difference) from it.  Two-sided and +1 smoothed, p = (6 + 1) / (9 + 1) = 0.7;
+    the unsmoothed share would be 6 / 9, a one-sided test (differences ≤ 0) (3 + 1) / 10."""
+    drawn = Bootstrap(samples=9, seed=1)
+    assert bootstrap.resample_counts(2, drawn)[:, 0].tolist() == [1, 0, 2, 0, 2, 1, 1, 2, 0]
+    [found] = compare(_exact([0.0, 0.0]), _exact([1.0, 0.0]), drawn)
+    assert found.difference == 0.5 and found.p_value == pytest.approx(0.7, abs=1e-12)
 
 
 def test_compare_pairs_images_by_id_and_refuses_different_images():

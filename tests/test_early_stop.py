@@ -53,6 +53,14 @@ def test_trainer_stops_itself_on_the_evaluators_report(tiny_data: Path, tmp_path
         wait_for(lambda: stub.GetLatest(pb.GetLatestRequest(), timeout=10).evaluation.global_step == final,
                  180,
                  f"the evaluation of ckpt-{final}")
+        # the bound the trainer held against loss<=100 was the interval's upper one (the far side
+        # for a metric that should be low), not its lower bound nor the point value
+        page = stub.ListEvaluations(pb.ListEvaluationsRequest(from_step=int(found.group(2)), page_size=1),
+                                    timeout=10)
+        [judged] = [e for e in page.evaluations if e.global_step == int(found.group(2))]
+        bounds = judged.intervals["loss"]
+        assert bounds.lower < bounds.upper
+        assert float(found.group(1)) == pytest.approx(bounds.upper, rel=1e-5), (found.group(1), bounds)
     assert evaluator.poll() is None
 
 
