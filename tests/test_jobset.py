@@ -12,6 +12,7 @@ Prometheus' scrape annotations on the pods that serve metrics."""
 from __future__ import annotations
 
 import copy
+import json
 import re
 from pathlib import Path
 
@@ -427,6 +428,13 @@ def test_the_prometheus_operator_component_monitors_the_pods_that_serve_metrics(
     [rule] = [d for d in documents if d["kind"] == "PrometheusRule"]
     [jobset] = [d for d in documents if d["kind"] == "JobSet"]
     assert monitor["metadata"]["namespace"] == rule["metadata"]["namespace"] == "showtell"
+    # kube-prometheus-stack's Grafana sidecar loads the dashboard from its labelled ConfigMap
+    [board] = [d for d in documents
+               if d["kind"] == "ConfigMap" and "grafana_dashboard" in d["metadata"]["labels"]]
+    assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert board["metadata"]["namespace"] == "showtell"
+    assert json.loads(board["data"]["showtell-dashboard.json"])["uid"]
+    kubernetes_validate.validate(board, desired_version=K8S_VERSION, strict=True)
     # prometheus-operator v0.82.2's CRDs accept both (the checks can fail: a misspelt field)
     assert crd_violations(monitor) == crd_violations(rule) == []
     assert crd_violations({**monitor, "spec": {**monitor["spec"], "podTargetLabel": []}}) != []

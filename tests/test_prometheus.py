@@ -116,7 +116,9 @@ def test_a_real_prometheus_scrapes_the_trainer_and_the_evaluator(prometheus_tool
     queries = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     assert len(queries) >= 12
     wait_for(lambda: answered("showtell_evaluator_images_total > 0"), 120, "an evaluated image counted")
-    empty = [q for q in queries if not answered(q.replace("$__rate_interval", "1m"))]
+    # Grafana's variables as it fills them: the rate window, one metric, one evaluation set
+    empty = [q for q in queries if not answered(q.replace("$__rate_interval", "1m").replace(
+        "$metric", "exact_match").replace("$eval_set", "val"))]
     assert empty == [], empty  # each has series here: the evaluations' statuses are labelled from the start
 
     # The trainer stops (a final checkpoint at a step read from its model dir); once the evaluator
@@ -159,3 +161,46 @@ def test_the_compose_scrape_config_and_alerts_pass_promtool(prometheus_tools):
     tested = subprocess.run(["promtool", "test", "rules", "alerts_test.yml"],
                             cwd=ROOT / "tests" / "prometheus", capture_output=True, text=True, timeout=60)
     assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
+
+
+def test_every_alert_says_what_it_means_and_links_its_runbook_section():
+    """Each alert's description, and its runbook_url an anchor of docs/operations.md that exists
+    (GitHub's slugs of its headings) — the same in the PrometheusRule."""
+    import re
+
+    import yaml
+
+    headings = re.findall(r"^#+ (.+)$", (ROOT / "docs" / "operations.md").read_text(), re.M)
+    anchors = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in headings}
+    rules = yaml.safe_load((ROOT / "deploy" / "monitoring" / "alerts.yml").read_text())["groups"][0]["rules"]
+    for rule in rules:
+        annotations = rule["annotations"]
+        assert len(annotations["description"]) > 40, rule["alert"]
+        path, _, anchor = annotations["runbook_url"].partition("#")
+        assert path == "docs/operations.md" and anchor == rule["alert"].lower() and anchor in anchors, rule
+
+
+def test_the_dashboard_shows_each_sets_metric_in_its_band_and_the_run_as_a_table():
+    """The model-quality panel repeats per evaluation set: the metric, and its interval as a band
+    (the lower bound, the width stacked on it); the current run is a table of instant queries, not
+    a time series of an info metric's constant 1.  The Grafana sidecar's ConfigMap (the
+    prometheus-operator component) ships this same file."""
+    import json
+
+    dashboard = json.loads((ROOT / "deploy" / "monitoring" / "grafana" / "dashboards" / "showtell.json")
+                           .read_text())
+    panels = {p["title"]: p for p in dashboard["panels"]}
+    quality = panels["Model quality: $metric on $eval_set"]
+    assert quality["repeat"] == "eval_set"
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["eval_set"]["multi"] and variables["eval_set"]["includeAll"]
+    legends = {t["legendFormat"]: t["expr"] for t in quality["targets"]}
+    assert legends["lower"].startswith("showtell_evaluator_metric_lower{")
+    assert legends["interval"].startswith("showtell_evaluator_metric_upper{") and " - " in legends["interval"]
+    stacked = {o["matcher"]["options"] for o in quality["fieldConfig"]["overrides"]
+               for prop in o["properties"] if prop["id"] == "custom.stacking"}
+    assert stacked == {"lower", "interval"}
+    run = panels["Current run"]
+    assert run["type"] == "table" and all(t["instant"] and t["format"] == "table" for t in run["targets"])
+    sidecar = ROOT / "deploy" / "k8s" / "components" / "prometheus-operator" / "showtell-dashboard.json"
+    assert json.loads(sidecar.read_text()) == dashboard, "copy the dashboard into the component"

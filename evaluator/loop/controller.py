@@ -117,6 +117,9 @@ class EvalController:
             self.wake.wait(timeout=timeout)
             self.wake.clear()
             seen = self.look()
+            trained = seen.finished["step"] if seen.finished else -1
+            if trained != self.status.trained_step:  # a finished trainer is not down (Prometheus)
+                self._update(trained_step=trained)
             if self.finish.when_trained and not self.done:
                 self.done = self._trained(seen.finished)
             if self.done:
@@ -129,7 +132,7 @@ class EvalController:
         wait (files still arriving, the work dir's trouble), a finish condition holds, or — policy
         latest — one evaluation is done (the newest may have moved on meanwhile)."""
         self.retry_at = None
-        seen = look_at(self.model_dir, finished=self.finish.when_trained)
+        seen = look_at(self.model_dir)
         try:
             todo = self._due(seen)
         except WORK_DIR_ERRORS as exc:  # recording a vanished checkpoint skipped

@@ -57,6 +57,7 @@ class Status:
     state_error: str = ""
     work_error: str = ""  # the work dir's trouble, until an evaluation is recorded again
     run_id: str = ""  # the model dir's current run
+    trained_step: int = -1  # the step of the trainer's finished marker (-1: still training)
 
     @property
     def last_error(self) -> str:

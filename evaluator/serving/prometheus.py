@@ -97,6 +97,11 @@ class _Now(Collector):
                                 value=1 if status.evaluating_step >= 0 else 0)
         yield GaugeMetricFamily("showtell_evaluator_watch_streams", "Watch streams open.",
                                 value=self.streams())
+        # A trainer that finished exits, and its target goes down: the alert on `up` asks this.
+        yield GaugeMetricFamily("showtell_evaluator_trainer_finished",
+                                "1 once the trainer has marked its final checkpoint in the model dir "
+                                "(it then exits by design), else 0.",
+                                value=1 if status.trained_step >= 0 else 0)
         yield from self._latest_metrics(status.run_id)
 
     def _latest_metrics(self, run: str) -> Iterator[GaugeMetricFamily]:
