@@ -17,6 +17,7 @@ from showtell.evaluator.config import Finish
 from showtell.evaluator.loop.schedule import FIRST_RETRY_SECS
 from showtell.evaluator.records.recorder import WORK_DIR_RETRY_SECS
 from tests.fakes import FakeEvaluator, ModelDir, build, history
+from tests.helpers import wait_for
 
 
 def test_policy_all_evaluates_every_checkpoint_once_in_step_order(tmp_path: Path):
@@ -60,6 +61,26 @@ def test_exit_when_trained_with_policy_latest_ends_after_the_final_checkpoint(tm
     assert not thread.is_alive(), "the loop did not end after the final checkpoint was evaluated"
     assert done == ["the trainer finished (steps) and its final checkpoint, step 20, is evaluated"]
     assert controller.evaluator.opened and controller.evaluator.calls == [20]
+    assert controller.status.trained_step == 20  # what Prometheus' trainer_finished reads
+
+
+def test_the_status_says_when_the_trainer_finished_without_exit_when_trained(tmp_path: Path):
+    """A service evaluator (no end of its own) still reads the finished marker at each wake-up:
+    its status, and Prometheus, say a trainer that exited 0 is done, not down."""
+    controller, model, _, _ = build(tmp_path, policy="all")
+    model.save(10)
+    model.name(10)
+    thread = threading.Thread(target=controller.run, kwargs={"poll_fallback_secs": 0.05})
+    thread.start()
+    try:
+        wait_for(lambda: controller.evaluator.calls == [10], 30, "step 10's evaluation")
+        assert controller.status.trained_step == -1
+        mark_finished(model.root, 10, model.prefix(10), "steps")
+        controller.on_change()
+        wait_for(lambda: controller.status.trained_step == 10, 30, "the marker to be read")
+    finally:
+        controller.stop()
+        thread.join(30)
 
 
 def test_exit_when_trained_waits_for_the_final_checkpoint(tmp_path: Path):

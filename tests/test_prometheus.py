@@ -204,3 +204,23 @@ def test_the_dashboard_shows_each_sets_metric_in_its_band_and_the_run_as_a_table
     assert run["type"] == "table" and all(t["instant"] and t["format"] == "table" for t in run["targets"])
     sidecar = ROOT / "deploy" / "k8s" / "components" / "prometheus-operator" / "showtell-dashboard.json"
     assert json.loads(sidecar.read_text()) == dashboard, "copy the dashboard into the component"
+
+
+def test_the_evaluator_says_when_the_trainer_finished(tmp_path: Path):
+    """``showtell_evaluator_trainer_finished`` follows the status the controller keeps from the
+    model dir's finished marker: 0 while training, 1 once the final checkpoint is marked (what
+    ShowtellDown asks before calling a trainer's target down)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from showtell.evaluator.loop.status import Status
+    from showtell.evaluator.records.store import Store
+    from showtell.evaluator.serving.prometheus import EvaluatorMetrics
+
+    status = Status()
+    store = Store(tmp_path / "evaluations.sqlite")
+    registry = CollectorRegistry()
+    EvaluatorMetrics(registry=registry, status=lambda: status, store=store, streams=lambda: 0)
+    assert "showtell_evaluator_trainer_finished 0.0" in generate_latest(registry).decode()
+    status = Status(trained_step=1200)
+    assert "showtell_evaluator_trainer_finished 1.0" in generate_latest(registry).decode()
+    store.close()
