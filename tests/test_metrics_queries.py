@@ -29,7 +29,7 @@ from showtell.evaluator.serving.server import MetricsServer
 from showtell.evaluator.serving.service import MetricsService
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
-from tests.helpers import ROOT, error_lines
+from tests.helpers import ROOT, error_lines, wait_for
 
 # (run, step, cider, loss): run "old" was trained before the model dir was started over as "cur".
 HISTORY = [("old", 1, 0.9, 0.5), ("old", 2, 1.5, 0.4),
@@ -453,3 +453,26 @@ def test_compare_two_evaluations_of_the_same_images_and_refuse_what_cannot_be(se
         "showtell metrics: error: compare: 'cmp:ten' is not STEP, RUN:STEP, best or RUN:best"]
     assert refused("../x:1", "cmp:10") == [
         where + "a: run_id '../x' is not a run id (letters, digits, . _ -)"]
+
+
+def test_early_stop_counts_only_its_own_runs_evaluations(served: Served):
+    """A replay trained beside its original, told to stop on the original's evaluator (still
+    serving, its run "cur" meeting the target at every evaluation): the replay's run never is
+    evaluated there, so it never stops; the original's own trainer does (real gRPC, in process)."""
+    from showtell.trainer.early_stop import EarlyStop, StopWhen
+    from showtell.trainer.signals import StopRequest
+
+    def follow(run: str) -> tuple[EarlyStop, StopRequest]:
+        stop = StopRequest()
+        return EarlyStop(StopWhen.parse("loss<=100"), served.target, stop, run=lambda: run).start(), stop
+
+    replay, replay_stop = follow("replay-of-cur")
+    original, original_stop = follow("cur")
+    try:
+        wait_for(lambda: bool(original_stop), 30, "the original's trainer to stop on its evaluations")
+        wait_for(lambda: replay.ignored.get("cur", 0) == 4, 30, "the replay to see the original's 4")
+        assert not replay_stop and replay.streak == 0
+        assert original_stop.reason.startswith("early stop: loss 2 meets loss<=100")
+    finally:
+        replay.close()
+        original.close()

@@ -336,10 +336,13 @@ def _early_stop(exp: TrainExperiment, stop):
     e = exp.early_stop
     if not e.stop_when:
         return None
+    from showtell.captioning.model.modeldir import read_run_id
     from showtell.trainer.early_stop import EarlyStop, StopWhen
 
     security = ClientSecurity(e.ca, e.auth_token_file, e.tls_server_name)
-    return EarlyStop(StopWhen.parse(e.stop_when, e.patience, e.by), e.evaluator, stop, security).start()
+    model_dir = str(exp.source.model_dir)
+    return EarlyStop(StopWhen.parse(e.stop_when, e.patience, e.by), e.evaluator, stop, security,
+                     run=lambda: read_run_id(model_dir)).start()
 
 
 def _serve(cluster, stop) -> int:

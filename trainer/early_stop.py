@@ -13,6 +13,7 @@ import logging
 import operator
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
@@ -76,8 +77,13 @@ class EarlyStop:
     """
 
     def __init__(self, condition: StopWhen, address: str, stop: StopRequest,
-                 security: ClientSecurity | None = None) -> None:
-        self.condition, self.address, self.stop = condition, address, stop
+                 security: ClientSecurity | None = None,
+                 run: Callable[[], str | None] = lambda: None) -> None:
+        """``run``: this training's run id, read when an evaluation comes (the model dir names it
+        once the trainer has started): only its evaluations count — an evaluator that follows
+        another model dir (the original of a replayed run) must not stop this one."""
+        self.condition, self.address, self.stop, self.run = condition, address, stop, run
+        self.ignored: dict[str, int] = {}  # other runs' evaluations seen, by run
         self.security = security or ClientSecurity()
         self.security.channel(address).close()  # a bad --evaluator-ca/token file fails now, in one line
         self.streak = 0
@@ -112,6 +118,14 @@ class EarlyStop:
 
     def _consider(self, evaluation) -> bool:
         """Count a successful evaluation toward (or reset) the streak; True once stopped."""
+        own = self.run()
+        if own and evaluation.run_id and evaluation.run_id != own:
+            if evaluation.run_id not in self.ignored:
+                log.warning("early stop: evaluator %s evaluates run %s, not this one (%s): its "
+                            "evaluations do not count toward --stop-when", self.address,
+                            evaluation.run_id, own)
+            self.ignored[evaluation.run_id] = self.ignored.get(evaluation.run_id, 0) + 1
+            return False
         ok = evaluation.status == metrics_pb2.Evaluation.STATUS_OK
         value = self.condition.judged(evaluation) if ok else None
         if value is None:
