@@ -151,6 +151,11 @@ def test_any_key_by_its_dotted_name_in_flags_files_or_the_environment(tmp_path: 
         "learning_rate"] == 0.3
     assert _print(showtell_main, "--set", "optimizer.learning_rate=0.3", "--learning-rate", "0.2")[
         "learning_rate"] == 0.2
+    # … true/false keys too: a false after the flag undoes it, the flag after a false sets it
+    for argv, expected in ((("--deterministic-input", "--set", "input.deterministic=false"), False),
+                           (("--deterministic-input", "--input.deterministic", "false"), False),
+                           (("--set", "input.deterministic=false", "--deterministic-input"), True)):
+        assert _print(showtell_main, *argv)["deterministic_input"] is expected, argv
 
     nested = tmp_path / "nested.yaml"
     nested.write_text("optimizer:\n  name: momentum\n  learning_rate: 0.3\ntrain:\n  steps: 9\n"

@@ -221,7 +221,8 @@ def expand_keys(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[st
         if isinstance(action, argparse._StoreTrueAction):
             if parsed:
                 out.append(action.option_strings[-1])
-            else:
+            else:  # the last given wins: a false here undoes the flag given before it
+                out = [w for w in out if w not in action.option_strings]
                 parser.set_defaults(**{action.dest: False})
         else:
             out += [action.option_strings[-1], value]
