@@ -177,12 +177,13 @@ def printed_settings(text: str) -> dict:
     hold them) and the other sections (``resolved``, ``environment``) as they are."""
     import yaml
 
+    from showtell.common.flags import RECORD_SECTIONS
     from showtell.trainer.experiment import keys
 
     dests = keys()
     out: dict = {"settings": {}}
     for name, value in (yaml.safe_load(text) or {}).items():
-        if name in ("resolved", "environment"):
+        if name in RECORD_SECTIONS:
             out[name] = value
         elif isinstance(value, dict):
             out["settings"].update({dests[f"{name}.{field}"]: inner for field, inner in value.items()})

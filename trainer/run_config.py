@@ -112,7 +112,12 @@ def record_yaml(model_dir: Path, run_id: str, config: dict[str, Any], step: int)
     path.parent.mkdir(parents=True, exist_ok=True)
     from showtell.trainer.experiment import keys
 
-    write_atomic(path, settings_yaml(config["settings"], header, {k: config[k] for k in SECTIONS}, keys()))
+    revisions = _read(model_dir / RUNS / f"{run_id or 'unnamed'}.json")["revisions"]
+    # Which start of the run this is (--config refuses a later revision: it would not repeat the run)
+    revision = {"number": max(1, len(revisions)), "run_id": run_id or "unnamed", "step": step,
+                **({"changed": revisions[-1].get("changed", [])} if len(revisions) > 1 else {})}
+    write_atomic(path, settings_yaml(config["settings"], header,
+                                     {**{k: config[k] for k in SECTIONS}, "revision": revision}, keys()))
     return path
 
 

@@ -110,7 +110,8 @@ def add_config_file_flag(parser: argparse.ArgumentParser, records: bool = False,
 
 # What a config file may hold besides settings: a run record's or --print-config's other sections
 # (what the settings resolved to, the environment), read by people, not taken as settings.
-RECORD_SECTIONS = frozenset({"resolved", "environment", "at", "step", "command", "changed", "run_id"})
+RECORD_SECTIONS = frozenset({"resolved", "environment", "at", "step", "command", "changed", "run_id",
+                             "revision"})
 NOT_SETTINGS = frozenset({"config", "print_config", "set"})  # how the settings were given, not settings
 
 
@@ -246,12 +247,18 @@ def _file_settings(parser: argparse.ArgumentParser, path: str) -> dict[str, obje
         return {}
     if not isinstance(data, dict):
         parser.error(f"--config {path}: expected settings as a mapping, e.g. 'batch-size: 32'")
-    if isinstance(data.get("revisions"), list):  # a run's record: its last revision's settings
+    if isinstance(data.get("revisions"), list):  # a run's record: its settings, if it has one revision
         revisions = data["revisions"]
         if not revisions or not isinstance(revisions[-1], dict) or not isinstance(
                 revisions[-1].get("settings"), dict):
             parser.error(f"--config {path}: a run record without settings to repeat")
+        if len(revisions) > 1:
+            _refuse_revisions(parser, path, data.get("run_id", "?"), len(revisions), 2, revisions[1])
         data = revisions[-1]["settings"]
+    revision = data.get("revision")  # runs/<id>.yaml: the start it was written at
+    if isinstance(revision, dict) and isinstance(revision.get("number"), int) and revision["number"] > 1:
+        _refuse_revisions(parser, path, revision.get("run_id", "?"), revision["number"], revision["number"],
+                          revision)
     actions, keys = _actions(parser), keys_of(parser)
     sections = {key.split(".")[0] for key in keys}
     where = f"--config {path}"
@@ -278,6 +285,17 @@ def _file_settings(parser: argparse.ArgumentParser, path: str) -> dict[str, obje
             settings[action.dest] = _setting(parser, where, key, action, value)
         action.required = False  # given by the file
     return settings
+
+
+def _refuse_revisions(parser: argparse.ArgumentParser, path: str, run: str, count: int, number: int,
+                      revision: dict) -> None:
+    """A run resumed with changed settings is not repeated by any one revision's settings from
+    step 0: say so in one line, naming the revision (``number``) and what it changed."""
+    changed = "; ".join(revision.get("changed") or []) or "its settings"
+    parser.error(f"--config {path}: run {run} has {count} revisions — revision {number} changed {changed} "
+                 f"at step {revision.get('step', '?')} — and one revision's settings from step 0 would not "
+                 f"repeat it; repeat its first revision (showtell runs show {run}) and resume with each "
+                 "later one's settings at its step")
 
 
 def _flattened(data: dict, sections: set[str], keys: dict[str, str]):
