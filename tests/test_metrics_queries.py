@@ -436,6 +436,12 @@ def test_compare_two_evaluations_of_the_same_images_and_refuse_what_cannot_be(se
     assert refused("cmp:10", "cmp:30") == [
         where + "step 10 and step 30 were not the same images (300 and 300 evaluated, different ones): a "
         "paired comparison needs evaluations of the same images (the same set and size)"]
+    # a metric only one side recorded (METEOR where only one evaluator ran Java) is named, not dropped
+    served.record(replace(_with_stats(50, before), metrics={"exact_match": before.mean(), "meteor": 0.2}))
+    one_sided = showtell_main("metrics", "compare", "cmp:10", "cmp:50", "--server", served.target, "--json")
+    assert json.loads(one_sided.stdout)["only_in_b"] == ["meteor"], one_sided.stdout
+    assert "  not compared, only B has: meteor" in showtell_main(
+        "metrics", "compare", "cmp:10", "cmp:50", "--server", served.target).stdout.splitlines()
     assert refused("cmp:10", "cmp3:10") == [
         where + "step 10 and step 10 were not the same images (300 with the same ids, but of different "
         "sets: other images or references, set fingerprints aaaaaaaaaaaa and bbbbbbbbbbbb): a paired "

@@ -351,6 +351,8 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
         return pb.CompareResponse(
             a=to_proto(record_a), b=to_proto(record_b), images=len(stats_a),
             bootstrap=_bootstrap_proto(drawn.as_dict()),
+            only_in_a=sorted(set(record_a.metrics) - set(record_b.metrics)),
+            only_in_b=sorted(set(record_b.metrics) - set(record_a.metrics)),
             comparisons=[pb.MetricComparison(
                 metric=c.metric, a=c.a, b=c.b, difference=c.difference,
                 interval=pb.Interval(lower=c.lower, upper=c.upper), p_value=c.p_value,

@@ -126,6 +126,9 @@ def format_comparison(c: pb.CompareResponse) -> str:
         interval = f"({m.interval.lower:+.4f}–{m.interval.upper:+.4f})"
         lines.append(f"  {m.metric:<24}{m.a:>10.4f}{m.b:>10.4f}{m.difference:>+10.4f}  {interval:<22}"
                      f"{m.p_value:>7.3f}  {verdict}")
+    for side, only in (("A", c.only_in_a), ("B", c.only_in_b)):
+        if only:
+            lines.append(f"  not compared, only {side} has: {', '.join(only)}")
     return "\n".join(lines)
 
 

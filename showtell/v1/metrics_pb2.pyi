@@ -354,15 +354,19 @@ class MetricComparison(_message.Message):
     def __init__(self, metric: _Optional[str] = ..., a: _Optional[float] = ..., b: _Optional[float] = ..., difference: _Optional[float] = ..., interval: _Optional[_Union[Interval, _Mapping]] = ..., p_value: _Optional[float] = ..., significant: _Optional[bool] = ..., higher_is_better: _Optional[bool] = ...) -> None: ...
 
 class CompareResponse(_message.Message):
-    __slots__ = ("a", "b", "comparisons", "images", "bootstrap")
+    __slots__ = ("a", "b", "comparisons", "images", "bootstrap", "only_in_a", "only_in_b")
     A_FIELD_NUMBER: _ClassVar[int]
     B_FIELD_NUMBER: _ClassVar[int]
     COMPARISONS_FIELD_NUMBER: _ClassVar[int]
     IMAGES_FIELD_NUMBER: _ClassVar[int]
     BOOTSTRAP_FIELD_NUMBER: _ClassVar[int]
+    ONLY_IN_A_FIELD_NUMBER: _ClassVar[int]
+    ONLY_IN_B_FIELD_NUMBER: _ClassVar[int]
     a: Evaluation
     b: Evaluation
     comparisons: _containers.RepeatedCompositeFieldContainer[MetricComparison]
     images: int
     bootstrap: Bootstrap
-    def __init__(self, a: _Optional[_Union[Evaluation, _Mapping]] = ..., b: _Optional[_Union[Evaluation, _Mapping]] = ..., comparisons: _Optional[_Iterable[_Union[MetricComparison, _Mapping]]] = ..., images: _Optional[int] = ..., bootstrap: _Optional[_Union[Bootstrap, _Mapping]] = ...) -> None: ...
+    only_in_a: _containers.RepeatedScalarFieldContainer[str]
+    only_in_b: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, a: _Optional[_Union[Evaluation, _Mapping]] = ..., b: _Optional[_Union[Evaluation, _Mapping]] = ..., comparisons: _Optional[_Iterable[_Union[MetricComparison, _Mapping]]] = ..., images: _Optional[int] = ..., bootstrap: _Optional[_Union[Bootstrap, _Mapping]] = ..., only_in_a: _Optional[_Iterable[str]] = ..., only_in_b: _Optional[_Iterable[str]] = ...) -> None: ...
