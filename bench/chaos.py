@@ -31,6 +31,7 @@ runs a short version.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import re
@@ -40,6 +41,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,8 +100,9 @@ class Soak:
             ["trainer", "ps", "worker0", "worker1", "evaluator"]
 
     def start(self, role: str, n: int):
-        proc = self.start_evaluator(n) if role == "evaluator" else self.start_training(role, n)
-        self.started.append(proc)  # each leads its own process group (processes.start)
+        with _unbroken():  # a harness's SIGTERM waits until the new process is one to stop
+            proc = self.start_evaluator(n) if role == "evaluator" else self.start_training(role, n)
+            self.started.append(proc)  # each leads its own process group (processes.start)
         if role == "evaluator":
             self.replaced = True  # from here a SERVING answer is the new process's
         return proc
@@ -217,15 +220,15 @@ class Soak:
             self.hosts = dict(zip(["ps", "worker0", "worker1", "chief"],
                                   (f"127.0.0.1:{p}" for p in processes.free_ports(4)), strict=True))
         counts = dict.fromkeys(self.roles, 0)
-        procs = {role: self.start(role, 0) for role in self.roles if role != "trainer"}
-        procs["trainer"] = self.start("trainer", 0)  # the chief after its servers
-        self.down.append([time.monotonic(), None])
-        threads = [threading.Thread(target=f, daemon=True) for f in (self.watch_state, self.probe_health)]
-        for t in threads:
-            t.start()
-        started = time.monotonic()
-        gap = self.seconds / (self.kills + 1)
         try:
+            procs = {role: self.start(role, 0) for role in self.roles if role != "trainer"}
+            procs["trainer"] = self.start("trainer", 0)  # the chief after its servers
+            self.down.append([time.monotonic(), None])
+            threads = [threading.Thread(target=f, daemon=True) for f in (self.watch_state, self.probe_health)]
+            for t in threads:
+                t.start()
+            started = time.monotonic()
+            gap = self.seconds / (self.kills + 1)
             for k in range(self.kills):
                 time.sleep(max(0.0, started + gap * (k + 1) * rng.uniform(0.8, 1.0) - time.monotonic()))
                 self.restart_the_fallen(procs, counts)
@@ -428,9 +431,30 @@ def _tally(items) -> dict[str, int]:
     return out
 
 
+_DEFERRED: dict[str, int | None] = {"depth": 0, "code": None}
+
+
 def _terminated(signum, frame) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the clean-up is not cut short
+    if _DEFERRED["depth"]:  # mid-start: the process being started is not in the list to stop yet
+        _DEFERRED["code"] = 128 + signum
+        return
     sys.exit(128 + signum)
+
+
+@contextlib.contextmanager
+def _unbroken() -> Iterator[None]:
+    """A stretch a SIGTERM must not cut (starting a process and noting it): the exit it asks for
+    comes at the end.  Without it, a signal inside ``Popen`` left a child no clean-up knew of —
+    seen once in a fresh clone's suite on a loaded machine (the soak's trainer and evaluator
+    running after it exited 143)."""
+    _DEFERRED["depth"] += 1
+    try:
+        yield
+    finally:
+        _DEFERRED["depth"] -= 1
+        if not _DEFERRED["depth"] and _DEFERRED["code"] is not None:
+            sys.exit(_DEFERRED["code"])
 
 
 def main(argv: list[str] | None = None) -> int:
