@@ -75,7 +75,7 @@ def final_evaluations(base: Path) -> dict[str, object]:
         for name in ("val", "unseen"):
             last = store.latest(run, eval_set=name)
             if last is not None:
-                out[name] = {"step": last.step, "images": last.examples,
+                out[name] = {"step": last.step, "images": last.num_examples,
                              **{m: round(v, 4) for m, v in last.metrics.items()
                                 if m in ("exact_match", "bleu4", "cider")},
                              "exact_match_interval": [round(b, 4)
