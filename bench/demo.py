@@ -75,7 +75,7 @@ def final_evaluations(base: Path) -> dict[str, object]:
         for name in ("val", "unseen"):
             last = store.latest(run, eval_set=name)
             if last is not None:
-                out[name] = {"step": last.step, "images": last.num_examples,
+                out[name] = {"step": last.step, "examples": last.num_examples,
                              **{m: round(v, 4) for m, v in last.metrics.items()
                                 if m in ("exact_match", "bleu4", "cider")},
                              "exact_match_interval": [round(b, 4)
@@ -92,7 +92,7 @@ def held_out(clone: Path, seed_dir: Path) -> dict[str, object]:
                           capture_output=True, text=True, cwd=clone, check=True)
     report = json.loads(done.stdout)
     metrics, intervals = report["metrics"], report.get("intervals", {})
-    return {"images": report.get("examples"), "exact_match": round(metrics["exact_match"], 4),
+    return {"examples": report.get("examples"), "exact_match": round(metrics["exact_match"], 4),
             "exact_match_interval": [round(b, 4) for b in intervals.get("exact_match", ())]}
 
 

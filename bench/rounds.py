@@ -68,14 +68,22 @@ def write_results(path: Path, report: dict, argv: Sequence[str]) -> None:
         done = subprocess.run(["git", *words], cwd=root, capture_output=True, text=True, check=False)
         return done.stdout.rstrip()  # not lstrip: a status line starts with a space (" M path")
 
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
+    info = Path("/proc/cpuinfo").read_text().splitlines()
+
+    def first(field: str, default: str = "") -> str:
+        return next((line.split(":", 1)[1].strip() for line in info if line.startswith(field)), default)
+
+    cpu = first("model name", platform.processor())
     stamped = {"bench": Path(sys.argv[0]).stem, "commit": git("rev-parse", "HEAD"),
                # other results files are output, not code: `make bench` writes them one after another
                "tree_changed": [line[3:] for line in git("status", "--porcelain", "--untracked-files=no")
                                 .splitlines() if not line[3:].startswith("bench/results/")],
                "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "argv": list(argv),
-               "machine": {"cpus": os.cpu_count(), "cpu": cpu, "python": platform.python_version()},
+               # which kind of machine: machines of one "cpu" name ran 2× apart, so its clock and
+               # vector width too (BENCHMARKS.md names each row's machine)
+               "machine": {"cpus": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),
+                           "mhz": round(float(first("cpu MHz", "0") or 0)),
+                           "avx512": "avx512f" in first("flags").split()},
                "report": report}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(stamped, indent=1) + "\n")

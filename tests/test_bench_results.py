@@ -286,12 +286,37 @@ def test_benchmarks_figures_are_the_results_files_own(name: str):
         expected = figure(report)
         for piece in expected if isinstance(expected, tuple) else (expected,):
             assert piece in rows[0], f"{label!r}: {piece!r} is not in {rows[0]!r}"
+    for label, _ in FIGURES[name]:
+        assert commit in _row_commits(lines, label), \
+            f"{label!r}: its row (or the caption of its table, or the row its 'same run' follows) does " \
+            f"not name {commit}, the commit of bench/results/{name}.json"
     text = "\n".join(lines)
     command = " ".join([f"bench/{bench}.py", *saved["argv"]])
     assert command in " ".join(text.replace("`", " ` ").split()), \
         f"BENCHMARKS.md does not give the command the file ran: {command!r}"
     assert f"bench/results/{name}.json" in text and commit in text and saved["date"][:10] in text, \
         f"BENCHMARKS.md names not all of the results file, its commit {commit} and date {saved['date'][:10]}"
+
+
+def _row_commits(lines: list[str], label: str) -> str:
+    """The text that says which commit the row of ``label`` ran at: the row itself; or, for a
+    row that says "same run", the nearest row above it in its table that does not; or the caption
+    of its table (the paragraph just above it) — never a commit elsewhere in the file."""
+    [i] = [k for k, line in enumerate(lines) if label in line]
+    first = i
+    while first > 0 and lines[first - 1].startswith("|"):
+        first -= 1
+    row = i
+    while "same run" in lines[row] and row > first:
+        row -= 1
+    end = first - 1
+    while end >= 0 and not lines[end].strip():
+        end -= 1
+    start = end
+    while start > 0 and lines[start - 1].strip() and not lines[start - 1].startswith("#"):
+        start -= 1
+    caption = "" if "same run" in lines[i] else "\n".join(lines[start:end + 1])
+    return lines[row] + "\n" + caption
 
 
 def _table_rows(text: str) -> list[str]:
