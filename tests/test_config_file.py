@@ -46,15 +46,23 @@ def test_print_config_reads_back_to_the_same_settings_without_data_or_a_model_di
 
     record = tmp_path / "runs" / "r.json"  # a run's record, as the trainer writes it (abridged)
     record.parent.mkdir()
-    record.write_text(json.dumps({"run_id": "r", "revisions": [
-        {"at": "…", "step": 0, "settings": {"steps": 2, "batch_size": 4, "devices": ["CPU:0"],
-                                           "config": ["x.yaml"], "print_config": False, "data": "d"},
-         "resolved": {"global_batch": 4}, "environment": {"python": "3.11"}},
-        {"at": "…", "step": 2,
-         "settings": {"steps": 4, "batch_size": 4, "devices": ["CPU:0"], "data": "d"}}]}))
+    first = {"at": "…", "step": 0, "settings": {"steps": 2, "batch_size": 4, "devices": ["CPU:0"],
+                                                 "config": ["x.yaml"], "print_config": False, "data": "d"},
+             "resolved": {"global_batch": 4}, "environment": {"python": "3.11"}}
+    record.write_text(json.dumps({"run_id": "r", "revisions": [first]}))
     repeated = _print(showtell_main, "--config", str(record), "--model-dir", str(tmp_path / "new"))
     assert (repeated["steps"], repeated["batch_size"], repeated["devices"], repeated["data"],
-            repeated["model_dir"]) == (4, 4, "CPU:0", "d", str(tmp_path / "new"))
+            repeated["model_dir"]) == (2, 4, "CPU:0", "d", str(tmp_path / "new"))
+    # resumed with other settings: two revisions, which no one revision's settings repeat — refused
+    # in one line naming the second, and the record left as it was
+    second = {"at": "…", "step": 2, "changed": ["--steps: 2 → 4"],
+              "settings": {"steps": 4, "batch_size": 4, "devices": ["CPU:0"], "data": "d"}}
+    record.write_text(text := json.dumps({"run_id": "r", "revisions": [first, second]}))
+    refused = showtell_main("train", "--config", str(record), "--model-dir", str(tmp_path / "new"),
+                            "--print-config")
+    assert refused.returncode == 2 and "run r has 2 revisions — revision 2 changed --steps: 2 → 4 at step 2" \
+        in refused.stderr and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert record.read_text() == text
     missing = showtell_main("train", "--steps", "3")
     assert missing.returncode == 2
     assert missing.stderr.strip() == ("showtell train: error: the following arguments are required: --data, "
