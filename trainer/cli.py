@@ -279,8 +279,6 @@ def _next_encoder(exp: TrainExperiment, stop, result) -> int:
     encoder = exp.followed_encoder
     log.info("stopped at step %d (from %d) after %s", result.final_step, result.start_step, result.stopped_by)
     if result.stopped_by == follow.PREVIEW_DONE:
-        log.info("waiting, asleep, for the pretraining's final encoder in %s; phase 1 starts again on it",
-                 encoder)
         from showtell.captioning.model.modeldir import recorded_encoder_init
 
         started_from = (recorded_encoder_init(exp.source.model_dir) or {}).get("sha256", "")

@@ -147,10 +147,12 @@ def wait_for_newer(path: Path, sha256: str, stop, report_every: float = 60.0, po
 
     The bytes are compared once before the first sleep: the final encoder may have landed while the
     preview saved its final checkpoint, and a wait that only looked for changes from then on would
-    sleep forever (a compose stack on a loaded machine did)."""
+    sleep forever (a compose stack on a loaded machine did).  The "asleep" line is logged after that
+    comparison (hashing the encoder is its one cost), so from it on the process only sleeps."""
     signature, waited, reported = _signature(path), time.monotonic(), time.monotonic()
     if signature is not None and _sha256(path) != sha256:
         return True
+    log.info("waiting, asleep, for the pretraining's final encoder in %s; phase 1 starts again on it", path)
     while True:
         if _said_final(path, sha256):
             log.info("the pretraining ended on the encoder in %s this run started from: it is the final one",
