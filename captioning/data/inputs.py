@@ -152,18 +152,21 @@ def pad_captions(batch: dict[str, tf.Tensor], multiple: int) -> dict[str, tf.Ten
 
 def eval_images(
     files: Sequence[str], image_size: int, batch_size: int, config: InputConfig | None = None,
-    max_images: int | None = None, id_map: Sequence[int] | None = None,
+    max_images: int | None = None, id_map: Sequence[int] | None = None, skip: int = 0,
 ) -> tf.data.Dataset:
     """Each validation image once, in file order, batched with all its captions.
 
     Batches hold ``image`` [B, S, S, 3], ``image_id`` [B] and ``captions``, ragged
     [B, (captions), (words)].  ``id_map`` re-encodes captions into a model's own vocabulary
     (``Vocabulary.id_map``); each batch then counts, in ``unknown``, the reference words that
-    became ``<UNK>`` on the way.
+    became ``<UNK>`` on the way.  ``skip``: start after the first N images (whose features an
+    evaluation read from its cache; skipped records are read, not decoded).
     """
     fn_config = config or InputConfig()
     table = None if id_map is None else tf.constant(list(id_map), tf.int64)
     ds = tf.data.TFRecordDataset(list(files))
+    if skip:
+        ds = ds.skip(skip)
     if max_images:
         ds = ds.take(max_images)
 
@@ -171,16 +174,21 @@ def eval_images(
         record = parse_example(serialized)
         captions, extra = record["captions"], {}
         if table is not None:
-            mapped = tf.gather(table, captions.flat_values)
-            became_unknown = tf.logical_and(tf.equal(mapped, UNKNOWN_ID),
-                                            tf.not_equal(captions.flat_values, UNKNOWN_ID))
-            extra["unknown"] = tf.reduce_sum(tf.cast(became_unknown, tf.int32))
-            captions = captions.with_flat_values(mapped)
+            captions, extra["unknown"] = remap_captions(captions, table)
         image = preprocess_image(decode_image(record["image_data"]), image_size, False, fn_config)
         return {"image": image, "image_id": record["image_id"], "captions": captions, **extra}
 
     ds = ds.map(graph_fn(example), num_parallel_calls=AUTOTUNE)
     return one_pass(ds.batch(batch_size).prefetch(AUTOTUNE))
+
+
+def remap_captions(captions: tf.RaggedTensor, table: tf.Tensor) -> tuple[tf.RaggedTensor, tf.Tensor]:
+    """Caption ids re-encoded through ``table`` (``Vocabulary.id_map``), and how many words became
+    ``<UNK>`` on the way (any ragged rank: one image's captions or a batch's)."""
+    mapped = tf.gather(table, captions.flat_values)
+    became_unknown = tf.logical_and(tf.equal(mapped, UNKNOWN_ID),
+                                    tf.not_equal(captions.flat_values, UNKNOWN_ID))
+    return captions.with_flat_values(mapped), tf.reduce_sum(tf.cast(became_unknown, tf.int32))
 
 
 def teacher_forcing(captions: tf.RaggedTensor) -> dict[str, tf.Tensor]:

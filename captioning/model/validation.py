@@ -1,9 +1,10 @@
 """Validation of a model: loss/perplexity over every caption, and generated captions.
 
 Used by the evaluator (service and ``--once``).  One pass over the validation images: each
-image is decoded and run through Inception once, and that encoding feeds both the teacher-forced
-loss of every one of its captions and the beam search — Inception is nearly all of an
-evaluation's cost at 299 px, so it must not run once per caption.  Loss is averaged over
+image is decoded and run through Inception once — or its features are read from the evaluator's
+cache, when an earlier checkpoint had the same encoder — and those features feed both the
+teacher-forced loss of every one of its captions and the beam search — Inception is nearly all of
+an evaluation's cost at 299 px, so it must not run once per caption.  Loss is averaged over
 words (not batches) so batch padding and the last short batch do not bias it.
 """
 
@@ -11,8 +12,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import tensorflow as tf
 
@@ -39,14 +41,41 @@ class Validation:
     # per image id: (its captions' summed cross-entropy, their words) — what a bootstrap over images
     # resamples to put an interval on the loss (``evaluator/scoring/bootstrap.py``)
     image_losses: dict[int, tuple[float, float]] = field(default_factory=dict)
+    timings: Timings | None = None
+
+
+class Features(Protocol):
+    """Where an evaluation's encoder features may come from besides the images: a cache of the
+    first ``cached`` images' features for this checkpoint's encoder (``evaluator/scoring/features.py``),
+    told of each batch the encoder computes so it can keep them for the next checkpoint."""
+
+    cached: int
+
+    def dataset(self, images: int, batch_size: int) -> tf.data.Dataset: ...
+
+    def add(self, image_ids, features, captions) -> None: ...
+
+
+@dataclass
+class Timings:
+    """Where a pass's wall time went: waiting for features (reading the cache, or decoding images
+    and running the encoder) and the decoder (its loss and beam search)."""
+
+    features: float = 0.0
+    decoder: float = 0.0
+    images_reused: int = 0
+    images_computed: int = 0
 
 
 class Validator:
     """Loss and captions of one model over a validation split.
 
-    The ``tf.function`` is traced once per model and reused for every checkpoint restored into
-    it — re-tracing Inception costs ≈10 s per evaluation.  Its signature is the input pipeline's
-    own, batch dimension unknown: a short last batch would otherwise trace it all a second time.
+    Two ``tf.function``s, each traced once per model and reused for every checkpoint restored into
+    it (re-tracing Inception costs ≈10 s per evaluation): the encoder (images → pooled features)
+    and the decoder (features → the captions' loss and the beam search).  Split there because the
+    features may come from a cache instead (``Features``): while checkpoints share an encoder, its
+    output for an image does not change.  Their signatures are the input pipeline's own, batch
+    dimension unknown: a short last batch would otherwise trace it all a second time.
     """
 
     def __init__(self, model: ShowAndTell, files: Sequence[str], vocab: Vocabulary, batch_size: int = 64,
@@ -60,14 +89,15 @@ class Validator:
         logits at every position, padding masked out)."""
         self.model, self.files, self.vocab = model, list(files), vocab
         self.batch_size, self.max_examples, self.id_map = batch_size, max_examples, id_map
+        self._table = None if id_map is None else tf.constant(list(id_map), tf.int64)
 
-        @tf.function(jit_compile=jit_compile, autograph=False)
         def encode(images):
-            return model.encode(images, training=False)
+            return model.features(images, training=False)
 
         @tf.function(jit_compile=jit_compile, autograph=False)
-        def decode(embedding, owner, input_ids, target_ids, mask):
+        def decode(features, owner, input_ids, target_ids, mask):
             """Per image of the batch: its captions' summed loss and words; and its caption."""
+            embedding = model.embed(features, training=False)
             outputs = model.decoder_outputs(tf.gather(embedding, owner), input_ids)
             images = tf.shape(embedding)[0]
             if jit_compile:
@@ -88,19 +118,44 @@ class Validator:
                                  vocab.end_id, beam_size, max_length)
             return loss_sums, counts, ids[:, 0]
 
-        def evaluate_batch(images, captions):
-            embedding = encode(images)
+        def decode_batch(features, captions):
             pairs = inputs.teacher_forcing(captions)
-            loss_sum, count, best = decode(embedding, pairs["owner"], pairs["input_ids"], pairs["target_ids"],
+            loss_sum, count, best = decode(features, pairs["owner"], pairs["input_ids"], pairs["target_ids"],
                                            pairs["mask"])
             return loss_sum, count, tf.shape(pairs["owner"])[0], best
 
-        self._batch_fn = evaluate_batch
-        self._evaluate_batch: tf.types.experimental.PolymorphicFunction | None = None
+        size = model.config.image_size
+        self._encode = tf.function(encode, jit_compile=jit_compile, autograph=False,
+                                   input_signature=[tf.TensorSpec([None, size, size, 3], tf.float32)])
+        self._decode_fn = decode_batch
+        self._decode: tf.types.experimental.PolymorphicFunction | None = None
+
+    def _batches(self, cap: int | None, features: Features | None, timings: Timings) -> Iterator[dict]:
+        """The pass's batches, each with its ``features``: first the cached images', then the rest
+        from the images (the encoder run on them, and ``features`` told of each batch)."""
+        cached = min(features.cached, cap) if features is not None and cap else (
+            features.cached if features is not None else 0)
+        if cached:
+            for batch in inputs.checked(features.dataset(cached, self.batch_size), self.files):
+                timings.images_reused += int(batch["image_id"].shape[0])
+                yield batch
+        if cap and cached >= cap:
+            return
+        ds = inputs.eval_images(self.files, self.model.config.image_size, self.batch_size,
+                                max_images=cap - cached if cap else None, skip=cached)
+        for batch in inputs.checked(ds, self.files):
+            batch["features"] = self._encode(batch.pop("image"))  # (timed by the caller's wait)
+            timings.images_computed += int(batch["image_id"].shape[0])
+            if features is not None:
+                features.add(batch["image_id"].numpy(), batch["features"].numpy(),
+                             batch["captions"].to_list())
+            yield batch
 
     def run(self, progress: Callable[[int, int], None] | None = None, split_images: int = 0,
-            max_images: int | None = None, limit: Callable[[float | None], int] | None = None) -> Validation:
-        """One pass: every image encoded once, every caption scored, every image captioned.
+            max_images: int | None = None, limit: Callable[[float | None], int] | None = None,
+            features: Features | None = None) -> Validation:
+        """One pass: every image encoded once (or its features read from ``features``), every caption
+        scored, every image captioned.
 
         ``progress(done, total)`` after each batch, ``total`` from ``split_images`` (the
         manifest's count) and the cap — the records themselves are not counted ahead.
@@ -110,29 +165,39 @@ class Validator:
         """
         cap = max_images if max_images is not None else self.max_examples
         expected = min(split_images, cap) if cap else split_images
-        ds = inputs.eval_images(self.files, self.model.config.image_size, self.batch_size,
-                                max_images=cap, id_map=self.id_map)
-        if self._evaluate_batch is None:
-            spec = ds.element_spec
-            self._evaluate_batch = tf.function(self._batch_fn, autograph=False,
-                                               input_signature=[spec["image"], spec["captions"]])
         total, words, examples, unknown, images = 0.0, 0.0, 0, 0, 0
         captions: dict[int, str] = {}
         image_losses: dict[int, tuple[float, float]] = {}
         first: tuple[float, int] | None = None  # (when the first batch was done, its images)
-        for batch in inputs.checked(ds, self.files):
-            loss_sums, counts, scored, best = self._evaluate_batch(batch["image"], batch["captions"])
+        timings = Timings()
+        batches = self._batches(cap, features, timings)
+        while True:
+            waited = time.monotonic()
+            batch = next(batches, None)
+            timings.features += time.monotonic() - waited
+            if batch is None:
+                break
+            started = time.monotonic()
+            batch_captions = batch["captions"]
+            if self._table is not None:
+                batch_captions, lost = inputs.remap_captions(batch_captions, self._table)
+                unknown += int(lost)
+            if self._decode is None:
+                self._decode = tf.function(self._decode_fn, autograph=False, input_signature=[
+                    tf.TensorSpec([None, batch["features"].shape[-1]], tf.float32),
+                    tf.RaggedTensorSpec([None, None, None], batch_captions.dtype, ragged_rank=2,
+                                        row_splits_dtype=batch_captions.row_splits.dtype)])
+            loss_sums, counts, scored, best = self._decode(batch["features"], batch_captions)
             loss_sums, counts = loss_sums.numpy().astype(float), counts.numpy().astype(float)
             total += float(loss_sums.sum())
             words += float(counts.sum())
             examples += int(scored)
-            images += int(batch["image"].shape[0])
-            if "unknown" in batch:
-                unknown += int(tf.reduce_sum(batch["unknown"]))
+            images += int(batch["image_id"].shape[0])
             for image_id, ids, loss_sum, count in zip(batch["image_id"].numpy(), best.numpy(), loss_sums,
                                                       counts, strict=True):
                 captions[int(image_id)] = self.vocab.decode(ids)
                 image_losses[int(image_id)] = (float(loss_sum), float(count))
+            timings.decoder += time.monotonic() - started
             if limit is not None:
                 now = time.monotonic()
                 if first is None:
@@ -144,12 +209,14 @@ class Validator:
                 progress(images, max(expected, images))
             if cap and images >= cap:
                 break
+        batches.close()
         if limit is not None:  # one batch: nothing to time
             limit(None)
         loss = total / max(words, 1.0)
         result = LossResult(loss=loss, perplexity=math.exp(min(loss, 50.0)), examples=examples,
                             words=int(words), unknown_words=unknown)
-        return Validation(loss=result, captions=captions, images=images, image_losses=image_losses)
+        return Validation(loss=result, captions=captions, images=images, image_losses=image_losses,
+                          timings=timings)
 
 
 def exact_match(predictions: Mapping[int, str], references: Mapping[int, Sequence[str]]) -> float:

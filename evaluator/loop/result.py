@@ -37,6 +37,10 @@ class EvalResult:
     stats: PerImage | None = field(default=None, repr=False)  # per image: what the intervals resample
     eval_set: str = DEFAULT_SET
     others: list[EvalResult] = field(default_factory=list)  # the other sets' results (--eval-set)
+    # Where the time went and whether the encoder's features were reused (scoring/features.py):
+    # {features: reused|computed|extended|rebuilt|off, images_reused, images_computed, encoder,
+    #  seconds: {restore, digest, features, decoder, scoring, intervals}}
+    costs: dict = field(default_factory=lambda: {"seconds": {}})
 
 
 class Evaluator(Protocol):

@@ -37,6 +37,7 @@ from showtell.evaluator.config import EvalSet
 from showtell.evaluator.loop.result import EvalResult
 from showtell.evaluator.scoring import bootstrap
 from showtell.evaluator.scoring.bootstrap import Bootstrap, ImageStats
+from showtell.evaluator.scoring.features import FeatureStore, timed_digest
 from showtell.evaluator.scoring.scorers import CaptionScorer, ImageScores
 
 log = logging.getLogger(__name__)
@@ -84,11 +85,14 @@ class CheckpointEvaluator:
     def __init__(self, model_dir: str, data_dir: Path, max_examples: int | None = None,
                  beam_size: int = 3, samples: int = 5,
                  scorer: Callable[[], CaptionScorer] | None = None, jit_compile: bool = False,
-                 bootstrap: Bootstrap | None = None, sets: Sequence[EvalSet] = ()) -> None:
+                 bootstrap: Bootstrap | None = None, sets: Sequence[EvalSet] = (),
+                 features: FeatureStore | None = None) -> None:
         """``scorer`` makes the caption scorer when the first evaluation (or ``open``) needs it:
         METEOR's JVM takes seconds to start, so the service starts it on its evaluation thread,
         not before its server answers.  ``bootstrap``: how each metric's interval is drawn.
-        ``sets``: evaluation sets besides ``data_dir``'s (``DEFAULT_SET``), each evaluated after it."""
+        ``sets``: evaluation sets besides ``data_dir``'s (``DEFAULT_SET``), each evaluated after it.
+        ``features``: where each set's encoder features are kept for checkpoints with the same
+        encoder (``scoring/features.py``); None computes them from the images every time."""
         self.model_dir, self.data_dir = model_dir, data_dir
         self.sets = [_Loaded(EvalSet(DEFAULT_SET, data_dir, max_examples)), *map(_Loaded, sets)]
         main = self.sets[0]
@@ -97,6 +101,7 @@ class CheckpointEvaluator:
         self.max_examples, self.beam_size, self.samples = max_examples, beam_size, samples
         self.jit_compile = jit_compile
         self.bootstrap = bootstrap or Bootstrap()
+        self.features = features or FeatureStore(None, 0)
         self._make_scorer = scorer
         self.scorer: CaptionScorer | None = None
         self._key: tuple | None = None
@@ -162,23 +167,38 @@ class CheckpointEvaluator:
                 "the checkpoint is corrupt or from another model", partial=True)
         step = checkpoint_step(path) if step is None else step
         seconds = train_seconds(path)
+        checkpoint = {"restore": time.monotonic() - started}
+        digest = ""
+        if self.features.enabled:  # which encoder this checkpoint holds, from its values
+            digest, checkpoint["digest"] = timed_digest(self._model.encoder_weights)
         main, *others = self.sets
-        result = self._evaluate_set(main, path, step, seconds, started, progress, images)
-        result.others = [self._evaluate_set(other, path, step, seconds, time.monotonic())
+        result = self._evaluate_set(main, path, step, seconds, started, digest, progress, images)
+        result.costs["seconds"] = checkpoint | result.costs["seconds"]
+        result.others = [self._evaluate_set(other, path, step, seconds, time.monotonic(), digest)
                          for other in others]
+        self.features.bound()
         return result
 
     def _evaluate_set(self, loaded: _Loaded, path: str, step: int, seconds: float | None, started: float,
-                      progress: Callable[[int, int], None] | None = None,
+                      digest: str, progress: Callable[[int, int], None] | None = None,
                       images: int | Callable[[float | None, int, int], int] | None = None) -> EvalResult:
         validator = loaded.validator
         assert validator is not None
-        if callable(images):
-            decide = images
-            validation = validator.run(progress, split_images=loaded.split_images, limit=lambda rate: decide(
-                rate, loaded.split_images, validator.batch_size))
-        else:
-            validation = validator.run(progress, split_images=loaded.split_images, max_images=images)
+        features = self.features.for_set(loaded.spec.data, loaded.files, digest,
+                                         self._model.config.image_size)
+        try:
+            if callable(images):
+                decide = images
+                validation = validator.run(progress, split_images=loaded.split_images, features=features,
+                                           limit=lambda rate: decide(rate, loaded.split_images,
+                                                                     validator.batch_size))
+            else:
+                validation = validator.run(progress, split_images=loaded.split_images, max_images=images,
+                                           features=features)
+        finally:
+            features.close()
+        timings = validation.timings
+        assert timings is not None
         loss, captions = validation.loss, validation.captions
         metrics = {names.LOSS: loss.loss, names.PERPLEXITY: loss.perplexity,
                    names.EXACT_MATCH: exact_match(captions, loaded.references)}
@@ -188,12 +208,21 @@ class CheckpointEvaluator:
             lost = sum(i in loaded.unknown_references for i in captions)
             metrics[names.REFERENCES_WITH_UNKNOWN] = lost / len(captions)
         stats = _image_stats(validation, loaded.references)
+        scoring_started = time.monotonic()
         if self.scorer is not None:
             scored = self.scorer.score_images(captions, loaded.references)
             metrics.update(scored.corpus)
             stats = _with_scores(stats, scored)
         stats = replace(stats, fingerprint=set_fingerprint(stats.image_ids, loaded.images, loaded.references))
+        intervals_started = time.monotonic()
         intervals = bootstrap.intervals(stats, self.bootstrap) if len(stats) else {}
+        costs = {"features": features.result(timings.images_reused), "images_reused": timings.images_reused,
+                 "images_computed": timings.images_computed, "encoder": digest[:16],
+                 "seconds": {"features": timings.features, "decoder": timings.decoder,
+                             "scoring": intervals_started - scoring_started,
+                             "intervals": time.monotonic() - intervals_started}}
+        if features.full_disk:
+            costs["not_kept"] = features.full_disk
         shown = [{"image_id": i, "caption": c, "references": loaded.references.get(i, [])}
                  for i, c in list(captions.items())[: self.samples]]
         return EvalResult(step=step, checkpoint=path, metrics=metrics, examples=loss.examples,
@@ -201,7 +230,7 @@ class CheckpointEvaluator:
                           scoring=self.scorer.scoring if self.scorer is not None else "",
                           train_seconds=seconds, intervals=intervals,
                           bootstrap=self.bootstrap.as_dict() if intervals else {}, stats=stats,
-                          eval_set=loaded.spec.name)
+                          eval_set=loaded.spec.name, costs=costs)
 
 
 def set_fingerprint(image_ids: Iterable[int], images: Mapping[int, bytes],
