@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 
@@ -55,7 +56,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "EXAMPLES images), as a set of its own: its metrics, intervals, best and best export "
                         "(repeat for more; --data's split is the set named val)")
     p.add_argument("--work-dir", type=Path,
-                   help="evaluator state: history, pins, summaries (default: <model-dir>-eval)")
+                   help="evaluator state: history, pins, summaries, kept features (default: "
+                        "<model-dir>-eval; with --once: none, unless given — then its features are kept)")
     for config_cls in (ServeConfig, WatchConfig, EvaluationConfig, ExportConfig, MonitoringConfig):
         add_config_flags(p, config_cls)
     add_config_flags(p.add_argument_group("ending by itself (default: serve until SIGTERM)"), Finish)
@@ -107,17 +109,23 @@ def run_once(args: argparse.Namespace) -> int:
     from showtell.captioning.model.modeldir import latest_checkpoint
     from showtell.evaluator.scoring.bootstrap import Bootstrap
     from showtell.evaluator.scoring.evaluation import CheckpointEvaluator
+    from showtell.evaluator.scoring.features import FeatureStore
     from showtell.evaluator.scoring.scorers import CaptionScorer
 
     def scorer() -> CaptionScorer:
         return CaptionScorer(meteor=args.meteor, tokenizer=args.tokenizer)
 
+    # Features are kept only in a work dir named for it (and held as the service holds it).
+    work = WorkDir(args.work_dir) if args.work_dir else None
+    features = FeatureStore(work.features if work else None, args.feature_cache_keep)
     evaluator = CheckpointEvaluator(args.model_dir, args.data, args.max_eval_examples, args.beam_size,
                                     scorer=scorer, jit_compile=args.jit_compile,
                                     bootstrap=Bootstrap(args.bootstrap, args.confidence),
-                                    sets=args.eval_set)
+                                    sets=args.eval_set, features=features)
+    lock = DirectoryLock(directory=work.root, role="evaluator", flag="--work-dir") if work else nullcontext()
     try:
-        result = evaluator.evaluate(args.checkpoint or latest_checkpoint(args.model_dir))
+        with lock:
+            result = evaluator.evaluate(args.checkpoint or latest_checkpoint(args.model_dir))
     finally:
         evaluator.close()
     for one in (result, *result.others):  # a line (or JSON object) per evaluation set

@@ -80,6 +80,11 @@ class EvaluationConfig:
                                   "interval (and `metrics compare`'s paired test)", type=positive_int,
                             metavar="N")
     confidence: float = option(0.95, "the intervals' confidence level", type=open_fraction, metavar="P")
+    feature_cache_keep: int = option(
+        2, "keep each evaluation set's encoder features (<work-dir>/features, ≈ 41 MB per 5,000 images "
+           "and encoder) for the N most recent encoders: checkpoints whose encoder weights are the same "
+           "(a frozen-encoder phase) reuse them instead of running Inception again; 0: compute them "
+           "every time", type=non_negative_int, metavar="N")
     tokenizer: str = option("auto", "how captions are tokenized for scoring: ptb (COCO's PTBTokenizer, "
                                     "needs java; scores comparable with published ones), regex, or auto: "
                                     "ptb when java is present", choices=TOKENIZERS)

@@ -35,6 +35,7 @@ from showtell.evaluator.records.store import Store
 from showtell.evaluator.records.summaries import EvalSummaries
 from showtell.evaluator.scoring.bootstrap import Bootstrap, export_judge
 from showtell.evaluator.scoring.evaluation import CheckpointEvaluator
+from showtell.evaluator.scoring.features import FeatureStore
 from showtell.evaluator.scoring.scorers import CaptionScorer
 from showtell.evaluator.serving.prometheus import EvaluatorMetrics
 from showtell.evaluator.serving.server import MetricsServer
@@ -81,7 +82,7 @@ def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.Abst
         model_dir, config.data, None if auto else evaluation.max_eval_examples, evaluation.beam_size,
         scorer=lambda: CaptionScorer(meteor=evaluation.meteor, tokenizer=evaluation.tokenizer),
         jit_compile=evaluation.jit_compile, bootstrap=Bootstrap(evaluation.bootstrap, evaluation.confidence),
-        sets=config.eval_sets)
+        sets=config.eval_sets, features=FeatureStore(workdir.features, evaluation.feature_cache_keep))
     workdir.root.mkdir(parents=True, exist_ok=True)
     store = Store(workdir.history)
     summaries = EvalSummaries(str(workdir.summaries), evaluator.files)

@@ -53,7 +53,7 @@ def test_a_history_in_another_format_is_moved_aside_not_migrated(tmp_path: Path,
         store = Store(path)
     [line] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert line.startswith(f"{path} was written by another version of showtell (history format 0; "
-                           "this version reads 4): moved aside to ")
+                           "this version reads 5): moved aside to ")
     assert store.latest() is None
     store.add(Record(7, "ckpt-7", 0.0, 0.0, 1.0, 4, metrics={"loss": 0.5}))
     store.close()
@@ -77,17 +77,17 @@ def test_a_format_2_history_gains_the_training_time_and_keeps_its_rows(tmp_path:
     db.close()
     with caplog.at_level("INFO"):
         store = Store(path)
-    assert (f"{path}: history format 2 carried into format 4 (2 rows kept as they were; intervals and "
-            "evaluation sets from now on)") in caplog.text
+    assert (f"{path}: history format 2 carried into format 5 (2 rows kept as they were; what they lacked "
+            "— intervals, evaluation sets, costs — unknown)") in caplog.text
     old = store.after(-1, run="r")
     assert [(r.step, r.rowid, r.metrics, r.train_seconds, r.intervals, r.eval_set) for r in old] == [
         (2, 2, {"loss": 2.0}, None, {}, "val"), (4, 1, {"loss": 1.0}, None, {}, "val")]  # arrival order kept
     store.add(Record(8, "/m/ckpt-8", 0.0, 0.0, 1.0, 4, metrics={"loss": 0.5}, run="r", train_seconds=151.5))
     store.close()
-    reopened = Store(path)  # format 4 now: read without a word
+    reopened = Store(path)  # format 5 now: read without a word
     assert [(r.step, r.train_seconds) for r in reopened.after(-1, run="r")] == [
         (2, None), (4, None), (8, 151.5)]
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 4
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 5
 
 
 def test_a_checkpoints_sets_are_recorded_together_and_read_per_set(tmp_path: Path):
@@ -128,7 +128,7 @@ def test_a_format_3_history_reads_its_old_records_without_intervals_and_never_re
     db.close()
     with caplog.at_level("INFO"):
         store = Store(path)
-    assert f"{path}: history format 3 carried into format 4 (2 rows kept as they were" in caplog.text
+    assert f"{path}: history format 3 carried into format 5 (2 rows kept as they were" in caplog.text
     [_, old] = store.after(-1, run="r")
     assert (old.metrics, old.train_seconds, old.intervals, old.bootstrap) == ({"loss": 1.0}, 12.5, {}, {})
     assert store.image_stats(old) is None
@@ -137,9 +137,9 @@ def test_a_format_3_history_reads_its_old_records_without_intervals_and_never_re
     assert store.image_stats(new) == b"stats"
     store.close()
     db = sqlite3.connect(path)
-    # every old row as it was (its rowid too), no interval, the default set
+    # every old row as it was (its rowid too), no interval, the default set, no costs
     assert db.execute("SELECT rowid, * FROM evaluations WHERE step < 8 ORDER BY step").fetchall() == [
-        (*row, None, "val") for row in before]
+        (*row, None, "val", None) for row in before]
     [again] = Store(path).at_step("r", 8)
     assert (again.intervals, again.bootstrap) == ({"loss": [0.4, 0.6]}, {"samples": 10})
 

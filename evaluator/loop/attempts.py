@@ -76,7 +76,7 @@ class Attempts:
                               train_seconds=one.train_seconds, bootstrap=one.bootstrap,
                               intervals={k: list(v) for k, v in one.intervals.items()},
                               image_stats=one.stats.to_bytes() if one.stats is not None else b"",
-                              eval_set=one.eval_set)
+                              eval_set=one.eval_set, costs=one.costs)
 
             # every set's record, stored in one transaction with the default set's
             return dataclasses.replace(record(result), also=tuple(map(record, result.others)))

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 import tensorflow as tf
 
-from showtell.api.contract import DEFAULT_SET
+from showtell.api.contract import DEFAULT_SET, describe_costs
 from showtell.captioning.model.modeldir import read_run_record
 from showtell.common.intervals import with_interval
 from showtell.evaluator.records.store import Record
@@ -21,9 +21,12 @@ log = logging.getLogger(__name__)
 def log_record(record: Record) -> None:
     """One line per record: its status and metrics, or why it failed or was skipped."""
     where = "" if record.eval_set == DEFAULT_SET else f" ({record.eval_set})"
-    log.info("step %d%s: %s %s", record.step, where, record.status,
+    costs = record.costs
+    spent = "" if not costs else "; " + describe_costs(costs["features"], costs["images_reused"],
+                                                       costs["images_computed"], costs["seconds"])
+    log.info("step %d%s: %s %s%s", record.step, where, record.status,
              " ".join(f"{k} {with_interval(v, record.intervals.get(k))}"
-                      for k, v in sorted(record.metrics.items())) or record.reason,
+                      for k, v in sorted(record.metrics.items())) or record.reason, spent,
              extra={"run": record.run, "step": record.step})
 
 

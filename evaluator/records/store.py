@@ -16,9 +16,10 @@ A history that is not a sound SQLite database (overwritten, truncated by a disk)
 another format than ``FORMAT`` (written by another version), is moved aside with one loud log
 line, and a fresh one starts: the evaluator keeps serving instead of crash-looping, and the
 checkpoints the state file names are evaluated again — with one exception, the changes since: a
-format-2 or -3 history is carried into this format's table (its rows copied as they are, with
-their rowids; ``train_seconds`` and ``intervals`` unknown where they had none, ``eval_set`` the
-default) — a new table because the key gained the evaluation set.
+format-2, -3 or -4 history is carried into this format's table (its rows copied as they are, with
+their rowids; ``train_seconds``, ``intervals`` and ``costs`` unknown where they had none,
+``eval_set`` the default) — a new table because the key gained the evaluation set (format 4) and
+the costs (format 5).
 
 Several evaluation sets (``--eval-set``): one row per (run, step, checkpoint, set), a checkpoint's
 rows written in one transaction — so a checkpoint is recorded for every set or for none.  The
@@ -45,12 +46,13 @@ from pathlib import Path
 
 from showtell.api.contract import ALL_RUNS, ALL_SETS, DEFAULT_SET
 
-FORMAT = 4  # PRAGMA user_version of a history this version reads and writes
+FORMAT = 5  # PRAGMA user_version of a history this version reads and writes
 COLUMNS_OF = {  # what a history of an older format has, copied into this one's table
     2: ("run", "step", "checkpoint", "checkpoint_mtime", "evaluated_at", "eval_seconds", "num_examples",
         "metrics", "samples", "status", "reason", "scoring", "recorded"),
 }
 COLUMNS_OF[3] = (*COLUMNS_OF[2], "train_seconds")
+COLUMNS_OF[4] = (*COLUMNS_OF[3], "intervals", "eval_set")
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS evaluations (
     run TEXT NOT NULL,
@@ -69,6 +71,7 @@ CREATE TABLE IF NOT EXISTS evaluations (
     train_seconds REAL,
     intervals TEXT,
     eval_set TEXT NOT NULL DEFAULT 'val',
+    costs TEXT,
     PRIMARY KEY (run, step, checkpoint, eval_set)
 );
 CREATE TABLE IF NOT EXISTS image_stats (
@@ -107,6 +110,9 @@ class Record:
     image_stats: bytes = field(default=b"", repr=False)  # written with the row; not read back with it
     eval_set: str = DEFAULT_SET  # which evaluation set (--eval-set NAME; the default: --data's val)
     also: tuple[Record, ...] = ()  # the checkpoint's other sets' records, written in the same transaction
+    # where the evaluation's time went, and whether its encoder features were reused (EvalResult.costs);
+    # {} for records from before they were kept
+    costs: dict = field(default_factory=dict)
 
     @classmethod
     def skipped(cls, step: int, checkpoint: str, reason: str, *, run: str, mtime: float = 0.0) -> Record:
@@ -152,7 +158,8 @@ class Store:
             if tables and version in COLUMNS_OF:
                 rows = self._carry(db, version)
                 log.info("%s: history format %d carried into format %d (%d rows kept as they were; "
-                         "intervals and evaluation sets from now on)", self.path, version, FORMAT, rows)
+                         "what they lacked — intervals, evaluation sets, costs — unknown)",
+                         self.path, version, FORMAT, rows)
             elif tables and version != FORMAT:
                 raise OtherFormat(f"history format {version}; this version reads {FORMAT}")
             db.executescript(SCHEMA)
@@ -233,11 +240,12 @@ class Store:
         intervals = json.dumps({"bounds": record.intervals, "bootstrap": record.bootstrap}) \
             if record.intervals else None
         cursor = self._db.execute(
-            "INSERT OR IGNORE INTO evaluations VALUES (?,?,?,?,?,?,?,?,?,?,?,?,1,?,?,?)",
+            "INSERT OR IGNORE INTO evaluations VALUES (?,?,?,?,?,?,?,?,?,?,?,?,1,?,?,?,?)",
             (*key, record.checkpoint_mtime, record.evaluated_at,
              record.eval_seconds, record.num_examples, json.dumps(record.metrics),
              json.dumps(record.samples), record.status, record.reason, record.scoring,
-             record.train_seconds, intervals, record.eval_set),
+             record.train_seconds, intervals, record.eval_set,
+             json.dumps(record.costs) if record.costs else None),
         )
         if cursor.rowcount != 1:
             return None
@@ -387,10 +395,11 @@ class Store:
 
 def _record(row: tuple) -> Record:
     (rowid, run, step, checkpoint, checkpoint_mtime, evaluated_at, eval_seconds, num_examples, metrics,
-     samples, status, reason, scoring, recorded, train_seconds, intervals, eval_set) = row
+     samples, status, reason, scoring, recorded, train_seconds, intervals, eval_set, costs) = row
     drawn = json.loads(intervals) if intervals else {}
     return Record(step=step, checkpoint=checkpoint, checkpoint_mtime=checkpoint_mtime,
                   evaluated_at=evaluated_at, eval_seconds=eval_seconds, num_examples=num_examples,
                   metrics=json.loads(metrics), samples=json.loads(samples), status=status, reason=reason,
                   rowid=rowid, run=run, scoring=scoring, recorded=recorded, train_seconds=train_seconds,
-                  intervals=drawn.get("bounds", {}), bootstrap=drawn.get("bootstrap", {}), eval_set=eval_set)
+                  intervals=drawn.get("bounds", {}), bootstrap=drawn.get("bootstrap", {}), eval_set=eval_set,
+                  costs=json.loads(costs) if costs else {})

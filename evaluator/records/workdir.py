@@ -50,6 +50,11 @@ class WorkDir:
         return self.exports if eval_set == DEFAULT_SET else self.exports.with_name(f"best-{eval_set}")
 
     @property
+    def features(self) -> Path:
+        """Each evaluation set's encoder features, per encoder (``evaluator/scoring/features.py``)."""
+        return self.root / "features"
+
+    @property
     def auto_sizes(self) -> Path:
         """``--max-eval-examples auto``'s size per run (``evaluator/loop/sizing.py``)."""
         return self.root / "auto-size.json"

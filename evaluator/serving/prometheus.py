@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
-from showtell.api.contract import DEFAULT_SET
+from showtell.api.contract import COST_PARTS, DEFAULT_SET
 from showtell.evaluator.loop.status import Status
 from showtell.evaluator.records.store import Record, Store
 
@@ -44,12 +44,34 @@ class EvaluatorMetrics:
         self.images = Counter("showtell_evaluator_images", "Validation images evaluated (captioned and "
                               "scored) by successful evaluations; rate() is the throughput.",
                               registry=self.registry)
+        self.features = Counter("showtell_evaluator_features", "Images of every evaluation set by where their "
+                                "encoder features came from: reused (read back: the checkpoint's encoder "
+                                "was seen before), computed (the encoder run on the image), rebuilt "
+                                "(computed again after a damaged cache was dropped).",
+                                ["result"], registry=self.registry)
+        self.part_seconds = Counter("showtell_evaluator_part_seconds", "Wall seconds of successful "
+                                    "evaluations by part (restore, digest, features, decoder, scoring, "
+                                    "intervals): each part's share of the evaluator's time.",
+                                    ["part"], registry=self.registry)
+        for result in ("reused", "computed", "rebuilt"):
+            self.features.labels(result)
+        for part in COST_PARTS:
+            self.part_seconds.labels(part)
         self.registry.register(_Now(status, store, streams, sets))
 
     def record(self, record: Record) -> None:
         """Count a recorded checkpoint; time it if it was evaluated.  Runs while the controller's
         status still holds the evaluation's progress (how many images it covered).  A checkpoint
-        counts once: by its default set's record (the others come with it)."""
+        counts once: by its default set's record (the others come with it); its features and
+        parts' seconds by every set's."""
+        if record.status == "ok" and record.costs:
+            costs = record.costs
+            self.features.labels("reused").inc(costs.get("images_reused", 0))
+            computed = "rebuilt" if costs.get("features") == "rebuilt" else "computed"
+            self.features.labels(computed).inc(costs.get("images_computed", 0))
+            for part, seconds in costs.get("seconds", {}).items():
+                if part in COST_PARTS:
+                    self.part_seconds.labels(part).inc(max(0.0, float(seconds)))
         if record.eval_set != DEFAULT_SET:
             return
         self.evaluations.labels(record.status).inc()

@@ -86,7 +86,16 @@ def to_proto(record: Record) -> pb.Evaluation:
         intervals={k: pb.Interval(lower=low, upper=high) for k, (low, high) in record.intervals.items()},
         bootstrap=_bootstrap_proto(record.bootstrap) if record.intervals else None,
         eval_set=record.eval_set,
+        costs=costs_proto(record.costs),
     )
+
+
+def costs_proto(costs: dict) -> pb.Costs | None:
+    if not costs:
+        return None
+    return pb.Costs(features=costs.get("features", ""), images_reused=int(costs.get("images_reused", 0)),
+                    images_computed=int(costs.get("images_computed", 0)), encoder=costs.get("encoder", ""),
+                    seconds={k: float(v) for k, v in costs.get("seconds", {}).items()})
 
 
 def _bootstrap_proto(drawn: dict) -> pb.Bootstrap:
@@ -413,6 +422,7 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
     async def GetStatus(self, request, context):
         status = self.status()
         total, bad = self.store.counts()
+        latest = self.store.latest()
         return pb.GetStatusResponse(status=pb.EvaluatorStatus(
             checkpoint_dir=self.checkpoint_dir, policy=self.policy,
             last_seen_step=status.last_seen_step, evaluating_step=status.evaluating_step,
@@ -420,6 +430,7 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
             uptime=duration(time.monotonic() - status.started), observer=self.observer,
             last_error=status.last_error, best_export=self._best_export(),
             run_id=status.run_id, runs=self.store.runs(), eval_sets=self.eval_sets,
+            last_costs=costs_proto(latest.costs) if latest is not None else None,
             **_progress_fields(status.progress),
         ))
 

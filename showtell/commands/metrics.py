@@ -27,7 +27,7 @@ from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from showtell.api.client import MetricsClient, evaluation_ref
-from showtell.api.contract import ALL_RUNS, DEFAULT_SET
+from showtell.api.contract import ALL_RUNS, DEFAULT_SET, describe_costs
 from showtell.api.transport import ClientSecurity, add_client_arguments
 from showtell.common.errors import ShowtellError, UsageError
 from showtell.common.flags import Parser, open_fraction, positive_float, positive_int, run_command
@@ -232,6 +232,10 @@ def format_status(s: pb.EvaluatorStatus) -> str:
     ]
     if len(s.eval_sets) > 1:
         lines.append(f"  evaluation sets: {', '.join(s.eval_sets)}")
+    if s.HasField("last_costs"):
+        c = s.last_costs
+        lines.append("  last evaluation: " + describe_costs(c.features, c.images_reused, c.images_computed,
+                                                           dict(c.seconds)))
     if s.pending_steps:
         shown = ", ".join(str(step) for step in s.pending_steps[:10])
         lines.append(f"  pending: {shown}{' …' if len(s.pending_steps) > 10 else ''}")

@@ -22,7 +22,7 @@ class SampleCaption(_message.Message):
     def __init__(self, image_id: _Optional[int] = ..., caption: _Optional[str] = ..., references: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Evaluation(_message.Message):
-    __slots__ = ("global_step", "checkpoint_path", "checkpoint_mtime", "evaluated_at", "eval_duration", "num_examples", "metrics", "samples", "status", "reason", "export_path", "run_id", "scoring", "train_time", "intervals", "bootstrap", "eval_set")
+    __slots__ = ("global_step", "checkpoint_path", "checkpoint_mtime", "evaluated_at", "eval_duration", "num_examples", "metrics", "samples", "status", "reason", "export_path", "run_id", "scoring", "train_time", "intervals", "bootstrap", "eval_set", "costs")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATUS_UNSPECIFIED: _ClassVar[Evaluation.Status]
@@ -64,6 +64,7 @@ class Evaluation(_message.Message):
     INTERVALS_FIELD_NUMBER: _ClassVar[int]
     BOOTSTRAP_FIELD_NUMBER: _ClassVar[int]
     EVAL_SET_FIELD_NUMBER: _ClassVar[int]
+    COSTS_FIELD_NUMBER: _ClassVar[int]
     global_step: int
     checkpoint_path: str
     checkpoint_mtime: _timestamp_pb2.Timestamp
@@ -81,7 +82,29 @@ class Evaluation(_message.Message):
     intervals: _containers.MessageMap[str, Interval]
     bootstrap: Bootstrap
     eval_set: str
-    def __init__(self, global_step: _Optional[int] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_mtime: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., evaluated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., eval_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., num_examples: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., samples: _Optional[_Iterable[_Union[SampleCaption, _Mapping]]] = ..., status: _Optional[_Union[Evaluation.Status, str]] = ..., reason: _Optional[str] = ..., export_path: _Optional[str] = ..., run_id: _Optional[str] = ..., scoring: _Optional[_Union[Scoring, _Mapping]] = ..., train_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., intervals: _Optional[_Mapping[str, Interval]] = ..., bootstrap: _Optional[_Union[Bootstrap, _Mapping]] = ..., eval_set: _Optional[str] = ...) -> None: ...
+    costs: Costs
+    def __init__(self, global_step: _Optional[int] = ..., checkpoint_path: _Optional[str] = ..., checkpoint_mtime: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., evaluated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., eval_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., num_examples: _Optional[int] = ..., metrics: _Optional[_Mapping[str, float]] = ..., samples: _Optional[_Iterable[_Union[SampleCaption, _Mapping]]] = ..., status: _Optional[_Union[Evaluation.Status, str]] = ..., reason: _Optional[str] = ..., export_path: _Optional[str] = ..., run_id: _Optional[str] = ..., scoring: _Optional[_Union[Scoring, _Mapping]] = ..., train_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., intervals: _Optional[_Mapping[str, Interval]] = ..., bootstrap: _Optional[_Union[Bootstrap, _Mapping]] = ..., eval_set: _Optional[str] = ..., costs: _Optional[_Union[Costs, _Mapping]] = ...) -> None: ...
+
+class Costs(_message.Message):
+    __slots__ = ("features", "images_reused", "images_computed", "encoder", "seconds")
+    class SecondsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_REUSED_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_COMPUTED_FIELD_NUMBER: _ClassVar[int]
+    ENCODER_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    features: str
+    images_reused: int
+    images_computed: int
+    encoder: str
+    seconds: _containers.ScalarMap[str, float]
+    def __init__(self, features: _Optional[str] = ..., images_reused: _Optional[int] = ..., images_computed: _Optional[int] = ..., encoder: _Optional[str] = ..., seconds: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class Interval(_message.Message):
     __slots__ = ("lower", "upper")
@@ -196,7 +219,7 @@ class BestExport(_message.Message):
     def __init__(self, metric: _Optional[str] = ..., maximize: _Optional[bool] = ..., step: _Optional[int] = ..., path: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
 
 class EvaluatorStatus(_message.Message):
-    __slots__ = ("checkpoint_dir", "policy", "last_seen_step", "evaluating_step", "pending_steps", "evaluations", "failures", "uptime", "observer", "last_error", "best_export", "run_id", "runs", "images_done", "images_total", "time_left", "eval_sets")
+    __slots__ = ("checkpoint_dir", "policy", "last_seen_step", "evaluating_step", "pending_steps", "evaluations", "failures", "uptime", "observer", "last_error", "best_export", "run_id", "runs", "images_done", "images_total", "time_left", "eval_sets", "last_costs")
     CHECKPOINT_DIR_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     LAST_SEEN_STEP_FIELD_NUMBER: _ClassVar[int]
@@ -214,6 +237,7 @@ class EvaluatorStatus(_message.Message):
     IMAGES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     TIME_LEFT_FIELD_NUMBER: _ClassVar[int]
     EVAL_SETS_FIELD_NUMBER: _ClassVar[int]
+    LAST_COSTS_FIELD_NUMBER: _ClassVar[int]
     checkpoint_dir: str
     policy: str
     last_seen_step: int
@@ -231,7 +255,8 @@ class EvaluatorStatus(_message.Message):
     images_total: int
     time_left: _duration_pb2.Duration
     eval_sets: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, checkpoint_dir: _Optional[str] = ..., policy: _Optional[str] = ..., last_seen_step: _Optional[int] = ..., evaluating_step: _Optional[int] = ..., pending_steps: _Optional[_Iterable[int]] = ..., evaluations: _Optional[int] = ..., failures: _Optional[int] = ..., uptime: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., observer: _Optional[str] = ..., last_error: _Optional[str] = ..., best_export: _Optional[_Union[BestExport, _Mapping]] = ..., run_id: _Optional[str] = ..., runs: _Optional[int] = ..., images_done: _Optional[int] = ..., images_total: _Optional[int] = ..., time_left: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., eval_sets: _Optional[_Iterable[str]] = ...) -> None: ...
+    last_costs: Costs
+    def __init__(self, checkpoint_dir: _Optional[str] = ..., policy: _Optional[str] = ..., last_seen_step: _Optional[int] = ..., evaluating_step: _Optional[int] = ..., pending_steps: _Optional[_Iterable[int]] = ..., evaluations: _Optional[int] = ..., failures: _Optional[int] = ..., uptime: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., observer: _Optional[str] = ..., last_error: _Optional[str] = ..., best_export: _Optional[_Union[BestExport, _Mapping]] = ..., run_id: _Optional[str] = ..., runs: _Optional[int] = ..., images_done: _Optional[int] = ..., images_total: _Optional[int] = ..., time_left: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., eval_sets: _Optional[_Iterable[str]] = ..., last_costs: _Optional[_Union[Costs, _Mapping]] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
     __slots__ = ("after_step", "run_id", "eval_set")
