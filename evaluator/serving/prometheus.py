@@ -46,7 +46,8 @@ class EvaluatorMetrics:
                               registry=self.registry)
         self.features = Counter("showtell_evaluator_features",
                                 "Images of every evaluation set by where their encoder features came from: "
-                                "reused (read back: the checkpoint's encoder was seen before), computed (the encoder run on the image), rebuilt "
+                                "reused (read back: the checkpoint's encoder was seen before), computed (the "
+                                "encoder run on the image), rebuilt "
                                 "(computed again after a damaged cache was dropped).",
                                 ["result"], registry=self.registry)
         self.part_seconds = Counter("showtell_evaluator_part_seconds", "Wall seconds of successful "
