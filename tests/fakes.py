@@ -39,6 +39,7 @@ class FakeEvaluator:
         """``batches``: (images done, seconds it took) reported as an evaluation's progress."""
         self.broken, self.calls, self.opened, self.batches = broken, [], False, list(batches)
         self.rate, self.asked = rate, []  # the sizes asked for (``images``), decided at ``rate``
+        self.kind = "computed"  # of the evaluations it is asked to size: features computed or reused
         self.clock: FakeClock | None = None
         self.pins: Path | None = None  # the work dir's pins: every evaluation must read from there
         self.during: list = []  # what ``watch`` returned after each batch
@@ -54,7 +55,7 @@ class FakeEvaluator:
         assert self.pins is not None and pinned.parent.is_relative_to(self.pins), f"{path} is not pinned"
         assert pinned.exists() and pinned.stat().st_nlink >= 2, f"{path} is not a link to the original"
         self.calls.append(step)
-        self.asked.append(images(self.rate, 1000, 50) if callable(images) else images)
+        self.asked.append(images(self.rate, 1000, 50, self.kind) if callable(images) else images)
         for done, seconds in self.batches:
             self.clock.now += seconds
             progress(done, self.batches[-1][0])

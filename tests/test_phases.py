@@ -21,7 +21,7 @@ from showtell.captioning.model.network import build_model
 from showtell.captioning.weights.encoder import IMAGENET_FILE
 from showtell.common import processes
 from tests import system_packages, weights_files
-from tests.helpers import ROOT, TINY_SIZES, error_lines, learning_rate
+from tests.helpers import ROOT, TINY_DATA, TINY_SIZES, error_lines, learning_rate
 
 pytestmark = pytest.mark.e2e
 
@@ -71,14 +71,17 @@ def test_frozen_phase_then_fine_tune(tiny_data: Path, pretrained: dict, tmp_path
     report = (model_dir / "encoder-init.tsv").read_text().splitlines()
     assert len(report) == 1 + 376 and report[1].startswith("layers/conv2d/vars/0\t")
 
-    # Self-contained checkpoints: the evaluator needs neither the weights file nor a flag.
+    # Self-contained checkpoints: the evaluator needs neither the weights file nor a flag.  With a
+    # --work-dir, it keeps the encoder's features for the checkpoints after it.
     moved = pretrained["path"].rename(tmp_path / "elsewhere.h5")
     try:
         evaluated = showtell_main("evaluate", "--once", "--json", "--meteor", "false", "--model-dir",
-                                  str(model_dir), "--data", str(tiny_data),
-                                  "--checkpoint", str(model_dir / "ckpt-3"))
+                                  str(model_dir), "--data", str(tiny_data), "--work-dir",
+                                  str(tmp_path / "eval"), "--checkpoint", str(model_dir / "ckpt-1"))
         assert evaluated.returncode == 0, evaluated.logs[-3000:]
-        assert json.loads(evaluated.stdout)["step"] == 3
+        once = json.loads(evaluated.stdout)
+        assert once["step"] == 1 and once["costs"]["features"] == "computed"
+        assert once["costs"]["images_computed"] == TINY_DATA.val_images
 
         # Phase 2 in the same dir: resumes at step 3; the encoder optimizer starts fresh; the
         # decoder's rate is the flag's, not the one phase 1's checkpoint brought back.
@@ -113,6 +116,63 @@ def test_frozen_phase_then_fine_tune(tiny_data: Path, pretrained: dict, tmp_path
     not_applied = f"{pretrained['path']} not applied: the model dir's own checkpoint carries the encoder"
     assert not_applied in again.logs
     assert "done: step 5 → 5" in again.logs
+    _features_reused_only_for_the_same_encoder(model_dir, tiny_data, tmp_path / "eval",
+                                               once["costs"]["encoder"])
+
+
+def _features_reused_only_for_the_same_encoder(model_dir: Path, data: Path, work: Path, first: str) -> None:
+    """The evaluator's feature reuse on the phases' real checkpoints, against evaluations from the
+    images: ckpt-3 shares ckpt-1's frozen encoder (its features, kept by ``evaluate --once`` above,
+    are read back — a new evaluator reuses what an earlier one wrote), ckpt-5's was fine-tuned
+    (computed anew), and a copy of ckpt-3 whose encoder differs in its last variable alone (a BN
+    statistic) is computed anew too.  The encoder's passes are counted where it is called.  Every
+    metric and interval equals the from-images evaluation's to 1e-6 (relative; the features are
+    float32 both ways, read back bit for bit)."""
+    from showtell.evaluator.scoring.bootstrap import Bootstrap
+    from showtell.evaluator.scoring.evaluation import CheckpointEvaluator
+    from showtell.evaluator.scoring.features import FeatureStore
+    from showtell.evaluator.scoring.scorers import CaptionScorer
+
+    def evaluator(store: FeatureStore) -> tuple[CheckpointEvaluator, list[int]]:
+        made = CheckpointEvaluator(str(model_dir), data, bootstrap=Bootstrap(200, 0.95), features=store,
+                                   scorer=lambda: CaptionScorer(meteor=False, tokenizer="regex"))
+        made._prepare()
+        passes, encode = [], made.sets[0].validator._encode  # every image the encoder sees, counted
+
+        def counted(images):
+            passes.append(int(images.shape[0]))
+            return encode(images)
+
+        made.sets[0].validator._encode = counted
+        return made, passes
+
+    reusing, reused_passes = evaluator(FeatureStore(work / "features", 2))
+    plain, plain_passes = evaluator(FeatureStore(None, 0))
+    changed = restored(model_dir / "ckpt-3")
+    last = changed.encoder_weights[-1]
+    last.assign(last * 1.5 + 0.1)
+    copy = Path(tf.train.Checkpoint(model=changed).save(str(model_dir / "changed")))  # changed-1
+    images, encoders = TINY_DATA.val_images, []
+    for checkpoint, step, how in (("ckpt-3", 3, "reused"), ("ckpt-5", 5, "computed"),
+                                  (copy.name, 30, "computed")):
+        before, path = sum(reused_passes), str(model_dir / checkpoint)
+        kept, fresh = reusing.evaluate(path, step), plain.evaluate(path, step)
+        encoders.append(kept.costs["encoder"])
+        assert kept.costs["features"] == how, (checkpoint, kept.costs)
+        assert sum(reused_passes) - before == (0 if how == "reused" else images), checkpoint
+        assert kept.costs["images_reused"] == (images if how == "reused" else 0)
+        assert fresh.costs["features"] == "off" and fresh.costs["images_computed"] == images
+        assert kept.metrics.keys() == fresh.metrics.keys() and kept.intervals.keys() == fresh.intervals.keys()
+        for name, value in fresh.metrics.items():
+            assert kept.metrics[name] == pytest.approx(value, rel=1e-6, abs=1e-9), (checkpoint, name)
+            assert kept.intervals.get(name) == pytest.approx(fresh.intervals.get(name), rel=1e-6, abs=1e-9)
+        assert kept.samples == fresh.samples
+    assert sum(plain_passes) == 3 * images
+    assert encoders[0] == first and len(set(encoders)) == 3  # ckpt-1's encoder is ckpt-3's; the others differ
+    # --feature-cache-keep 2: the two most recently used encoders' features stay
+    assert len([p for p in (work / "features").iterdir() if not p.name.startswith(".")]) == 2
+    reusing.close()
+    plain.close()
 
 
 def _untouched(model_dir: Path) -> bool:

@@ -51,8 +51,8 @@ def test_the_loop_chooses_once_per_run_and_keeps_it(tmp_path: Path, caplog):
         controller.look()
     # 2 images/s × 0.5 × 100 s = 100 images: 2 batches of 50; the second checkpoint keeps them.
     assert evaluator.asked == [100, 100]
-    assert "--max-eval-examples auto for run run-1: 100 of 1000 images: 2.0 images/s × 0.5 × a checkpoint " \
-           "every 100 s (median gap of 2 checkpoints) = 100 (whole batches)" in caplog.text
+    assert "--max-eval-examples auto for run run-1 (features computed): 100 of 1000 images: 2.0 images/s × " \
+           "0.5 × a checkpoint every 100 s (median gap of 2 checkpoints) = 100 (whole batches)" in caplog.text
     # A restarted evaluator keeps the run's size, whatever its rate now.
     restarted = FakeEvaluator(rate=50.0)
     controller, model, _, _ = build(tmp_path, evaluator=restarted, sizes=RunSizes(sizes.path))
@@ -71,3 +71,29 @@ def test_the_loop_chooses_once_per_run_and_keeps_it(tmp_path: Path, caplog):
     controller.look()
     assert restarted.asked == [100, 1000]  # 50 images/s × 0.5 × 100 s from its start: all fit
     assert json.loads((tmp_path / "work" / "auto-size.json").read_text())["run-1"]["images"] == 100
+
+
+def test_evaluations_that_reuse_features_are_sized_apart_from_those_that_compute_them(tmp_path: Path):
+    """A frozen-encoder phase: the first checkpoint computes its features (Inception's cost), the
+    later ones read them back — five times cheaper, so they get a size of their own, kept as the
+    other is; a size file from before the kinds reads as the computed kind's."""
+    path = tmp_path / "work" / "auto-size.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"run-1": {"images": 100, "reason": "chosen before kinds"}}))
+    evaluator = FakeEvaluator(rate=10.0)
+    controller, model, _, _ = build(tmp_path, evaluator=evaluator, sizes=RunSizes(path))
+    os.utime(model.root / METADATA, (1000, 1000))
+    for step in (1, 2, 3):
+        model.save(step)
+        os.utime(model.prefix(step) + ".index", (1000 + 100 * step,) * 2)
+    model.name(1)
+    controller.look()
+    evaluator.kind = "reused"
+    model.name(1, 2)
+    controller.look()
+    model.name(1, 2, 3)
+    evaluator.rate = 1.0  # slower now: the kept size stands
+    controller.look()
+    assert evaluator.asked == [100, 500, 500]  # 10 images/s × 0.5 × 100 s
+    sizes = json.loads(path.read_text())["run-1"]
+    assert (sizes["images"], sizes["reused"]["images"]) == (100, 500)

@@ -13,7 +13,17 @@ from typing import Any, Protocol
 
 from showtell.api.contract import DEFAULT_SET
 
-Images = int | Callable[[float | None, int, int], int] | None  # ``--max-eval-examples`` (sizing.py)
+
+class AutoSize(Protocol):
+    """``--max-eval-examples auto`` for one run (``sizing.Sizer``): the size of its evaluations of a
+    kind (``computed`` or ``reused`` features) if known, or the one a measured rate fits."""
+
+    def known(self, kind: str = ...) -> int | None: ...
+
+    def __call__(self, rate: float | None, split_images: int, batch_size: int, kind: str = ...) -> int: ...
+
+
+Images = int | AutoSize | None  # ``--max-eval-examples``
 
 
 class PerImage(Protocol):

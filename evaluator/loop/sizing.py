@@ -1,7 +1,15 @@
 """``--max-eval-examples auto``: the largest evaluation that fits in half of the trainer's
-checkpoint interval, at this evaluator's own rate — chosen once per run, from the first
-evaluation's own batches, and kept for the run's every checkpoint (the same first N images:
-metrics of one run stay comparable).  Kept in the work dir, so a restarted evaluator keeps it."""
+checkpoint interval, at this evaluator's own rate — chosen once per run and kind of evaluation,
+from the first such evaluation's own batches, and kept for the run's every such checkpoint (the
+same first N images: metrics of one run stay comparable).  Kept in the work dir, so a restarted
+evaluator keeps it.
+
+Two kinds, because their cost differs fivefold: an evaluation whose encoder features are there
+to read (``reused``: the checkpoint's encoder was seen before — a frozen-encoder phase) costs the
+decoder and the scoring; one that computes them (``computed``: a new encoder at each checkpoint,
+or the first of a phase) costs Inception as well.  So a frozen-encoder phase evaluates more
+images in the same time; the images beyond what the first evaluation computed are computed once,
+by the second, and read back from then on."""
 
 from __future__ import annotations
 
@@ -9,7 +17,7 @@ import itertools
 import json
 import logging
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,8 +62,12 @@ def choose(*, rate: float, interval: tuple[float, str] | None, split_images: int
                         + (" (whole batches)" if images < split_images else ", so all of them"))
 
 
+COMPUTED, REUSED = "computed", "reused"  # the two kinds (``Sizer``)
+
+
 class RunSizes:
-    """The size chosen for each run, in ``<work-dir>/auto-size.json``."""
+    """The sizes chosen for each run, in ``<work-dir>/auto-size.json``: ``{run: {images, reason,
+    reused: {images, reason}}}`` (the computed kind's at the top, as before kinds)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -64,35 +76,49 @@ class RunSizes:
         except (OSError, ValueError):
             self._sizes = {}
 
-    def for_run(self, run: str, named: Sequence[str],
-                model_dir: str) -> int | Callable[[float | None, int, int], int]:
-        """The run's size, or — at its first evaluation — how that evaluation decides it once it
-        has timed its own batches: ``decide(rate, split_images, batch_size)``, which keeps it.
-        ``named``: the checkpoints the state file names (their save times give the interval)."""
-        known = self.get(run)
-        if known is not None:
-            return known
+    def for_run(self, run: str, named: Sequence[str], model_dir: str) -> Sizer:
+        """The run's sizes (``Sizer``): known ones as they are, an unknown one decided by the first
+        evaluation of its kind once it has timed its own batches.  ``named``: the checkpoints the
+        state file names (their save times give the interval)."""
+        return Sizer(self, run, named, model_dir)
 
-        def decide(rate: float | None, split_images: int, batch_size: int) -> int:
-            if rate is None:
-                size = Size(split_images, f"all {split_images} images: one batch, nothing to time")
-            else:
-                saves = [saved_at(p) for p in named]
-                interval = checkpoint_interval(saves, run_started(model_dir))
-                size = choose(rate=rate, interval=interval, split_images=split_images, batch_size=batch_size)
-            self.set(run, size)
-            return size.images
+    def get(self, run: str, kind: str = COMPUTED) -> int | None:
+        entry = self._sizes.get(run) or {}
+        entry = entry if kind == COMPUTED else entry.get(kind) or {}
+        return int(entry["images"]) if "images" in entry else None
 
-        return decide
-
-    def get(self, run: str) -> int | None:
-        entry = self._sizes.get(run)
-        return int(entry["images"]) if entry else None
-
-    def set(self, run: str, size: Size) -> None:
-        self._sizes[run] = {"images": size.images, "reason": size.reason}
-        log.info("--max-eval-examples auto for run %s: %s", run or "''", size.reason)
+    def set(self, run: str, size: Size, kind: str = COMPUTED) -> None:
+        entry = self._sizes.setdefault(run, {})
+        chosen = {"images": size.images, "reason": size.reason}
+        if kind == COMPUTED:
+            entry.update(chosen)
+        else:
+            entry[kind] = chosen
+        log.info("--max-eval-examples auto for run %s (features %s): %s", run or "''", kind, size.reason)
         try:
             write_atomic(self.path, json.dumps(self._sizes, indent=2) + "\n")
         except OSError as exc:  # kept in memory: a restart chooses again
             log.warning("%s: cannot record the chosen size (%s)", self.path, exc)
+
+
+class Sizer:
+    """One run's ``--max-eval-examples auto``: ``known(kind)``, or ``sizer(rate, split_images,
+    batch_size, kind)`` — the known size, or the one this rate fits, kept."""
+
+    def __init__(self, sizes: RunSizes, run: str, named: Sequence[str], model_dir: str) -> None:
+        self.sizes, self.run, self.named, self.model_dir = sizes, run, list(named), model_dir
+
+    def known(self, kind: str = COMPUTED) -> int | None:
+        return self.sizes.get(self.run, kind)
+
+    def __call__(self, rate: float | None, split_images: int, batch_size: int, kind: str = COMPUTED) -> int:
+        known = self.known(kind)
+        if known is not None:
+            return known
+        if rate is None:
+            size = Size(split_images, f"all {split_images} images: one batch, nothing to time")
+        else:
+            interval = checkpoint_interval([saved_at(p) for p in self.named], run_started(self.model_dir))
+            size = choose(rate=rate, interval=interval, split_images=split_images, batch_size=batch_size)
+        self.sizes.set(self.run, size, kind)
+        return size.images

@@ -34,10 +34,10 @@ from showtell.captioning.model.validation import Validator, exact_match
 from showtell.common.errors import ModelDirError
 from showtell.evaluator import metric_names as names
 from showtell.evaluator.config import EvalSet
-from showtell.evaluator.loop.result import EvalResult
+from showtell.evaluator.loop.result import EvalResult, Images
 from showtell.evaluator.scoring import bootstrap
 from showtell.evaluator.scoring.bootstrap import Bootstrap, ImageStats
-from showtell.evaluator.scoring.features import FeatureStore, timed_digest
+from showtell.evaluator.scoring.features import COMPUTED, REUSED, FeatureStore, timed_digest
 from showtell.evaluator.scoring.scorers import CaptionScorer, ImageScores
 
 log = logging.getLogger(__name__)
@@ -154,12 +154,13 @@ class CheckpointEvaluator:
 
     def evaluate(self, path: str, step: int | None = None,
                  progress: Callable[[int, int], None] | None = None,
-                 images: int | Callable[[float | None, int, int], int] | None = None) -> EvalResult:
+                 images: Images = None) -> EvalResult:
         """Restore ``path`` and validate it on every set; a ``ShowtellError`` explains any bad
         input.  The default set's result, the others' in its ``others``.  ``progress(images done,
         total)`` after each batch of the default set.  ``images``: the default set's first N images
-        (instead of ``max_examples``), or ``images(rate, split images, batch size)`` deciding N
-        from this evaluation's own rate once its first batches are timed."""
+        (instead of ``max_examples``), or ``--max-eval-examples auto``'s ``AutoSize``: the run's
+        size for this kind of evaluation (features reused or computed), or the one this
+        evaluation's own rate fits once its first batches are timed."""
         started = time.monotonic()
         self.open()
         self._prepare()
@@ -181,17 +182,19 @@ class CheckpointEvaluator:
 
     def _evaluate_set(self, loaded: _Loaded, path: str, step: int, seconds: float | None, started: float,
                       digest: str, progress: Callable[[int, int], None] | None = None,
-                      images: int | Callable[[float | None, int, int], int] | None = None) -> EvalResult:
+                      images: Images = None) -> EvalResult:
         validator = loaded.validator
         assert validator is not None
         features = self.features.for_set(loaded.spec.data, loaded.files, digest,
                                          self._model.config.image_size)
         try:
-            if callable(images):
-                decide = images
+            if callable(images):  # --max-eval-examples auto: sized for what this evaluation costs
+                sizer, kind = images, REUSED if features.cached else COMPUTED
+                known = sizer.known(kind)
+                limit = None if known is not None else (lambda rate: sizer(
+                    rate, loaded.split_images, validator.batch_size, kind))
                 validation = validator.run(progress, split_images=loaded.split_images, features=features,
-                                           limit=lambda rate: decide(rate, loaded.split_images,
-                                                                     validator.batch_size))
+                                           max_images=known, limit=limit)
             else:
                 validation = validator.run(progress, split_images=loaded.split_images, max_images=images,
                                            features=features)
