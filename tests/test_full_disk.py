@@ -128,3 +128,43 @@ def test_a_full_work_dir_is_reported_and_recovered_from(tiny_data: Path, tiny_mo
         log = (tmp_path / "eval.log").read_text()
         assert log.count("not evaluated: --work-dir") == 1  # one line, not one per retry
         assert "Traceback" not in log
+
+
+def test_a_full_disk_stops_keeping_features_and_the_evaluation_lands(tiny_data: Path, tiny_model: Path,
+                                                                      tmp_path: Path, caplog):
+    """In process (files, no process boundary under test): the work dir's disk fills up before
+    the first part of features is written; the evaluation lands from the images, with one line,
+    and the history beside it keeps what it had.  With space back, they are kept and reused."""
+    from showtell.evaluator.records.store import Record, Store
+    from showtell.evaluator.scoring.bootstrap import Bootstrap
+    from showtell.evaluator.scoring.evaluation import CheckpointEvaluator
+    from showtell.evaluator.scoring.features import FeatureStore
+    from showtell.evaluator.scoring.scorers import CaptionScorer
+
+    with _tmpfs(tmp_path / "work", "1m") as work:
+        history = Store(work / "evaluations.sqlite")
+        history.add(Record(1, "/m/ckpt-1", 0.0, 0.0, 1.0, 4, metrics={"loss": 2.0}, run="r"))
+        filler = work / "filler"
+        with contextlib.suppress(OSError), open(filler, "wb") as f:  # every block taken
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+        evaluator = CheckpointEvaluator(str(tiny_model), tiny_data, bootstrap=Bootstrap(100, 0.95),
+                                        features=FeatureStore(work / "features", 2),
+                                        scorer=lambda: CaptionScorer(meteor=False, tokenizer="regex"))
+        with caplog.at_level("WARNING", logger="showtell.evaluator.scoring.features"):
+            full = evaluator.evaluate(str(tiny_model / "ckpt-2"), 2)
+        [line] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert "cannot write (No space left on device); this evaluation goes on from the images" in line
+        assert full.costs["features"] == "computed" and "No space left" in full.costs["not_kept"]
+        assert [p.name for p in (work / "features").rglob("*") if p.is_file()] == []  # no part, no tmp
+        assert [r.metrics for r in history.after(-1, run="r")] == [{"loss": 2.0}]
+        history.close()
+        filler.unlink()  # space is back
+        kept, reused = (evaluator.evaluate(str(tiny_model / "ckpt-2"), 2) for _ in range(2))
+        assert (kept.costs["features"], reused.costs["features"]) == ("computed", "reused")
+        assert full.metrics == kept.metrics == reused.metrics and full.intervals == reused.intervals
+        evaluator.close()
+        db = sqlite3.connect(work / "evaluations.sqlite")
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        db.close()

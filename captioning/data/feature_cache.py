@@ -341,9 +341,12 @@ class Appender:
         name = f"part-{len(parts):05d}"
         tmp = cache.dir / f".{name}.tmp-{os.getpid()}"
         try:
-            with tf.io.TFRecordWriter(str(tmp)) as writer:
-                for record in records:
-                    writer.write(record)
+            try:
+                with tf.io.TFRecordWriter(str(tmp)) as writer:
+                    for record in records:
+                        writer.write(record)
+            except tf.errors.OpError as exc:  # TensorFlow's word for a full disk: ResourceExhausted
+                raise OSError(exc.message.rsplit("; ", 1)[-1]) from exc
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
             part = Part(name, len(records), sha256_of([tmp]))
