@@ -21,13 +21,20 @@ from showtell.evaluator.scoring.scorers import CaptionScorer
 from tests.helpers import TINY_DATA
 
 
-@pytest.fixture
-def evaluator(tiny_model: Path, tiny_data: Path, tmp_path: Path):
+@pytest.fixture(scope="module")
+def traced(tiny_model: Path, tiny_data: Path):
+    """One evaluator for the module: its encoder and decoder traced once."""
     made = CheckpointEvaluator(str(tiny_model), tiny_data, bootstrap=Bootstrap(100, 0.95),
-                               features=FeatureStore(tmp_path / "features", 2),
                                scorer=lambda: CaptionScorer(meteor=False, tokenizer="regex"))
     yield made
     made.close()
+
+
+@pytest.fixture
+def evaluator(traced: CheckpointEvaluator, tmp_path: Path) -> CheckpointEvaluator:
+    """The module's evaluator, keeping its features in this test's own directory."""
+    traced.features = FeatureStore(tmp_path / "features", 2)
+    return traced
 
 
 def _cache(root: Path) -> Path:
@@ -78,3 +85,23 @@ def test_a_part_a_crash_left_unlisted_is_never_read(evaluator: CheckpointEvaluat
     listed = json.loads((_cache(tmp_path / "features") / INFO).read_text())["parts"]
     assert [(p["file"], p["images"]) for p in listed] == [("part-00000", images)]
     assert evaluator.evaluate(checkpoint, 4).costs["features"] == "reused"
+
+
+def test_the_encoder_digest_sees_one_ulp_of_any_variable_its_shape_and_its_place():
+    import numpy as np
+    import tensorflow as tf
+
+    from showtell.captioning.weights.encoder import weights_digest
+
+    values = [np.arange(6, dtype=np.float32).reshape(2, 3), np.float32(1.5), np.ones(4, np.float32),
+              np.zeros([], np.int64)]
+    base = weights_digest([tf.Variable(v) for v in values])
+    assert weights_digest([tf.Variable(v.copy()) for v in values]) == base  # values decide, not objects
+    for i, value in enumerate(values):
+        changed = [v.copy() for v in values]
+        changed[i] = np.asarray(value).copy()
+        changed[i].flat[-1] = np.nextafter(changed[i].flat[-1], np.inf) if value.dtype.kind == "f" \
+            else changed[i].flat[-1] + 1
+        assert weights_digest([tf.Variable(v) for v in changed]) != base, f"variable {i}'s change unseen"
+    assert weights_digest([tf.Variable(values[0].reshape(3, 2)), *map(tf.Variable, values[1:])]) != base
+    assert weights_digest([tf.Variable(v) for v in (values[2], values[1], values[0], values[3])]) != base

@@ -281,7 +281,7 @@ class FeatureCache:
         feature_size = json.loads((self.dir / INFO).read_text())["feature_size"]
 
         def example(visit: tf.Tensor, serialized: tf.Tensor) -> dict[str, tf.Tensor]:
-            record = _parse_record(serialized)
+            record = _parse_record(serialized, variants * feature_size)
             features = tf.reshape(record[FEATURES], [variants, feature_size])
             pick = 0 if variants == 1 else tf.random.uniform([], 0, variants, tf.int32)
             caption = caption_for_visit(record["captions"], record[IMAGE_ID], visit)
@@ -298,7 +298,7 @@ class FeatureCache:
         files = [str(self.dir / p.file) for p in parts]
 
         def example(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
-            record = _parse_record(serialized)
+            record = _parse_record(serialized, self.variants * feature_size)
             return {"features": tf.reshape(record[FEATURES], [self.variants, feature_size])[0],
                     "image_id": record[IMAGE_ID], "captions": record["captions"]}
 
@@ -402,14 +402,12 @@ def _make_record(image_id: int, features, captions: list[list[int]]) -> bytes:
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True)
 
 
-def _parse_record(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
+def _parse_record(serialized: tf.Tensor, size: int) -> dict[str, tf.Tensor]:
+    """One record; ``size`` floats of features (variants × feature size: a fixed length parses
+    without the sparse detour a variable one takes)."""
     parsed = tf.io.parse_single_example(serialized, {
         IMAGE_ID: tf.io.FixedLenFeature([], tf.int64),
-        FEATURES: tf.io.VarLenFeature(tf.float32),
+        FEATURES: tf.io.FixedLenFeature([size], tf.float32),
         "captions": CAPTIONS_SPEC,
     })
-    return {IMAGE_ID: parsed[IMAGE_ID], FEATURES: tf.sparse.to_dense(parsed[FEATURES]),
-            "captions": parsed["captions"]}
-
-
-
+    return {IMAGE_ID: parsed[IMAGE_ID], FEATURES: parsed[FEATURES], "captions": parsed["captions"]}

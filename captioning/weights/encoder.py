@@ -267,14 +267,21 @@ def imagenet_file() -> Path:
 
 
 def weights_digest(variables: list) -> str:
-    """A fingerprint of the values of ``variables`` (the feature cache's notion of "same encoder").
-    Positions, not names: Keras numbers layer names per process (``conv2d_94`` in a second build),
-    and the same encoder built twice in one process must not miss its cache."""
+    """A fingerprint of the values of ``variables`` (the feature caches' notion of "same encoder":
+    the trainer's and the evaluator's, which takes it at every checkpoint): sha256 over each
+    variable's position, dtype, shape and the farmhash64 of its bytes (``tf.fingerprint``, taken
+    where the values are — no copy of Inception's 90 MB into Python: 0.10–0.16 s for its 376
+    variables here, against 0.19–0.25 s hashing the bytes in Python).  Positions, not names: Keras
+    numbers layer names per process (``conv2d_94`` in a second build), and the same encoder built
+    twice in one process must not miss its cache."""
+    import tensorflow as tf
+
     digest = hashlib.sha256()
     for position, variable in enumerate(variables):
-        value = np.ascontiguousarray(keras.ops.convert_to_numpy(variable))
-        digest.update(f"{position}:{value.dtype}:{value.shape};".encode())
-        digest.update(value.tobytes())
+        value = tf.convert_to_tensor(variable)
+        fingerprint = tf.fingerprint(tf.reshape(value, [1, -1])).numpy().tobytes()
+        digest.update(f"{position}:{value.dtype.name}:{value.shape.as_list()};".encode())
+        digest.update(fingerprint)
     return digest.hexdigest()
 
 
