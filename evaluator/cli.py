@@ -115,19 +115,20 @@ def run_once(args: argparse.Namespace) -> int:
     def scorer() -> CaptionScorer:
         return CaptionScorer(meteor=args.meteor, tokenizer=args.tokenizer)
 
-    # Features are kept only in a work dir named for it (and held as the service holds it).
+    # Features are kept only in a work dir named for it, held as the service holds it (refused
+    # while a service evaluates there: one writer per cache).
     work = WorkDir(args.work_dir) if args.work_dir else None
-    features = FeatureStore(work.features if work else None, args.feature_cache_keep)
-    evaluator = CheckpointEvaluator(args.model_dir, args.data, args.max_eval_examples, args.beam_size,
-                                    scorer=scorer, jit_compile=args.jit_compile,
-                                    bootstrap=Bootstrap(args.bootstrap, args.confidence),
-                                    sets=args.eval_set, features=features)
-    lock = DirectoryLock(directory=work.root, role="evaluator", flag="--work-dir") if work else nullcontext()
-    try:
-        with lock:
+    with DirectoryLock(directory=work.root, role="evaluator", flag="--work-dir") if work else nullcontext():
+        evaluator = CheckpointEvaluator(args.model_dir, args.data, args.max_eval_examples, args.beam_size,
+                                        scorer=scorer, jit_compile=args.jit_compile,
+                                        bootstrap=Bootstrap(args.bootstrap, args.confidence),
+                                        sets=args.eval_set,
+                                        features=FeatureStore(work.features if work else None,
+                                                              args.feature_cache_keep))
+        try:
             result = evaluator.evaluate(args.checkpoint or latest_checkpoint(args.model_dir))
-    finally:
-        evaluator.close()
+        finally:
+            evaluator.close()
     for one in (result, *result.others):  # a line (or JSON object) per evaluation set
         if args.json:
             fields = {k: v for k, v in asdict(one).items() if k not in ("stats", "others")}

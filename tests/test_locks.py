@@ -31,7 +31,7 @@ def _ckpts(model_dir: Path) -> list[str]:
 
 
 def test_second_trainer_and_second_evaluator_are_refused_by_name(tiny_data: Path, tiny_model: Path,
-                                                                 tmp_path: Path, procs):
+                                                                 tmp_path: Path, procs, showtell_main):
     model_dir = copy_model(tiny_model, tmp_path / "model")
     log = tmp_path / "first.log"
     first = procs.start("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
@@ -68,6 +68,11 @@ def test_second_trainer_and_second_evaluator_are_refused_by_name(tiny_data: Path
         f"showtell evaluate: error: --work-dir {work} is in use by another evaluator "
         f"(pid {holder.pid} on host {socket.gethostname()}); stop it first, "
         "or give this one another --work-dir"]
+    # --once keeps its features there too: refused the same way (one writer per cache), in process
+    once = showtell_main("evaluate", "--once", "--model-dir", str(model_dir), "--data", str(tiny_data),
+                         "--work-dir", str(work), "--meteor", "false")
+    assert once.returncode == 1 and error_lines(once.stderr)[-1].startswith(
+        f"showtell evaluate: error: --work-dir {work} is in use by another evaluator (pid {holder.pid} ")
     assert holder.poll() is None  # the holder serves on
 
 
