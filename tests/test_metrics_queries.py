@@ -190,7 +190,20 @@ def test_status_says_how_far_the_current_evaluation_is(served: Served, showtell_
     assert progress(reply)[1:] == (320, 2000, pytest.approx(65.625))
     assert "  evaluating step 10 (320 of 2000 images, about 1 min 06 s left); newest" in shown
     board.status = replace(board.status, evaluating_step=-1, progress=None)
-    assert status()[0].images_total == 0
+    assert status()[0].images_total == 0 and not status()[0].HasField("last_costs")  # the last one failed
+    # An evaluation that read its features back: its costs in GetLatest, and in the status' words.
+    costs = {"features": "reused", "images_reused": 5000, "images_computed": 0, "encoder": "98e5bd3e59ecf4d9",
+             "seconds": {"restore": 0.4, "digest": 0.21, "features": 2.5, "decoder": 61.0, "scoring": 9.3,
+                         "intervals": 0.3}}
+    served.record(replace(_record("cur", 10, 1.3, 0.6), costs=costs))
+    reply, shown = status()
+    assert (reply.last_costs.features, reply.last_costs.images_reused, reply.last_costs.encoder) == (
+        "reused", 5000, "98e5bd3e59ecf4d9")
+    assert ("  last evaluation: features reused (5000 of 5000 images reused); restore 0.4 s, digest 0.2 s, "
+            "features 2.5 s, decoder 61.0 s, scoring 9.3 s, intervals 0.3 s") in shown
+    with grpc.insecure_channel(served.target) as channel:
+        latest = pb_grpc.MetricsServiceStub(channel).GetLatest(pb.GetLatestRequest(), timeout=10).evaluation
+    assert latest.costs.seconds["decoder"] == pytest.approx(61.0) and latest.costs.images_computed == 0
 
 
 def test_watch_replays_an_old_run_then_the_current_one_then_live(served: Served):

@@ -79,6 +79,10 @@ def test_a_real_prometheus_scrapes_the_trainer_and_the_evaluator(prometheus_tool
     ok = wait_for(lambda: answered('showtell_evaluator_evaluations_total{status="ok"} >= 2'), 240,
                   "Prometheus to see two evaluations")
     assert ok[0]["metric"]["job"] == "showtell-evaluator"
+    # the frozen encoder's features: computed for the first checkpoint, read back for the next
+    assert answered('showtell_evaluator_features_total{result="computed"} >= 4')
+    assert answered('showtell_evaluator_features_total{result="reused"} >= 4')
+    assert answered('showtell_evaluator_part_seconds_total{part="decoder"} > 0')
     # steps behind is the newest checkpoint's step less the newest evaluated, in one scrape
     identity = ("showtell_evaluator_steps_behind == showtell_evaluator_newest_checkpoint_step"
                 " - showtell_evaluator_last_evaluated_step")
