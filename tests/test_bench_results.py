@@ -112,19 +112,6 @@ def _scored(e: dict, extra: bool = True) -> str:
 # results file (its bench, or bench.variant) → (the BENCHMARKS.md row it feeds, what the row must
 # hold — a text, or texts — made from the file's report)
 FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = {
-    "eval_throughput": [
-        ("evaluator ÷ plain forward pass, images per CPU second, at this size",
-         lambda r: f"**{_range(r['ratio_evaluator_over_forward_cpu'])}**"),
-        ("the same per wall-clock second",
-         lambda r: _range(r["ratio_evaluator_over_forward_wall"])),
-        ("METEOR's warm JVM, per evaluation",
-         lambda r: f"{r['meteor_cpu_sec_per_evaluation']['median']:.2f} CPU-s: "
-                   f"{r['meteor_share_of_an_evaluation'] * 100:.1f} % of the evaluation"),
-        ("the tokenizer's CPU per evaluation",
-         lambda r: f"{r['tokenizer_cpu_sec_per_evaluation']['median']:.2f} CPU-s"),
-        ("the intervals (1,000 resamples, every metric) of a 5,000-image evaluation",
-         lambda r: f"{r['bootstrap_cpu_sec_at_5000_images']['median']:.2f} CPU-s"),
-    ],
     "eval_throughput.5000": [
         ("5,000 images: evaluator ÷ plain forward pass, images per CPU second",
          lambda r: f"**{_closed(r['ratio_evaluator_over_forward_cpu'])}**; "
@@ -183,6 +170,31 @@ FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = 
         ("input pipeline ÷ the same batches in memory",
          lambda r: (_range(r["ratio_pipeline_over_in_memory"]),
                     _rates(r["examples_per_sec"], "pipeline", "in_memory") + " examples/s")),
+    ],
+    "feature_reuse": [
+        ("5,000 images, the encoder's features reused: evaluator ÷ plain forward pass, images/s",
+         lambda r: (f"**{r['ratio_over_forward']['reused']:.2f}×**",
+                    f"{r['images_per_sec']['reused']:.1f} vs {r['images_per_sec']['forward']:.1f} images/s",
+                    f"{r['seconds']['reused'] / 60:.1f} min a pass")),
+        ("the same checkpoint's evaluation without kept features ÷ with",
+         lambda r: f"{r['seconds']['today_b'] / r['seconds']['reused']:.2f}×"),
+        ("each part's share of the reused evaluation",
+         lambda r: ", ".join(f"{k} {v * 100:.1f} %" for k, v in r["reused_parts_share"].items())),
+        ("the first evaluation of a new encoder ÷ one that keeps nothing",
+         lambda r: f"**{r['first_over_today']:.3f}**"),
+        ("a new encoder at every checkpoint (phase 2): evaluator ÷ plain forward pass",
+         lambda r: (f"**{r['ratio_over_forward']['phase2']:.3f}**",
+                    f"{r['ratio_over_forward']['today']:.3f} keeping nothing",
+                    f"≈ {round(r['images_per_sec']['today'] * 60)} images a minute")),
+        ("the encoder's digest, at every checkpoint",
+         lambda r: f"{r['digest_seconds']:.3f} s: {r['digest_share_of_phase2'] * 100:.2f} %"),
+        ("features reused ÷ from images, largest difference",
+         lambda r: f"{r['reused_equals_images']['max_metric_difference']:.1g}"),
+        ("kept features, per image and encoder",
+         lambda r: f"{r['kept_bytes_per_image_and_encoder']:,} bytes"),
+        ("val2014's 40,504 images a checkpoint, projected",
+         lambda r: (f"**{r['projected_val2014']['reused_minutes']:.1f} min**",
+                    f"{r['projected_val2014']['first_minutes']:.1f} min")),
     ],
     "feature_cache": [
         ("training on the phase-1 feature cache ÷ on images",
@@ -272,7 +284,6 @@ NOT_FROM_A_BENCH = {
     "`bash .ci/run` on a fresh clone": "`make test` prints it",
     "`make check` (lint + the quick in-process tests": "`make check` prints it",
     "an idle evaluator, its METEOR JVM included": "a test, run with -s",
-    "Watch clients that never read a 4-MB replay": "a test, run with -s",
     "rebuild after a one-line `.py` edit": "the Docker test's `docker figures` line",
     "COCO's PTB tokenizer − the regex stand-in": "two `showtell evaluate --once`",
 }
