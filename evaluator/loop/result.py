@@ -13,6 +13,10 @@ from typing import Any, Protocol
 
 from showtell.api.contract import DEFAULT_SET
 
+# How an evaluation had its encoder features (``EvalResult.costs["features"]``); the first two are
+# also the kinds ``--max-eval-examples auto`` sizes apart (``sizing.py``).
+REUSED, COMPUTED, EXTENDED, REBUILT, OFF = "reused", "computed", "extended", "rebuilt", "off"
+
 
 class AutoSize(Protocol):
     """``--max-eval-examples auto`` for one run (``sizing.Sizer``): the size of its evaluations of a

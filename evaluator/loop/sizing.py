@@ -23,6 +23,7 @@ from pathlib import Path
 
 from showtell.captioning.model.modeldir import run_started, saved_at
 from showtell.common.files import write_atomic
+from showtell.evaluator.loop.result import COMPUTED
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,6 @@ def choose(*, rate: float, interval: tuple[float, str] | None, split_images: int
                         + (" (whole batches)" if images < split_images else ", so all of them"))
 
 
-COMPUTED, REUSED = "computed", "reused"  # the two kinds (``Sizer``)
 
 
 class RunSizes:

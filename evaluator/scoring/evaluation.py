@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import tensorflow as tf
@@ -30,14 +31,13 @@ from showtell.captioning.model.modeldir import (
     restore,
 )
 from showtell.captioning.model.network import build_model
-from showtell.captioning.model.validation import Validator, exact_match
+from showtell.captioning.model.validation import Features, Validator, exact_match
 from showtell.common.errors import ModelDirError
 from showtell.evaluator import metric_names as names
 from showtell.evaluator.config import EvalSet
-from showtell.evaluator.loop.result import EvalResult, Images
+from showtell.evaluator.loop.result import COMPUTED, OFF, REUSED, EvalResult, Images
 from showtell.evaluator.scoring import bootstrap
 from showtell.evaluator.scoring.bootstrap import Bootstrap, ImageStats
-from showtell.evaluator.scoring.features import COMPUTED, REUSED, FeatureStore, timed_digest
 from showtell.evaluator.scoring.scorers import CaptionScorer, ImageScores
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,30 @@ def train_seconds(path: str) -> float | None:
         return float(tf.train.load_variable(path, f"{TRAIN_SECONDS}/.ATTRIBUTES/VARIABLE_VALUE"))
     except (tf.errors.OpError, ValueError):
         return None
+
+
+class SetFeatures(Features, Protocol):
+    """One set's kept features for one encoder, as an evaluation uses them (``features.SetFeatures``)."""
+
+    full_disk: str
+
+    def close(self) -> None: ...
+
+    def result(self, reused: int) -> str: ...
+
+
+class FeatureStore(Protocol):
+    """Where each set's encoder features are kept (``features.FeatureStore``, which the daemon and
+    the CLI make: this module needs only its shape)."""
+
+    enabled: bool
+
+    def digest(self, variables: list) -> tuple[str, float]: ...
+
+    def for_set(self, data: Path, files: Sequence[str], encoder_digest: str,
+                image_size: int) -> SetFeatures: ...
+
+    def bound(self) -> list[Path]: ...
 
 
 class _Loaded:
@@ -101,7 +125,7 @@ class CheckpointEvaluator:
         self.max_examples, self.beam_size, self.samples = max_examples, beam_size, samples
         self.jit_compile = jit_compile
         self.bootstrap = bootstrap or Bootstrap()
-        self.features = features or FeatureStore(None, 0)
+        self.features = features
         self._make_scorer = scorer
         self.scorer: CaptionScorer | None = None
         self._key: tuple | None = None
@@ -170,14 +194,15 @@ class CheckpointEvaluator:
         seconds = train_seconds(path)
         checkpoint = {"restore": time.monotonic() - started}
         digest = ""
-        if self.features.enabled:  # which encoder this checkpoint holds, from its values
-            digest, checkpoint["digest"] = timed_digest(self._model.encoder_weights)
+        if self.features is not None and self.features.enabled:  # the checkpoint's encoder, by its values
+            digest, checkpoint["digest"] = self.features.digest(self._model.encoder_weights)
         main, *others = self.sets
         result = self._evaluate_set(main, path, step, seconds, started, digest, progress, images)
         result.costs["seconds"] = checkpoint | result.costs["seconds"]
         result.others = [self._evaluate_set(other, path, step, seconds, time.monotonic(), digest)
                          for other in others]
-        self.features.bound()
+        if self.features is not None:
+            self.features.bound()
         return result
 
     def _evaluate_set(self, loaded: _Loaded, path: str, step: int, seconds: float | None, started: float,
@@ -185,11 +210,11 @@ class CheckpointEvaluator:
                       images: Images = None) -> EvalResult:
         validator = loaded.validator
         assert validator is not None
-        features = self.features.for_set(loaded.spec.data, loaded.files, digest,
-                                         self._model.config.image_size)
+        features: SetFeatures | None = None if self.features is None else self.features.for_set(
+            loaded.spec.data, loaded.files, digest, self._model.config.image_size)
         try:
             if callable(images):  # --max-eval-examples auto: sized for what this evaluation costs
-                sizer, kind = images, REUSED if features.cached else COMPUTED
+                sizer, kind = images, REUSED if features is not None and features.cached else COMPUTED
                 known = sizer.known(kind)
                 limit = None if known is not None else (lambda rate: sizer(
                     rate, loaded.split_images, validator.batch_size, kind))
@@ -199,7 +224,8 @@ class CheckpointEvaluator:
                 validation = validator.run(progress, split_images=loaded.split_images, max_images=images,
                                            features=features)
         finally:
-            features.close()
+            if features is not None:
+                features.close()
         timings = validation.timings
         assert timings is not None
         loss, captions = validation.loss, validation.captions
@@ -219,12 +245,13 @@ class CheckpointEvaluator:
         stats = replace(stats, fingerprint=set_fingerprint(stats.image_ids, loaded.images, loaded.references))
         intervals_started = time.monotonic()
         intervals = bootstrap.intervals(stats, self.bootstrap) if len(stats) else {}
-        costs = {"features": features.result(timings.images_reused), "images_reused": timings.images_reused,
+        how = OFF if features is None else features.result(timings.images_reused)
+        costs = {"features": how, "images_reused": timings.images_reused,
                  "images_computed": timings.images_computed, "encoder": digest[:16],
                  "seconds": {"features": timings.features, "decoder": timings.decoder,
                              "scoring": intervals_started - scoring_started,
                              "intervals": time.monotonic() - intervals_started}}
-        if features.full_disk:
+        if features is not None and features.full_disk:
             costs["not_kept"] = features.full_disk
         shown = [{"image_id": i, "caption": c, "references": loaded.references.get(i, [])}
                  for i, c in list(captions.items())[: self.samples]]

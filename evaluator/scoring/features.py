@@ -32,10 +32,10 @@ import tensorflow as tf
 
 from showtell.captioning.config import InputConfig
 from showtell.captioning.data.feature_cache import INFO, CacheDamaged, FeatureCache, Part, cache_key
+from showtell.evaluator.loop.result import COMPUTED, EXTENDED, OFF, REBUILT, REUSED
 
 log = logging.getLogger(__name__)
 
-REUSED, COMPUTED, REBUILT, EXTENDED, OFF = "reused", "computed", "rebuilt", "extended", "off"
 PART_IMAGES = 1024  # images per appended part: what an interrupted evaluation keeps at most loses
 
 
@@ -124,6 +124,15 @@ class FeatureStore:
         key = cache_key(data, files, encoder_digest, image_size, InputConfig(), 1)
         return SetFeatures.open(FeatureCache(self.root, key))
 
+    @staticmethod
+    def digest(variables: list) -> tuple[str, float]:
+        """The encoder's digest and the seconds it took (reported: it is paid at every checkpoint)."""
+        from showtell.captioning.weights.encoder import weights_digest
+
+        started = time.monotonic()
+        digest = weights_digest(variables)
+        return digest, time.monotonic() - started
+
     def bound(self) -> list[Path]:
         """Drop the caches of all but the ``keep`` most recently used encoders; what went."""
         if not self.enabled or not self.root.is_dir():
@@ -149,12 +158,3 @@ class FeatureStore:
             log.info("feature cache: %d cache(s) of older encoders removed (--feature-cache-keep %d)",
                      len(gone), self.keep)
         return gone
-
-
-def timed_digest(variables: list) -> tuple[str, float]:
-    """The encoder's digest and the seconds it took (reported: it is paid at every checkpoint)."""
-    from showtell.captioning.weights.encoder import weights_digest
-
-    started = time.monotonic()
-    digest = weights_digest(variables)
-    return digest, time.monotonic() - started
