@@ -146,7 +146,8 @@ def test_perplexity_is_exp_of_mean_token_loss(tiny_data: Path):
         lambda done, total: progress.append((done, total)), split_images=images)
     result = validation.loss
     assert progress == [(min(done, images), images) for done in range(7, images + 7, 7)]
-    assert validator._evaluate_batch.experimental_get_tracing_count() == 1  # not again for the short one
+    # the encoder and the decoder traced once each: not again for the short last batch
+    assert [f.experimental_get_tracing_count() for f in (validator._encode, validator._decode)] == [1, 1]
     # --max-eval-examples auto: the cap decided from the pass's own rate after its second batch.
     rates, shown = [], []
     capped = Validator(model, files, vocab, batch_size=2).run(

@@ -133,21 +133,25 @@ def _features_reused_only_for_the_same_encoder(model_dir: Path, data: Path, work
     from showtell.evaluator.scoring.features import FeatureStore
     from showtell.evaluator.scoring.scorers import CaptionScorer
 
-    def evaluator(store: FeatureStore) -> tuple[CheckpointEvaluator, list[int]]:
-        made = CheckpointEvaluator(str(model_dir), data, bootstrap=Bootstrap(200, 0.95), features=store,
-                                   scorer=lambda: CaptionScorer(meteor=False, tokenizer="regex"))
-        made._prepare()
-        passes, encode = [], made.sets[0].validator._encode  # every image the encoder sees, counted
+    # One evaluator, traced once: with the store it keeps and reuses features, without it (None)
+    # it computes them as before; the encoder's passes are counted where it is called.
+    evaluator = CheckpointEvaluator(str(model_dir), data, bootstrap=Bootstrap(200, 0.95),
+                                    scorer=lambda: CaptionScorer(meteor=False, tokenizer="regex"))
+    evaluator._prepare()
+    passes, encode = [], evaluator.sets[0].validator._encode
 
-        def counted(images):
-            passes.append(int(images.shape[0]))
-            return encode(images)
+    def counted(images):
+        passes.append(int(images.shape[0]))
+        return encode(images)
 
-        made.sets[0].validator._encode = counted
-        return made, passes
+    evaluator.sets[0].validator._encode = counted
+    store = FeatureStore(work / "features", 2)
 
-    reusing, reused_passes = evaluator(FeatureStore(work / "features", 2))
-    plain, plain_passes = evaluator(FeatureStore(None, 0))
+    def evaluate(path: str, step: int, kept: bool):
+        evaluator.features = store if kept else None
+        before = sum(passes)
+        return evaluator.evaluate(path, step), sum(passes) - before
+
     changed = restored(model_dir / "ckpt-3")
     last = changed.encoder_weights[-1]
     last.assign(last * 1.5 + 0.1)
@@ -155,11 +159,11 @@ def _features_reused_only_for_the_same_encoder(model_dir: Path, data: Path, work
     images, encoders = TINY_DATA.val_images, []
     for checkpoint, step, how in (("ckpt-3", 3, "reused"), ("ckpt-5", 5, "computed"),
                                   (copy.name, 30, "computed")):
-        before, path = sum(reused_passes), str(model_dir / checkpoint)
-        kept, fresh = reusing.evaluate(path, step), plain.evaluate(path, step)
+        path = str(model_dir / checkpoint)
+        (kept, kept_passes), (fresh, fresh_passes) = evaluate(path, step, True), evaluate(path, step, False)
         encoders.append(kept.costs["encoder"])
         assert kept.costs["features"] == how, (checkpoint, kept.costs)
-        assert sum(reused_passes) - before == (0 if how == "reused" else images), checkpoint
+        assert kept_passes == (0 if how == "reused" else images) and fresh_passes == images, checkpoint
         assert kept.costs["images_reused"] == (images if how == "reused" else 0)
         assert fresh.costs["features"] == "off" and fresh.costs["images_computed"] == images
         assert kept.metrics.keys() == fresh.metrics.keys() and kept.intervals.keys() == fresh.intervals.keys()
@@ -167,12 +171,10 @@ def _features_reused_only_for_the_same_encoder(model_dir: Path, data: Path, work
             assert kept.metrics[name] == pytest.approx(value, rel=1e-6, abs=1e-9), (checkpoint, name)
             assert kept.intervals.get(name) == pytest.approx(fresh.intervals.get(name), rel=1e-6, abs=1e-9)
         assert kept.samples == fresh.samples
-    assert sum(plain_passes) == 3 * images
     assert encoders[0] == first and len(set(encoders)) == 3  # ckpt-1's encoder is ckpt-3's; the others differ
     # --feature-cache-keep 2: the two most recently used encoders' features stay
     assert len([p for p in (work / "features").iterdir() if not p.name.startswith(".")]) == 2
-    reusing.close()
-    plain.close()
+    evaluator.close()
 
 
 def _untouched(model_dir: Path) -> bool:
