@@ -133,8 +133,8 @@ class Validator:
     def _batches(self, cap: int | None, features: Features | None, timings: Timings) -> Iterator[dict]:
         """The pass's batches, each with its ``features``: first the cached images', then the rest
         from the images (the encoder run on them, and ``features`` told of each batch)."""
-        cached = min(features.cached, cap) if features is not None and cap else (
-            features.cached if features is not None else 0)
+        cached = features.cached if features is not None else 0
+        cached = min(cached, cap) if cap else cached
         if cached:
             for batch in inputs.checked(features.dataset(cached, self.batch_size), self.files):
                 timings.images_reused += int(batch["image_id"].shape[0])

@@ -31,7 +31,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from showtell.captioning.config import InputConfig
-from showtell.captioning.data.feature_cache import INFO, CacheDamaged, FeatureCache, Part, cache_key
+from showtell.captioning.data.feature_cache import INFO, Appender, CacheDamaged, FeatureCache, Part, cache_key
 from showtell.evaluator.loop.result import COMPUTED, EXTENDED, OFF, REBUILT, REUSED
 
 log = logging.getLogger(__name__)
@@ -45,12 +45,16 @@ class SetFeatures:
     ``dataset``) and tells (``add``), and afterwards how it went (``result``, the counts)."""
 
     cache: FeatureCache | None
-    cached: int = 0
     rebuilt: bool = False
     full_disk: str = ""
     computed: int = 0
-    parts: list[Part] = field(default_factory=list, repr=False)
-    _appender: object = field(default=None, repr=False)
+    parts: list[Part] = field(default_factory=list, repr=False)  # verified, in the set's order
+    _appender: Appender | None = field(default=None, repr=False)
+
+    @property
+    def cached(self) -> int:
+        """Images whose features are there to read: the verified parts' first ones."""
+        return sum(p.images for p in self.parts)
 
     @classmethod
     def open(cls, cache: FeatureCache) -> SetFeatures:
@@ -65,7 +69,7 @@ class SetFeatures:
             parts, rebuilt = [], True
         if parts:
             os.utime(cache.dir / INFO)  # most recently used: kept by ``FeatureStore.bound``
-        found = cls(cache, cached=sum(p.images for p in parts), rebuilt=rebuilt, parts=parts)
+        found = cls(cache, rebuilt=rebuilt, parts=parts)
         found._appender = cache.appender(PART_IMAGES)
         return found
 
