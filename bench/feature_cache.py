@@ -34,21 +34,24 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
 from rounds import add_out, alternate, publish, ratio, spread
 
-from showtell.captioning.config import CacheConfig, InputConfig, ModelConfig, SyntheticConfig
+from showtell.captioning.config import CacheConfig, InputConfig, SyntheticConfig
 from showtell.captioning.data import synthetic
 from showtell.captioning.data.feature_cache import FeatureCache
 from showtell.captioning.model.network import build_encoder
 from showtell.captioning.weights.encoder import load_encoder_weights
-from showtell.trainer.config import OptimizerConfig, TrainConfig
+from showtell.trainer.config import OptimizerConfig
+from showtell.trainer.experiment import Source, TrainExperiment
 from showtell.trainer.task import CaptionTask
+from showtell.trainer.train_lib import build_task
 from showtell.trainer.training import open_data
 
 
 def trainer(data: Path, model_dir: Path, weights: Path, batch_size: int, cache: bool) -> CaptionTask:
-    t = CaptionTask(data_dir=data, model_dir=model_dir, model=ModelConfig(),
-                    input_config=InputConfig(batch_size=batch_size),
-                    optimizer=OptimizerConfig(name="adam", learning_rate=3e-4, epochs_per_decay=0),
-                    train=TrainConfig(), inception_weights=str(weights), cache=CacheConfig(enabled=cache))
+    t = build_task(TrainExperiment(
+        source=Source(data=data, model_dir=model_dir, inception_weights=str(weights)),
+        input=InputConfig(batch_size=batch_size),
+        optimizer=OptimizerConfig(name="adam", learning_rate=3e-4, epochs_per_decay=0),
+        cache=CacheConfig(enabled=cache)))
     load_encoder_weights(t.model.encoder, str(weights))  # as Trainer.run does in a new model dir
     return t
 

@@ -25,10 +25,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from rounds import add_out, alternate, publish, ratio, spread
 
-from showtell.captioning.config import InputConfig, ModelConfig, SyntheticConfig
+from showtell.captioning.config import InputConfig, SyntheticConfig
 from showtell.captioning.data import synthetic
-from showtell.trainer.config import OptimizerConfig, TrainConfig
-from showtell.trainer.task import CaptionTask
+from showtell.trainer.config import OptimizerConfig
+from showtell.trainer.experiment import Source, TrainExperiment
+from showtell.trainer.train_lib import build_task
 from showtell.trainer.training import open_data
 
 
@@ -60,12 +61,10 @@ def main() -> int:
         data = args.data or Path(tmp) / "data"
         if args.data is None:
             synthetic.build(data, SyntheticConfig())
-        trainer = CaptionTask(
-            data_dir=data, model_dir=Path(tmp) / "model", model=ModelConfig(),
-            input_config=InputConfig(batch_size=args.batch_size),
-            optimizer=OptimizerConfig(name="adam", learning_rate=1e-3, epochs_per_decay=0),
-            train=TrainConfig(),
-        )
+        trainer = build_task(TrainExperiment(
+            source=Source(data=data, model_dir=Path(tmp) / "model"),
+            input=InputConfig(batch_size=args.batch_size),
+            optimizer=OptimizerConfig(name="adam", learning_rate=1e-3, epochs_per_decay=0)))
         cache, _ = open_data(trainer)
         strategy = trainer.strategy
         pipeline = strategy.experimental_distribute_dataset(trainer.dataset(cache))

@@ -59,10 +59,12 @@ from showtell.trainer.actions import StepReport
 from showtell.trainer.checkpoints import SaveSchedule
 from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig
 from showtell.trainer.controller import Controller
+from showtell.trainer.experiment import Source, TrainExperiment
 from showtell.trainer.runners import SynchronousRunner
 from showtell.trainer.signals import StopRequest
 from showtell.trainer.summaries import TrainSummaries
 from showtell.trainer.task import CaptionTask
+from showtell.trainer.train_lib import build_task
 from showtell.trainer.training import open_data, task_checkpoints
 
 OPTIMIZER = OptimizerConfig(name="sgd", learning_rate=0.5, epochs_per_decay=0, clip_gradients=5.0)
@@ -77,10 +79,9 @@ def task(data: Path, model_dir: Path, model: ModelConfig, batch: int, encoder_tr
          n: int, autotune: bool = True) -> tuple[CaptionTask, tf.data.Dataset]:
     """The task and its global batches (phase 1's feature cache: built by the phase's first
     process, then read); without ``autotune``, no tuning thread (the same parallelism elsewhere)."""
-    caption = CaptionTask(data_dir=data, model_dir=model_dir, model=model,
-                          input_config=InputConfig(batch_size=batch), optimizer=OPTIMIZER,
-                          train=TrainConfig(), train_inception=encoder_trains,
-                          compute=ComputeConfig(steps_per_loop=n))
+    caption = build_task(TrainExperiment(
+        source=Source(data=data, model_dir=model_dir, train_inception=encoder_trains), model=model,
+        input=InputConfig(batch_size=batch), optimizer=OPTIMIZER, compute=ComputeConfig(steps_per_loop=n)))
     cache, _ = open_data(caption)
     dataset = caption.dataset(cache)
     return caption, dataset if autotune else inputs.one_pass(dataset)  # each round's pass ends
@@ -91,7 +92,7 @@ def showtell_side(data: Path, model_dir: Path, model: ModelConfig, batch: int, e
     """``showtell train``'s loop: a round of ``steps`` steps → examples/s."""
     caption, dataset = task(data, model_dir, model, batch, encoder_trains, n, autotune)
     runner = SynchronousRunner(task=caption, dataset=dataset, steps_per_loop=n)
-    checkpoints, _ = task_checkpoints(caption)
+    checkpoints, _ = task_checkpoints(caption, model_dir)
     train = TrainConfig()
     report = StepReport(summaries=TrainSummaries(model_dir), optimizer=caption.optimizer,
                         every=train.log_every_steps, steps=10**9, encoder_optimizer=caption.encoder_optimizer)

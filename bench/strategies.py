@@ -34,19 +34,20 @@ configure_devices(2)
 
 import tensorflow as tf  # noqa: E402
 
-from showtell.captioning.config import InputConfig, ModelConfig, SyntheticConfig  # noqa: E402
+from showtell.captioning.config import InputConfig, SyntheticConfig  # noqa: E402
 from showtell.captioning.data import synthetic  # noqa: E402
-from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig  # noqa: E402
-from showtell.trainer.task import CaptionTask  # noqa: E402
+from showtell.trainer.config import ComputeConfig, OptimizerConfig  # noqa: E402
+from showtell.trainer.experiment import Source, TrainExperiment  # noqa: E402
+from showtell.trainer.train_lib import build_task  # noqa: E402
 from showtell.trainer.training import open_data  # noqa: E402
 
 
 def runner(data: Path, model_dir: Path, strategy: tf.distribute.Strategy, batch: int,
            compute: ComputeConfig | None = None):
-    trainer = CaptionTask(data_dir=data, model_dir=model_dir, model=ModelConfig(),
-                          input_config=InputConfig(batch_size=batch),
-                          optimizer=OptimizerConfig(name="adam", learning_rate=3e-4, epochs_per_decay=0),
-                          train=TrainConfig(), strategy=strategy, compute=compute)
+    trainer = build_task(TrainExperiment(
+        source=Source(data=data, model_dir=model_dir), input=InputConfig(batch_size=batch),
+        optimizer=OptimizerConfig(name="adam", learning_rate=3e-4, epochs_per_decay=0),
+        compute=compute or ComputeConfig()), strategy)
     dist = strategy.experimental_distribute_dataset(trainer.dataset(open_data(trainer)[0]))
     step = trainer.make_train_step(dist.element_spec)
     float(step(next(iter(dist))))  # trace

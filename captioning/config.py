@@ -111,7 +111,7 @@ class InputConfig:
     changes keep every word of a caption valid.
     """
 
-    batch_size: int = option(32, "examples per step and replica", type=positive_int)
+    batch_size: int = option(32, "examples per step and replica", type=positive_int, shown=True)
     shuffle_buffer: int = option(2048, "examples shuffled together", type=positive_int)
     interleave_cycle: int = 4
     crop_scale: float = 1.125  # resize to up to this × image_size, then crop back randomly.
@@ -148,8 +148,6 @@ class CacheConfig:
     batch_size: int = 32  # encoder forward batch (images × variants) while building
 
 
-# --mixed-precision → the Keras dtype policy the network is built under.
-PRECISIONS = {"off": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,9 @@
-"""``python -m showtell.evaluator`` — the same as ``showtell evaluate``."""
+"""``python -m showtell.evaluator`` — the same as ``showtell evaluate`` (whose parser lives, with every
+command's, under ``showtell/commands/``)."""
 
+import sys
+
+from showtell.cli import main
 from showtell.common.processes import run_as_process
-from showtell.evaluator.cli import main
 
-run_as_process(main)
+run_as_process(lambda: main(["evaluate", *sys.argv[1:]]))

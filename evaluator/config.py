@@ -169,17 +169,18 @@ class Finish:
 
 @dataclass(frozen=True)
 class EvaluatorConfig:
-    """Everything the evaluator service runs on.
+    """Everything an evaluator runs on — the service and ``--once`` alike.
 
     Args:
       model_dir: the trainer's model directory (local path or ``tf.io.gfile`` URL).
       data: the dataset whose validation split is evaluated.
-      work: this evaluator's own directory.
+      work: this evaluator's own directory (the service's always; ``--once``'s only when named,
+        for kept features — None keeps nothing).
     """
 
     model_dir: str
     data: Path
-    work: WorkDir
+    work: WorkDir | None
     evaluation: EvaluationConfig = EvaluationConfig()
     watch: WatchConfig = WatchConfig()
     serve: ServeConfig = ServeConfig()

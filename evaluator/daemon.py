@@ -1,5 +1,8 @@
-"""Wire the evaluator service together and run it until SIGTERM/SIGINT — or until a
+"""The evaluator's assembly, from one typed ``EvaluatorConfig``: ``build_evaluator`` makes the
+checkpoint evaluator both ways use; ``evaluate_once`` evaluates one checkpoint (``--once``); ``run``
+wires the service together and runs it until SIGTERM/SIGINT — or until a
 ``--until-step`` / ``--max-evaluations`` / ``--exit-when-trained`` condition says it is done.
+``showtell evaluate`` parses its flags into the config and calls one of the two; so can Python.
 Stopped by a signal before such a condition was met, it exits 128 + the signal (a job's
 evaluator is not done); with none, a signal is its normal end (exit 0).
 
@@ -15,16 +18,20 @@ import os
 import signal
 import sys
 import threading
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from showtell.api.contract import DEFAULT_SET
-from showtell.api.transport import LoadedSecurity
-from showtell.captioning.model.modeldir import FINISHED, METADATA
+from showtell.api.transport import LoadedSecurity, check_listen_address
+from showtell.captioning.model.modeldir import FINISHED, METADATA, latest_checkpoint
+from showtell.common import exposition
 from showtell.common.errors import ShowtellError
 from showtell.common.exposition import MetricsEndpoint
+from showtell.common.locks import DirectoryLock
 from showtell.common.processes import signal_exit_code
 from showtell.evaluator.config import EvaluatorConfig
 from showtell.evaluator.loop.controller import EvalController
+from showtell.evaluator.loop.result import EvalResult
 from showtell.evaluator.loop.sizing import AUTO, RunSizes
 from showtell.evaluator.loop.status import Broadcast
 from showtell.evaluator.loop.watcher import CheckpointWatcher
@@ -36,12 +43,69 @@ from showtell.evaluator.records.summaries import EvalSummaries
 from showtell.evaluator.scoring.bootstrap import Bootstrap, export_judge
 from showtell.evaluator.scoring.evaluation import CheckpointEvaluator
 from showtell.evaluator.scoring.features import FeatureStore
-from showtell.evaluator.scoring.scorers import CaptionScorer
+from showtell.evaluator.scoring.scorers import CaptionScorer, resolve_tokenizer
 from showtell.evaluator.serving.prometheus import EvaluatorMetrics
 from showtell.evaluator.serving.server import MetricsServer
 from showtell.evaluator.serving.service import MetricsService
 
 log = logging.getLogger(__name__)
+
+
+def build_evaluator(config: EvaluatorConfig) -> CheckpointEvaluator:
+    """The checkpoint evaluator ``config`` describes: its sets, scorers, bootstrap and kept features
+    (in its work dir; none without one).  ``--max-eval-examples auto`` starts unlimited: the
+    controller sizes each evaluation."""
+    evaluation, work = config.evaluation, config.work
+    # METEOR's JVM takes seconds to start: the first evaluation starts it, not the constructor.
+    return CheckpointEvaluator(
+        config.model_dir, config.data,
+        None if evaluation.max_eval_examples == AUTO else evaluation.max_eval_examples, evaluation.beam_size,
+        scorer=lambda: CaptionScorer(meteor=evaluation.meteor, tokenizer=evaluation.tokenizer),
+        jit_compile=evaluation.jit_compile, bootstrap=Bootstrap(evaluation.bootstrap, evaluation.confidence),
+        sets=config.eval_sets,
+        features=FeatureStore(work.features if work else None, evaluation.feature_cache_keep))
+
+
+def evaluate_once(config: EvaluatorConfig, checkpoint: str | None = None) -> EvalResult:
+    """Evaluate ``checkpoint`` (default: the newest) and return its result (the other sets' in
+    ``others``).  Features are kept only in a work dir named for it, held as the service holds it
+    (refused while a service evaluates there: one writer per cache)."""
+    _prepare(config)
+    work = config.work
+    with DirectoryLock(directory=work.root, role="evaluator", flag="--work-dir") if work else nullcontext():
+        evaluator = build_evaluator(config)
+        try:
+            return evaluator.evaluate(checkpoint or latest_checkpoint(config.model_dir))
+        finally:
+            evaluator.close()
+
+
+def run(config: EvaluatorConfig, security: LoadedSecurity) -> int:
+    """The service on ``config``: one per work dir (a second is refused by name), its address and
+    Prometheus port checked before TensorFlow starts; returns the exit code."""
+    _prepare(config)
+    with DirectoryLock(directory=config.work.root, role="evaluator", flag="--work-dir"):
+        check_listen_address(config.serve.host, config.serve.port)
+        if config.serve.health_port is not None:
+            check_listen_address(config.serve.host, config.serve.health_port, "--health-port")
+        endpoint = exposition.serve("evaluator", config.monitoring)
+        try:
+            return serve(config, security, endpoint)
+        finally:
+            if endpoint is not None:
+                endpoint.close()
+
+
+def _prepare(config: EvaluatorConfig) -> None:
+    """Before anything is built: ``--tokenizer ptb`` without Java is one line; TensorFlow's thread
+    pools sized by ``--threads``."""
+    resolve_tokenizer(config.evaluation.tokenizer)
+    threads = config.evaluation.threads
+    if threads:
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
 
 
 def serve(config: EvaluatorConfig, security: LoadedSecurity, endpoint: MetricsEndpoint | None = None) -> int:
@@ -74,15 +138,9 @@ class _Parts:
 
 def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.AbstractEventLoop,
            endpoint: MetricsEndpoint | None) -> _Parts:
-    model_dir, workdir, evaluation, serving = config.model_dir, config.work, config.evaluation, config.serve
-    # METEOR's JVM takes seconds to start: the evaluation thread starts it (controller.run), not
-    # before the server answers.
-    auto = evaluation.max_eval_examples == AUTO
-    evaluator = CheckpointEvaluator(
-        model_dir, config.data, None if auto else evaluation.max_eval_examples, evaluation.beam_size,
-        scorer=lambda: CaptionScorer(meteor=evaluation.meteor, tokenizer=evaluation.tokenizer),
-        jit_compile=evaluation.jit_compile, bootstrap=Bootstrap(evaluation.bootstrap, evaluation.confidence),
-        sets=config.eval_sets, features=FeatureStore(workdir.features, evaluation.feature_cache_keep))
+    model_dir, workdir, serving = config.model_dir, config.work, config.serve
+    auto = config.evaluation.max_eval_examples == AUTO
+    evaluator = build_evaluator(config)  # its JVM starts in the evaluation thread, not before serving
     workdir.root.mkdir(parents=True, exist_ok=True)
     store = Store(workdir.history)
     summaries = EvalSummaries(str(workdir.summaries), evaluator.files)

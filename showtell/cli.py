@@ -22,8 +22,8 @@ from showtell.common.versions import installed_version
 COMMANDS = {
     "data": ("showtell.commands.data", "build a dataset: the synthetic default or MSCOCO"),
     "pretrain": ("showtell.commands.pretrain", "pretrain the encoder on the synthetic scenes' labels"),
-    "train": ("showtell.trainer.cli", "train the model; checkpoints on a schedule"),
-    "evaluate": ("showtell.evaluator.cli", "watch a model dir, evaluate each checkpoint, serve metrics"),
+    "train": ("showtell.commands.train", "train the model; checkpoints on a schedule"),
+    "evaluate": ("showtell.commands.evaluate", "watch a model dir, evaluate each checkpoint, serve metrics"),
     "metrics": ("showtell.commands.metrics", "query an evaluator over gRPC"),
     "runs": ("showtell.commands.runs", "the runs recorded in model dirs: status, best, time to a target"),
     "caption": ("showtell.commands.caption", "caption image files with a trained model or an export"),

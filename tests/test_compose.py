@@ -48,7 +48,7 @@ def _trainer(service: dict):
         command[command.index(RECIPE)] = source
     environment = {k: str(v) for k, v in (service.get("environment") or {}).items()}
     with mock.patch.dict(os.environ, environment):
-        return parse_cli("showtell.trainer.cli", command)
+        return parse_cli("showtell.commands.train", command)
 
 COMPOSE_FILES = {
     "base": ["docker-compose.yml"],
@@ -162,7 +162,7 @@ PRESETS = {"coco-phase1": {"train_inception": False, "inception_learning_rate": 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_presets_render_the_im2txt_recipe_as_commands_our_clis_accept(compose_tools, preset: str):
-    from showtell.trainer.cli import argument_problem
+    from showtell.commands.train import argument_problem
 
     env_file = f"deploy/presets/{preset}.env"
     assert set(_env_file(ROOT / env_file)) <= set(_env_file(ROOT / ".env.example")), "unknown setting"
@@ -179,7 +179,7 @@ def test_presets_render_the_im2txt_recipe_as_commands_our_clis_accept(compose_to
     assert str(trainer.data) == "/data/coco" and trainer.strategy == "mirrored"
     for key, value in PRESETS[preset].items():
         assert getattr(trainer, key) == value, key
-    evaluator = parse_cli("showtell.evaluator.cli", services["evaluator"]["command"])
+    evaluator = parse_cli("showtell.commands.evaluate", services["evaluator"]["command"])
     assert (evaluator.export_best, evaluator.export_keep, evaluator.beam_size) == ("cider:max", 3, 3)
     assert "/srv/showtell:/data:ro" in services["trainer"]["volumes"]
     # Phase 1 builds the feature cache: not in the read-only data, on the trainer's own volume.
@@ -189,20 +189,20 @@ def test_presets_render_the_im2txt_recipe_as_commands_our_clis_accept(compose_to
 
 def test_defaults_leave_phase_2_early_stop_and_export_to_their_flags(compose_tools):
     """The base stack passes every recipe flag, with values meaning "as if not given"."""
-    from showtell.trainer.cli import argument_problem
+    from showtell.commands.train import argument_problem
 
     services = _config(COMPOSE_FILES["base"], {})["services"]
     trainer = _trainer(services["trainer"])
     assert argument_problem(trainer) is None
     assert (trainer.train_inception, trainer.inception_learning_rate, trainer.stop_when) == (None, None, "")
     assert (trainer.mixed_precision, trainer.jit_compile, trainer.steps_per_loop) == ("off", False, None)
-    assert not parse_cli("showtell.evaluator.cli", services["evaluator"]["command"]).export_best
+    assert not parse_cli("showtell.commands.evaluate", services["evaluator"]["command"]).export_best
 
 
 def test_a_recipe_of_ones_own_changes_the_trainer_and_nothing_else(compose_tools, tmp_path: Path):
     """A team's recipe file (SHOWTELL_RECIPE): its settings reach the trainer; the places the
     compose file wires (data, model dir, evaluator) stay the stack's."""
-    from showtell.trainer.cli import argument_problem
+    from showtell.commands.train import argument_problem
 
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text((ROOT / "deploy/recipes/demo.yaml").read_text().replace('stop-when: ""',
@@ -223,7 +223,7 @@ def test_the_monitoring_profile_scrapes_what_the_services_serve(compose_tools):
     network (not published), with the rules promtool checks (tests/test_prometheus.py)."""
     services = _config(COMPOSE_FILES["base"], {})["services"]
     trainer = _trainer(services["trainer"])
-    evaluator = parse_cli("showtell.evaluator.cli", services["evaluator"]["command"])
+    evaluator = parse_cli("showtell.commands.evaluate", services["evaluator"]["command"])
     scrape = yaml.safe_load((ROOT / "deploy" / "monitoring" / "prometheus.yml").read_text())
     targets = {job["job_name"]: job["static_configs"][0]["targets"] for job in scrape["scrape_configs"]}
     pretrain = parse_cli("showtell.commands.pretrain", services["pretrain"]["command"])
@@ -364,11 +364,11 @@ def test_services_run_commands_our_clis_accept(compose_tools):
     assert trainer.train_inception is None  # auto: frozen, since it starts pretrained
     from showtell.demo import TRAIN_FLAGS
 
-    demo = parse_cli("showtell.trainer.cli", ["--data", "d", "--model-dir", "m", *TRAIN_FLAGS])
+    demo = parse_cli("showtell.commands.train", ["--data", "d", "--model-dir", "m", *TRAIN_FLAGS])
     for flag in ("optimizer", "learning_rate", "epochs_per_decay", "lstm_dropout", "image_dropout",
                  "batch_size"):
         assert getattr(trainer, flag) == getattr(demo, flag), flag
-    evaluator = parse_cli("showtell.evaluator.cli", services["evaluator"]["command"])
+    evaluator = parse_cli("showtell.commands.evaluate", services["evaluator"]["command"])
     assert str(evaluator.model_dir) == "/checkpoints/model" and evaluator.host == "0.0.0.0"
     assert "checkpoints:/checkpoints:ro" in services["evaluator"]["volumes"]
     assert "checkpoints:/checkpoints:rw" in services["trainer"]["volumes"]
@@ -391,7 +391,7 @@ def test_services_run_commands_our_clis_accept(compose_tools):
     assert "checkpoints:/checkpoints:rw" in cluster["trainer"]["volumes"]
 
     standalone = _config(COMPOSE_FILES["evaluator"], STANDALONE_ENV)["services"]["evaluator"]
-    args = parse_cli("showtell.evaluator.cli", standalone["command"])
+    args = parse_cli("showtell.commands.evaluate", standalone["command"])
     assert args.poll_secs > 0  # network filesystems deliver no inotify events
     assert any(v.startswith("/mnt/nfs/showtell/model:/checkpoints") and v.endswith(":ro")
                for v in standalone["volumes"])

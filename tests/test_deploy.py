@@ -103,12 +103,12 @@ def test_commands_are_flags_the_clis_accept(tfjob):
     for role in ("Chief", "PS", "Worker"):
         [container] = specs[role]["template"]["spec"]["containers"]
         assert container["command"] == ["showtell", "train"]
-        args = parse_cli("showtell.trainer.cli", container["args"])
+        args = parse_cli("showtell.commands.train", container["args"])
         assert args.strategy == "parameter_server" and args.job_name is None  # cluster from TF_CONFIG
         assert args.model_dir == Path("/checkpoints/model")
     [evaluator] = specs["Evaluator"]["template"]["spec"]["containers"]
     assert evaluator["command"] == ["showtell", "evaluate"]
-    args = parse_cli("showtell.evaluator.cli", evaluator["args"])
+    args = parse_cli("showtell.commands.evaluate", evaluator["args"])
     assert str(args.model_dir) == "/checkpoints/model" and args.poll_secs > 0
     assert args.exit_when_trained  # the evaluator ends with the job …
     assert tfjob["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"  # … and nothing is left running
@@ -146,8 +146,8 @@ def test_the_chief_fills_the_data_path_that_every_task_reads(tfjob):
     from showtell.captioning.data.manifest import MANIFEST
 
     assert MANIFEST == "dataset.json"
-    for role, module in (("Chief", "showtell.trainer.cli"), ("Worker", "showtell.trainer.cli"),
-                         ("Evaluator", "showtell.evaluator.cli")):
+    for role, module in (("Chief", "showtell.commands.train"), ("Worker", "showtell.commands.train"),
+                         ("Evaluator", "showtell.commands.evaluate")):
         [container] = _pod(tfjob, role)["containers"]
         assert parse_cli(module, container["args"]).data == built.out, role
 
@@ -167,7 +167,7 @@ def test_pods_run_as_the_images_user_with_limits_gpus_release_tags_and_plaintext
         [main] = pod["containers"]
         assert (main["resources"]["limits"].get("nvidia.com/gpu") == "1") == (role == "Worker"), role
     [evaluator] = _pod(tfjob, "Evaluator")["containers"]
-    args = parse_cli("showtell.evaluator.cli", evaluator["args"])
+    args = parse_cli("showtell.commands.evaluate", evaluator["args"])
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert evaluator[probe]["grpc"]["port"] == args.health_port != args.port, probe
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from showtell.captioning.config import CacheConfig, InputConfig, ModelConfig
+from showtell.commands import train as cli
 from showtell.common.flags import Parser, config_flags
-from showtell.trainer import cli
 from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig
-from showtell.trainer.experiment import Source, TrainExperiment
+from showtell.trainer.experiment import SECTIONS, Source, TrainExperiment, settings
 
 
 @pytest.fixture
@@ -42,7 +42,9 @@ def test_each_flag_sets_exactly_its_field(parser):
     assert built.input == InputConfig(deterministic=True, seed=5)
     assert built.distribution.devices == ("CPU:0", "CPU:1")
     assert built.followed_encoder == Path("e.weights.h5")
-    assert built.settings["lstm_units"] == 7 and built.settings["devices"] == ["CPU:0", "CPU:1"]
+    recorded = settings(built)  # the run's record, read from the experiment
+    assert recorded["lstm_units"] == 7 and recorded["devices"] == ["CPU:0", "CPU:1"]
+    assert recorded["profile_steps"] is None and recorded["data"] == "d"
 
 
 def _help_entries(parser) -> dict[str, str]:
@@ -50,8 +52,9 @@ def _help_entries(parser) -> dict[str, str]:
     entries, flag = {}, None
     for line in parser.format_help().splitlines():
         stripped = line.strip()
-        if stripped.startswith("--"):
-            flag = stripped.split()[0].rstrip(",")
+        if stripped.startswith("-"):  # "--flag …", or "-v, --verbose …"
+            words = stripped.split()
+            flag = words[1] if words[0].endswith(",") else words[0]
             entries[flag] = stripped
         elif flag and line.startswith(" " * 10):
             entries[flag] += " " + stripped
@@ -63,7 +66,7 @@ def _help_entries(parser) -> dict[str, str]:
 def test_every_option_field_has_its_default_in_its_help_shown_or_kept_for_the_keys(parser):
     entries = _help_entries(parser)
     hidden = parser.hidden_help
-    for config in cli.CONFIGS:
+    for config in SECTIONS.values():
         for field, flag in config_flags(config):
             dest = flag.lstrip("-").replace("-", "_")
             assert (flag in entries) != (dest in hidden), flag  # in --help, or in the keys' reference
@@ -105,12 +108,12 @@ def test_the_help_fits_a_screen_and_every_setting_has_a_dotted_key(parser):
 
 
 def test_the_evaluator_cli_builds_a_typed_config_and_refuses_combinations_in_one_line(showtell_main):
-    from showtell.evaluator.cli import config_from_args
+    from showtell.commands.evaluate import config_from_args
     from showtell.evaluator.config import EvaluatorConfig, Finish
     from showtell.evaluator.records.workdir import WorkDir
     from tests.helpers import parse_cli
 
-    args = parse_cli("showtell.evaluator.cli", ["--model-dir", "runs/m", "--data", "d", "--policy", "all",
+    args = parse_cli("showtell.commands.evaluate", ["--model-dir", "runs/m", "--data", "d", "--policy", "all",
                                              "--port", "0", "--exit-when-trained", "--export-best", "cider"])
     config = config_from_args(args)
     assert isinstance(config, EvaluatorConfig) and config.work == WorkDir(Path("runs/m-eval"))

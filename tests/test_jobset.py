@@ -85,7 +85,7 @@ def test_jobset_roles_success_on_chief_and_evaluator(jobset, replicated):
     assert replicated["chief"]["replicas"] == 1 and replicated["worker"]["replicas"] >= 2
     policy = jobset["spec"]["successPolicy"]
     assert policy == {"operator": "All", "targetReplicatedJobs": ["chief", "evaluator"]}
-    evaluator = parse_cli("showtell.evaluator.cli", _container(replicated["evaluator"])["args"])
+    evaluator = parse_cli("showtell.commands.evaluate", _container(replicated["evaluator"])["args"])
     assert evaluator.exit_when_trained and evaluator.poll_secs  # it ends, so the set can succeed
     assert evaluator.export_best == "cider:max"
 
@@ -134,7 +134,7 @@ def _assert_tasks_find_each_other(jobset: dict, replicated: dict, recipe: Path) 
         assert replicated[job]["template"]["spec"].get("parallelism", 1) == 1  # pod index is 0
         for index in range(replicated[job]["replicas"]):
             # What JobSet puts in the label and annotation of this Job's pod.
-            args = parse_cli("showtell.trainer.cli",
+            args = parse_cli("showtell.commands.train",
                              _expanded(container["args"], _pod_env(jobset, job, index), recipe))
             assert args.strategy == "parameter_server"
             cluster = from_flags(args.ps_hosts, args.worker_hosts, args.chief_host, args.job_name,
@@ -214,8 +214,8 @@ def test_the_data_job_runs_first_and_fills_the_path_every_task_reads(jobset, rep
     data_mount = {m["mountPath"]: m for m in data["volumeMounts"]}["/data"]
     assert not data_mount.get("readOnly")
     claim = {v["name"]: v for v in _pod(replicated["data"])["volumes"]}[data_mount["name"]]
-    for job, module in (("chief", "showtell.trainer.cli"), ("worker", "showtell.trainer.cli"),
-                        ("evaluator", "showtell.evaluator.cli")):
+    for job, module in (("chief", "showtell.commands.train"), ("worker", "showtell.commands.train"),
+                        ("evaluator", "showtell.commands.evaluate")):
         container = _container(replicated[job])
         args = parse_cli(module, _expanded(container["args"], _pod_env(jobset, job, 0), recipe))
         assert args.data == built.out, job
@@ -249,7 +249,7 @@ def test_pods_run_as_the_images_user_with_limits_gpus_and_release_tags(replicate
 
 def test_the_probes_ask_the_plaintext_health_port_the_evaluator_is_given(replicated):
     container = _container(replicated["evaluator"])
-    args = parse_cli("showtell.evaluator.cli", container["args"])
+    args = parse_cli("showtell.commands.evaluate", container["args"])
     assert args.health_port and args.health_port != args.port
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["grpc"]["port"] == args.health_port, probe
@@ -262,7 +262,7 @@ def test_the_chief_trains_with_the_recipe_it_mounts(jobset, replicated, recipe):
     volumes = {v["name"]: v for v in _pod(replicated["chief"])["volumes"]}
     assert mounts["/etc/showtell"]["readOnly"] is True
     assert volumes[mounts["/etc/showtell"]["name"]]["configMap"]["name"] == "showtell-recipe"
-    args = parse_cli("showtell.trainer.cli",
+    args = parse_cli("showtell.commands.train",
                      _expanded(chief["args"], _pod_env(jobset, "chief", 0), recipe))
     assert args.config == [recipe] and args.save_every_secs == 600 and args.keep == 5  # from the file
     assert str(args.model_dir) == "/checkpoints/model"  # the flags: where things are
@@ -282,7 +282,7 @@ def test_every_pod_meets_pod_security_restricted_in_a_namespace_enforcing_it(doc
 
 
 def test_the_pods_serving_metrics_are_annotated_for_prometheus(jobset, replicated, recipe):
-    for job, module in (("chief", "showtell.trainer.cli"), ("evaluator", "showtell.evaluator.cli")):
+    for job, module in (("chief", "showtell.commands.train"), ("evaluator", "showtell.commands.evaluate")):
         container = _container(replicated[job])
         args = parse_cli(module, _expanded(container["args"], _pod_env(jobset, job, 0), recipe))
         annotations = replicated[job]["template"]["spec"]["template"]["metadata"]["annotations"]

@@ -7,7 +7,8 @@ Bottom to top — a module may import its own package and any layer below it, ne
 2. ``showtell.captioning``: data, model, weights — what both services share
 3. ``showtell.trainer`` and ``showtell.evaluator``: the two services, which never import each other
 4. ``showtell.cli`` (and ``cli_reference``), ``showtell.commands``, ``showtell.demo``: what a user runs
-   (may share code)
+   (may share code) — and the services' ``__main__`` modules (``python -m showtell.trainer``), which
+   are the command line's entry points, not the libraries'
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ LAYERS = [
     ("showtell.cli", "showtell.cli_reference", "showtell.commands", "showtell.demo", "showtell.__main__"),
 ]
 SERVICES = 3  # the one layer whose members must not import each other
+ENTRY_POINTS = ("showtell.trainer.__main__", "showtell.evaluator.__main__")  # layer 4, in layer 3's folders
 GENERIC = ("trainer", "evaluator", "captioning", "protos")  # folder names, not import names
 
 
@@ -61,6 +63,8 @@ def _imports(path: Path) -> list[tuple[int, str]]:
 
 
 def _layer(module: str) -> tuple[int, str] | None:
+    if module in ENTRY_POINTS:
+        return len(LAYERS) - 1, module
     for level, owners in enumerate(LAYERS):
         for owner in owners:
             if module == owner or module.startswith(owner + "."):
@@ -146,18 +150,42 @@ def longest_chain(graph: dict[str, set[str]], start: str) -> list[str]:
     return chain(start, frozenset())
 
 
-# At most 8 modules from a command's entry to a leaf (entry, CLI, the service's top, … a leaf): the
-# controllers depend on protocols — the trainer's on Saver, Schedule, Stop and StepTask, the
-# evaluator's actions and service on the best export's (Exporter, ExportView) — and the model
-# dir's file names and the contract's words sit low (common.run_records, api.contract).
-CHAIN_CEILING = dict.fromkeys(("showtell.trainer.__main__", "showtell.evaluator.__main__",
-                               "showtell.__main__"), 8)
+def dispatched(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """``graph`` with the imports ``importlib`` makes: ``showtell.cli`` → each command's module (read
+    from its ``COMMANDS`` table, as it dispatches)."""
+    tree = ast.parse((ROOT / "showtell" / "cli.py").read_text())
+    table = next(node.value for node in tree.body if isinstance(node, ast.Assign)
+                 and any(getattr(t, "id", None) == "COMMANDS" for t in node.targets))
+    commands = {module for module, _ in ast.literal_eval(table).values()}
+    assert commands and commands <= set(graph), commands - set(graph)
+    return {**graph, "showtell.cli": graph["showtell.cli"] | commands}
+
+
+# At most 8 modules from the console script (pyproject's ``showtell = showtell.cli:entry``) to a
+# leaf, measured through its dispatch; the three ``python -m`` modules are that one import more.
+# The controllers depend on protocols — the trainer's on Saver, Schedule, Stop and StepTask, the
+# task on a FeatureSource, the evaluator's actions and service on the best export's (Exporter,
+# ExportView) — and the model dir's file names and the contract's words sit low
+# (common.run_records, api.contract).
+CHAIN_CEILING = {"showtell.cli": 8, **dict.fromkeys(("showtell.__main__", "showtell.trainer.__main__",
+                                                      "showtell.evaluator.__main__"), 9)}
 
 
 @pytest.mark.parametrize("entry", sorted(CHAIN_CEILING))
 def test_no_import_chain_from_a_command_grows(entry: str):
-    chain = longest_chain(import_graph(), entry)
+    chain = longest_chain(dispatched(import_graph()), entry)
     assert len(chain) <= CHAIN_CEILING[entry], " → ".join(chain)
+
+
+def test_the_chain_is_measured_through_the_dispatch():
+    """Every command's module is reached from the entry (a chain the dispatch hides counts), and a
+    module one step further down lengthens the measured chain: a planted import is seen."""
+    graph = dispatched(import_graph())
+    chain = longest_chain(graph, "showtell.__main__")
+    static = import_graph()["showtell.cli"]  # what the dispatch hides from a reader of imports
+    assert chain[:2] == ["showtell.__main__", "showtell.cli"] and chain[2] not in static
+    planted = {**graph, chain[-1]: {"showtell.planted"}, "showtell.planted": set()}
+    assert len(longest_chain(planted, "showtell.__main__")) == len(chain) + 1
 
 
 def test_the_chain_measure_finds_the_longest():
@@ -167,7 +195,7 @@ def test_the_chain_measure_finds_the_longest():
 
 EVALUATOR_LAYERS = [  # bottom to top, as CONTRIBUTING.md draws them
     ("metric_names",), ("records",), ("config",), ("loop",), ("scoring",), ("serving",),
-    ("daemon",), ("cli",), ("__main__",),
+    ("daemon",), ("__main__",),
 ]
 
 

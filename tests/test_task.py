@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from showtell.captioning.config import CacheConfig, InputConfig, ModelConfig
+from showtell.trainer import build_task
 from showtell.trainer.config import OptimizerConfig, TrainConfig
+from showtell.trainer.experiment import Source, TrainExperiment
 from showtell.trainer.task import CaptionTask
 
 
@@ -23,11 +25,13 @@ def test_a_task_builds_alone_and_trains_a_step_with_no_model_dir(tiny_data: Path
                                                                  monkeypatch):
     monkeypatch.chdir(tmp_path)
     data_before = _files(tiny_data)
-    task = CaptionTask(data_dir=tiny_data, model_dir=None,
-                       model=ModelConfig(embedding_size=16, lstm_units=16),
-                       input_config=InputConfig(batch_size=2, shuffle_buffer=8, deterministic=True),
-                       optimizer=OptimizerConfig(name="adam", learning_rate=1e-3, epochs_per_decay=0),
-                       train=TrainConfig(seed=1), train_inception=False, cache=CacheConfig(enabled=False))
+    task = build_task(TrainExperiment(
+        source=Source(data=tiny_data, train_inception=False),
+        model=ModelConfig(embedding_size=16, lstm_units=16),
+        input=InputConfig(batch_size=2, shuffle_buffer=8, deterministic=True),
+        optimizer=OptimizerConfig(name="adam", learning_rate=1e-3, epochs_per_decay=0),
+        train=TrainConfig(seed=1), cache=CacheConfig(enabled=False)))
+    assert isinstance(task, CaptionTask) and not task.phase.trains_encoder and task.model_config.vocab_size
     built = dict(vars(task))
     assert not {"checkpoints", "scratch", "_cache"} & set(built)  # the trainer's, not the task's
     dataset = task.dataset()

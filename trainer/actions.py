@@ -12,7 +12,6 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from showtell.captioning.model.network import ShowAndTell
 from showtell.trainer.controller import StepLogs
 from showtell.trainer.optimizer import current_learning_rate
 from showtell.trainer.summaries import TrainSummaries
@@ -97,15 +96,16 @@ class StepReport:
 
 @dataclass
 class WeightHistograms:
-    """Histograms of the decoder's weights every ``every`` steps."""
+    """Histograms of ``model``'s decoder and image embedding every ``every`` steps (Inception's 376
+    variables would drown them)."""
 
     summaries: TrainSummaries
-    model: ShowAndTell
+    model: tf.keras.Model  # a ShowAndTell: its decoder_weights
     every: int
 
     def __call__(self, step: int, logs: StepLogs) -> None:
         if crossed(step, logs.steps, self.every):
-            self.summaries.histograms(step, self.model)
+            self.summaries.histograms(step, self.model.decoder_weights, self.model.name + "/")
 
 
 @dataclass

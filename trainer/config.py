@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from showtell.captioning.config import PRECISIONS
 from showtell.common.options import (
+    PRECISIONS,
     boolean,
     non_negative_float,
     option,
@@ -24,8 +24,10 @@ OPTIMIZERS = ("sgd", "momentum", "adam")
 class OptimizerConfig:
     """im2txt's training schedule: SGD 2.0, halved every 8 epochs, global-norm clip 5.0."""
 
-    name: str = option("sgd", "sgd (im2txt), momentum or adam", flag="--optimizer", choices=OPTIMIZERS)
-    learning_rate: float = option(2.0, "initial rate (im2txt's SGD rate)", type=positive_float)
+    name: str = option("sgd", "sgd (im2txt), momentum or adam", flag="--optimizer", choices=OPTIMIZERS,
+                       shown=True)
+    learning_rate: float = option(2.0, "initial rate (im2txt's SGD rate)", type=positive_float,
+                                 shown=True)
     decay_factor: float = option(0.5, "multiply the rate by this every --epochs-per-decay",
                                  type=positive_float)
     epochs_per_decay: float = option(8.0, "0 keeps the rate constant", type=non_negative_float)
@@ -55,18 +57,20 @@ IM2TXT_INCEPTION_LEARNING_RATE = 0.0005
 class TrainConfig:
     """How long to train and when to checkpoint and log."""
 
-    steps: int = option(1_000_000, "train until the global step reaches this total", type=positive_int)
+    steps: int = option(1_000_000, "train until the global step reaches this total", type=positive_int,
+                        shown=True)
     max_seconds: float | None = option(None, "stop (and save) after this many seconds", type=positive_float)
     save_every_secs: float | None = option(600.0, "checkpoint every S seconds, 0 disables",
-                                           type=seconds_or_never)
-    save_every_steps: int | None = option(None, "checkpoint every K steps", type=positive_int)
+                                           type=seconds_or_never, shown=True)
+    save_every_steps: int | None = option(None, "checkpoint every K steps", type=positive_int,
+                                          shown=True)
     first_save_secs: float | None = option(None, "also the first checkpoint this many seconds into the run, "
                                            "then on the schedule: an evaluator reports early",
                                            type=positive_float)
-    keep: int = option(5, "checkpoints kept on disk", type=positive_int)
+    keep: int = option(5, "checkpoints kept on disk", type=positive_int, shown=True)
     log_every_steps: int = option(100, "log and write scalar summaries every K steps", type=positive_int)
     histogram_every_steps: int = option(1000, "weight histograms every K steps", type=positive_int)
-    seed: int = option(0, "initialisation and input-order seed", type=int)
+    seed: int = option(0, "initialisation and input-order seed", type=int, shown=True)
 
 
 # ``--steps-per-loop auto``, measured in bench/steps_per_loop.py (BENCHMARKS.md, "The trainer"):

@@ -25,21 +25,15 @@ from typing import Any
 
 from showtell.captioning.data.manifest import MANIFEST
 from showtell.common.files import write_atomic
-from showtell.common.flags import NOT_SETTINGS, settings_yaml
+from showtell.common.flags import settings_yaml
 from showtell.common.run_records import RUNS, differences
 from showtell.common.versions import installed_version
+from showtell.trainer.experiment import TrainExperiment, keys, settings
 
 log = logging.getLogger(__name__)
 
 # Sections a printed configuration holds besides the settings: read by people, passed over by --config.
 SECTIONS = ("resolved", "environment")
-
-
-def settings(flags: dict[str, Any]) -> dict[str, Any]:
-    """Every flag's value as parsed (``vars(args)``: defaults, files and environment applied),
-    JSON-ready."""
-    return {key: _plain(value) for key, value in sorted(flags.items())
-            if key != "command" and key not in NOT_SETTINGS}
 
 
 def resolved(task: Any, strategy: str, steps_per_loop: int) -> dict[str, Any]:
@@ -77,10 +71,11 @@ def environment(task: Any, encoder: bool = True) -> dict[str, Any]:
     }
 
 
-def configuration(flags: dict[str, Any], task: Any, strategy: str, steps_per_loop: int,
+def configuration(experiment: TrainExperiment, task: Any, strategy: str, steps_per_loop: int,
                   encoder: bool = True) -> dict[str, Any]:
-    """The whole configuration of this start of a run (``flags``: ``settings(vars(args))``)."""
-    return {"command": "train", "settings": flags, "resolved": resolved(task, strategy, steps_per_loop),
+    """The whole configuration of this start of a run: every setting, read from the experiment."""
+    return {"command": "train", "settings": settings(experiment),
+            "resolved": resolved(task, strategy, steps_per_loop),
             "environment": environment(task, encoder)}
 
 
@@ -110,8 +105,6 @@ def record_yaml(model_dir: Path, run_id: str, config: dict[str, Any], step: int)
     header = (f"showtell train: run {run_id or 'unnamed'} as it started at step {step}; repeat it with "
               f"showtell train --config {path.name} --model-dir NEW")
     path.parent.mkdir(parents=True, exist_ok=True)
-    from showtell.trainer.experiment import keys
-
     revisions = _read(model_dir / RUNS / f"{run_id or 'unnamed'}.json")["revisions"]
     # Which start of the run this is (--config refuses a later revision: it would not repeat the run)
     revision = {"number": max(1, len(revisions)), "run_id": run_id or "unnamed", "step": step,
@@ -147,11 +140,3 @@ def _read(path: Path) -> dict[str, Any]:
         log.warning("%s: unreadable (%s); moved aside to %s, this run's configuration starts again",
                     path, exc, aside.name)
         return {"run_id": path.stem, "revisions": []}
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Path) or (isinstance(value, tuple) and type(value).__str__ is not tuple.__str__):
-        return str(value)  # a path, or a flag's own tuple type (--profile-steps 3:5) as its flag writes it
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value

@@ -6,8 +6,6 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from showtell.captioning.model.network import ShowAndTell
-
 
 class TrainSummaries:
     def __init__(self, model_dir: Path | None) -> None:
@@ -21,13 +19,13 @@ class TrainSummaries:
             for name, value in values.items():
                 tf.summary.scalar(name, value)
 
-    def histograms(self, step: int, model: ShowAndTell) -> None:
-        """Weights of the decoder and image embedding (Inception's 376 would drown them)."""
+    def histograms(self, step: int, variables: list, prefix: str) -> None:
+        """A histogram of each variable, named by its path less ``prefix`` (the model's name)."""
         if self.writer is None:
             return
         with self.writer.as_default(step=step):
-            for variable in model.decoder_weights:
-                tf.summary.histogram(variable.path.removeprefix(model.name + "/"), variable.value)
+            for variable in variables:
+                tf.summary.histogram(variable.path.removeprefix(prefix), variable.value)
 
     def close(self) -> None:
         if self.writer is not None:

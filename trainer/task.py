@@ -9,115 +9,86 @@ learning rates a resume resets; the runners run its steps, the controller decide
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import keras
 import tensorflow as tf
 
 from showtell.captioning.config import CacheConfig, InputConfig, ModelConfig
 from showtell.captioning.data import inputs
-from showtell.captioning.data.feature_cache import FeatureCache
-from showtell.captioning.data.manifest import Manifest, load_dataset
-from showtell.captioning.data.records import shard_files
-from showtell.captioning.model.modeldir import check_model_dir, recorded_encoder_init, trained_vocabulary_size
+from showtell.captioning.data.manifest import Manifest
+from showtell.captioning.data.vocab import Vocabulary
 from showtell.captioning.model.network import ShowAndTell, build_model, masked_loss_sum
-from showtell.captioning.weights.encoder import NONE
-from showtell.common.errors import DataError
 from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig
 from showtell.trainer.optimizer import build_optimizer
-from showtell.trainer.transfer import decide_phase
+from showtell.trainer.transfer import Phase
 
 log = logging.getLogger(__name__)
-XLA_CAPTION_MULTIPLE = 8  # words: a synthetic caption (≤ 20) meets 3 lengths, a COCO one (≤ 50) 7
 
 
-def resolve_model_config(config: ModelConfig, manifest: Manifest, data_dir: Path,
-                         image_size: int | None, vocab_size: int | None = None) -> ModelConfig:
-    """Fill vocab and image size from the dataset (``vocab_size``: the model dir's, when it goes
-    on in its own vocabulary); refuse sizes the data cannot serve."""
-    size = image_size or manifest.image_size or config.image_size
-    if manifest.image_size and size > manifest.image_size:
-        raise DataError(
-            f"--image-size {size}: the images in {data_dir} are {manifest.image_size} px and would be "
-            f"upsampled; rebuild the data with --image-size {size} or pass --image-size {manifest.image_size}"
-        )
-    return dataclasses.replace(config, vocab_size=vocab_size or manifest.vocab_size, image_size=size)
+@dataclass(frozen=True)
+class TrainData:
+    """The dataset a task trains on, as the assembly read it: its manifest fixes vocabulary and
+    image size; ``files`` are its training shards."""
+
+    dir: Path
+    manifest: Manifest
+    vocab: Vocabulary
+    files: list[str]
+
+
+@dataclass(frozen=True)
+class TaskSections:
+    """The experiment's sections a task builds from, resolved by the assembly (the model's
+    vocabulary, image size and phase filled in, the input's seed and lengths settled)."""
+
+    model: ModelConfig
+    input: InputConfig
+    optimizer: OptimizerConfig
+    train: TrainConfig
+    compute: ComputeConfig = field(default_factory=ComputeConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+
+
+class FeatureSource(Protocol):
+    """What a task on the feature cache reads (``FeatureCache``, which the trainer opens)."""
+
+    def train_dataset(self, config: InputConfig, batch_size: int) -> tf.data.Dataset: ...
 
 
 class CaptionTask:
-    """Show and Tell on one dataset, for one model dir, under one ``tf.distribute`` strategy."""
+    """Show and Tell on one dataset under one ``tf.distribute`` strategy: built from its sections,
+    the data read and the phase decided (``train_lib.build_task`` does both, and the model dir's
+    checks, and seeds the run) — it reads and decides nothing itself."""
 
-    def __init__(
-        self,
-        *,
-        data_dir: Path,
-        model_dir: Path | None,
-        model: ModelConfig,
-        input_config: InputConfig,
-        optimizer: OptimizerConfig,
-        train: TrainConfig,
-        strategy: tf.distribute.Strategy | None = None,
-        image_size: int | None = None,
-        inception_weights: str = NONE,
-        train_inception: bool | None = None,
-        cache: CacheConfig | None = None,
-        compute: ComputeConfig | None = None,
-        is_chief: bool = True,
-        independent_workers: bool = False,
-    ) -> None:
+    def __init__(self, sections: TaskSections, data: TrainData, phase: Phase,
+                 strategy: tf.distribute.Strategy | None = None, is_chief: bool = True) -> None:
         """
         Args:
-          data_dir: a dataset from ``showtell data``; its manifest fixes vocabulary and image size.
-          model_dir: the run's, whose record (vocabulary, shape, encoder origin) the task must
-            agree with; None: a task of its own (a test, a bench), checked against nothing.
-          model, input_config, optimizer, train: the run's configuration (``showtell.captioning.config``).
+          sections: model, input, optimizer, schedule, compute and cache (``TaskSections``).
+          data: the dataset (``TrainData``).
+          phase: which parts train, and whether from the feature cache (``transfer.decide_phase``).
           strategy: default the current (default) strategy — one device.
-          image_size: model input pixels; default the dataset's.
-          inception_weights: encoder start for a new model dir (file, ``imagenet`` or ``none``).
-          train_inception: phase 2 when true; None decides from the encoder's origin.
-          cache: the phase-1 feature cache (used whenever the encoder is frozen).
-          compute: mixed precision and XLA for the step (default float32, no XLA).
           is_chief: whether this task's process writes the model dir (the trainer's concern).
-          independent_workers: parameter-server workers each build their own input pipeline,
-            which must not share a seed (every worker would read the same examples).
         """
-        self.data_dir, self.model_dir = data_dir, model_dir
-        self.manifest, self.vocab = load_dataset(data_dir)
-        self.files = shard_files(data_dir, "train")
-        self.inception_weights = inception_weights
-        self.cache_config = cache or CacheConfig()
-        self.phase = decide_phase(train_inception=train_inception, inception_weights=inception_weights,
-                                  recorded_init=recorded_encoder_init(model_dir) if model_dir else None,
-                                  cache_enabled=self.cache_config.enabled, optimizer=optimizer)
-        self._resolve_model(model, image_size, optimizer.name)
-        self.optimizer_config, self.train_config = optimizer, train
-        self.compute = compute or ComputeConfig()
-        self.input_config = _input_config(input_config, self.compute, independent_workers)
-        self.uses_cache = self.phase.uses_cache
+        self.data_dir, self.manifest, self.vocab, self.files = data.dir, data.manifest, data.vocab, data.files
+        self.phase, self.uses_cache = phase, phase.uses_cache
+        self.model_config, self.input_config = sections.model, sections.input
+        self.optimizer_config, self.train_config = sections.optimizer, sections.train
+        self.compute, self.cache_config = sections.compute, sections.cache
         self.strategy, self.is_chief = strategy or tf.distribute.get_strategy(), is_chief
         # --batch-size is per replica; a step consumes batch × replicas examples (the global
         # batch).  Under parameter_server each worker step is one replica's batch.
-        self.batch_size = input_config.batch_size * self.strategy.num_replicas_in_sync
+        self.batch_size = self.input_config.batch_size * self.strategy.num_replicas_in_sync
         # An epoch (of the learning-rate schedule) is one pass over the captions, as in im2txt:
         # with one caption per image visit, that is as many passes over the images as an image
         # has captions.
         self.steps_per_epoch = max(1, self.manifest.splits["train"].captions // self.batch_size)
-
-        tf.keras.utils.set_random_seed(train.seed)
         self._build()
-
-    def _resolve_model(self, model: ModelConfig, image_size: int | None, optimizer: str) -> None:
-        """``model_config`` from the flags, the dataset, the model dir's record and the phase
-        (checked before anything is written)."""
-        recorded = (trained_vocabulary_size(self.model_dir, self.vocab, self.data_dir)
-                    if self.model_dir is not None else None)
-        model = resolve_model_config(model, self.manifest, self.data_dir, image_size, recorded)
-        if self.model_dir is not None:
-            check_model_dir(self.model_dir, model, optimizer)
-        self.model_config = dataclasses.replace(model, train_inception=self.phase.trains_encoder)
 
     def _build(self) -> None:
         """The model, its optimizers (slots built now) and the global step, in the strategy's scope."""
@@ -269,12 +240,12 @@ class CaptionTask:
 
     # -- the data -------------------------------------------------------------------------
 
-    def dataset(self, cache: FeatureCache | None = None) -> tf.data.Dataset:
+    def dataset(self, cache: FeatureSource | None = None) -> tf.data.Dataset:
         """Global batches: ``cache``'s encoder features while the encoder is frozen (the trainer
         opens it: ``training.open_data``), else images."""
         return self.dataset_factory(self.batch_size, cache)()
 
-    def dataset_factory(self, batch_size: int, cache: FeatureCache | None = None
+    def dataset_factory(self, batch_size: int, cache: FeatureSource | None = None
                         ) -> Callable[[], tf.data.Dataset]:
         """A no-argument function that builds the pipeline — what parameter-server workers call."""
         size, config = self.model_config.image_size, self.input_config
@@ -284,16 +255,6 @@ class CaptionTask:
         if cache is None:
             raise RuntimeError("a task on the feature cache reads the cache training.open_data() opened")
         return lambda: cache.train_dataset(config, batch_size)
-
-
-def _input_config(config: InputConfig, compute: ComputeConfig, independent_workers: bool) -> InputConfig:
-    """Parameter-server workers read with no shared seed (each would read the same examples);
-    under XLA, caption lengths round up to a few sizes (it compiles once for each)."""
-    if independent_workers and config.seed is not None:
-        config = dataclasses.replace(config, seed=None)
-    if compute.jit_compile:
-        config = dataclasses.replace(config, caption_multiple=XLA_CAPTION_MULTIPLE)
-    return config
 
 
 def _clip_global(grads: list, clip: float) -> list:

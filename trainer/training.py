@@ -34,11 +34,12 @@ from showtell.trainer.actions import ProfileSteps, StepReport, WeightHistograms
 from showtell.trainer.checkpoints import Checkpoints, SaveSchedule
 from showtell.trainer.cluster import cluster_failure
 from showtell.trainer.controller import Action, Controller
+from showtell.trainer.experiment import TrainExperiment
 from showtell.trainer.optimizer import restore_configured_rates
 from showtell.trainer.prometheus import TrainerMetrics
 from showtell.trainer.runners import ParameterServerRunner, SynchronousRunner
 from showtell.trainer.signals import StopRequest
-from showtell.trainer.strategy import placement
+from showtell.trainer.strategy import Chosen, placement
 from showtell.trainer.summaries import TrainSummaries
 from showtell.trainer.task import CaptionTask
 
@@ -63,28 +64,30 @@ class TrainResult:
 class Trainer:
     """Trains ``task`` to its ``TrainConfig.steps`` under its strategy."""
 
-    def __init__(self, *, task: CaptionTask, coordinator=None, workers: int = 1,
-                 strategy_note: str | None = None, profile_steps: tuple[int, int] | None = None,
-                 strategy_name: str = "", settings: dict | None = None,
-                 metrics: TrainerMetrics | None = None, actions: Sequence[Action] = ()) -> None:
+    def __init__(self, task: CaptionTask, experiment: TrainExperiment, *, chosen: Chosen | None = None,
+                 workers: int = 1, metrics: TrainerMetrics | None = None, actions: Sequence[Action] = (),
+                 record: bool = True) -> None:
         """
         Args:
-          task: model, data and checkpoints of the run.
-          coordinator: a ``ClusterCoordinator``: parameter-server training (chief only).
+          task: model, optimizers, data and steps of the run (built by ``train_lib.build_task``).
+          experiment: the run's configuration: its model dir, encoder start and profile range, and
+            — ``record`` — the whole of it, kept in ``<model-dir>/runs/`` by the chief.
+          chosen: the strategy chosen, why, and (parameter-server training) its coordinator.
           workers: worker tasks of a parameter-server cluster.
-          strategy_note: which strategy and why, for the log.
-          profile_steps: (A, B): a profiler trace of global steps A to B in the TensorBoard run.
-          strategy_name: the strategy chosen (recorded with the run's configuration).
-          settings: every flag as parsed (``run_config.settings``): the chief records the run's
-            whole configuration in ``<model-dir>/runs/``; None records nothing (benches, tests).
           metrics: the Prometheus figures to keep (``--prometheus-port``), or None.
           actions: more controller actions, after the trainer's own (``--follow-encoder``'s watch).
+          record: write the run's configuration and ends (False: benches, tests).
         """
-        self.task, self.coordinator, self.workers, self.metrics = task, coordinator, workers, metrics
+        self.task, self.experiment, self.workers, self.metrics = task, experiment, workers, metrics
+        self.model_dir = experiment.source.model_dir
+        self.inception_weights = experiment.source.inception_weights
+        self.coordinator = chosen.coordinator if chosen else None
+        self.strategy_name = chosen.name if chosen else type(task.strategy).__name__
+        self.strategy_note = (f"strategy {chosen.name} ({chosen.why})" if chosen
+                              else f"strategy {type(task.strategy).__name__}")
+        self.profile_steps, self.record = experiment.runtime.profile_steps, record
         self.extra_actions = list(actions)
-        self.profile_steps, self.strategy_name, self.settings = profile_steps, strategy_name, settings
-        self.strategy_note = strategy_note or f"strategy {type(task.strategy).__name__}"
-        self.checkpoints, self.scratch = task_checkpoints(task)
+        self.checkpoints, self.scratch = task_checkpoints(task, self.model_dir)
 
     def run(self, stop: StopRequest | None = None) -> TrainResult:
         task, cfg = self.task, self.task.train_config
@@ -96,13 +99,13 @@ class Trainer:
             self._record_configuration(start_step)
         self._announce(start_step)
         self._log_shape()
-        summaries = TrainSummaries(task.model_dir if task.is_chief else None)
+        summaries = TrainSummaries(self.model_dir if task.is_chief else None)
         runner = profiler = None
         try:
             cache, cache_build = open_data(task)
             runner = self._runner(cache)
             if self.profile_steps and task.is_chief:
-                profiler = ProfileSteps(logdir=task.model_dir / "train", first=self.profile_steps[0],
+                profiler = ProfileSteps(logdir=self.model_dir / "train", first=self.profile_steps[0],
                                         last=self.profile_steps[1])
                 profiler(task.step)  # a range that starts with this run's first step
             controller = Controller(
@@ -150,7 +153,7 @@ class Trainer:
     def _announce(self, step: int) -> None:
         """Where the run is, for what reads it from outside: the run id in every JSON log record,
         the step and each save's figures for Prometheus (``--prometheus-port``)."""
-        logs.CONTEXT["run"] = read_run_id(str(self.task.model_dir)) or ""
+        logs.CONTEXT["run"] = read_run_id(str(self.model_dir)) or ""
         if self.metrics is not None:
             self.metrics.start(step, self.task.batch_size, logs.CONTEXT["run"])
             self.checkpoints.on_save = self.metrics.saved
@@ -167,10 +170,10 @@ class Trainer:
 
     def _record_end(self, step: int, path: str, reason: str, finished: bool) -> None:
         """The chief's: the finished marker (evaluators read it), and the run's end in its record."""
-        model_dir = self.task.model_dir
+        model_dir = self.model_dir
         if finished:
             mark_finished(model_dir, step, path, reason)
-        if self.settings is not None:
+        if self.record:
             run_config.ended(model_dir, read_run_id(str(model_dir)) or "", step, reason, finished)
 
     def _runner(self, cache: FeatureCache | None) -> SynchronousRunner | ParameterServerRunner:
@@ -194,16 +197,16 @@ class Trainer:
         restored = self.checkpoints.restore_latest()
         if restored is None:
             # Before anything is written: a bad weights file leaves the model dir untouched.
-            encoder_init = load_encoder_weights(task.model.encoder, task.inception_weights)
-            log.info("no checkpoint in %s: starting from scratch%s", task.model_dir,
-                     f", encoder from {task.inception_weights}" if encoder_init.pretrained else "")
+            encoder_init = load_encoder_weights(task.model.encoder, self.inception_weights)
+            log.info("no checkpoint in %s: starting from scratch%s", self.model_dir,
+                     f", encoder from {self.inception_weights}" if encoder_init.pretrained else "")
         else:
             log.info("resumed from %s at step %d", self.checkpoints.restored_from, restored)
             for change in restore_configured_rates(task.rates, task.strategy):
                 log.info("%s from the flags", change)
-            if task.inception_weights != NONE:
+            if self.inception_weights != NONE:
                 log.info("%s not applied: the model dir's own checkpoint carries the encoder "
-                         "(pretrained weights only initialise a new model dir)", task.inception_weights)
+                         "(pretrained weights only initialise a new model dir)", self.inception_weights)
         log.info("%s", task.phase.describe())
         log.info("%s", self.strategy_note)
         log.info("placement: %s", placement(task.strategy, task.model.weights + task.optimizer_variables(),
@@ -212,14 +215,14 @@ class Trainer:
 
     def _record_configuration(self, step: int) -> None:
         """The run's whole configuration, or what changed since its last start (``run_config``)."""
-        if self.settings is None:
+        if not self.record:
             return
         task = self.task
-        config = run_config.configuration(self.settings, task, self.strategy_name,
+        config = run_config.configuration(self.experiment, task, self.strategy_name,
                                           task.compute.loop_steps(task.uses_cache))
-        run_id = read_run_id(str(task.model_dir)) or ""
-        changed = run_config.record(task.model_dir, run_id, config, step)
-        run_config.record_yaml(task.model_dir, run_id, config, step)
+        run_id = read_run_id(str(self.model_dir)) or ""
+        changed = run_config.record(self.model_dir, run_id, config, step)
+        run_config.record_yaml(self.model_dir, run_id, config, step)
         if changed:
             log.info("resumed with changed settings, recorded in %s: %s", run_config.RUNS, "; ".join(changed))
 
@@ -227,29 +230,29 @@ class Trainer:
         """The chief's once-per-run writes: clear the finished marker; in a new model dir, the
         run's record, the encoder-init report and the vocabulary."""
         task = self.task
-        task.model_dir.mkdir(parents=True, exist_ok=True)
-        if clear_finished(task.model_dir):
+        self.model_dir.mkdir(parents=True, exist_ok=True)
+        if clear_finished(self.model_dir):
             log.info("training again in %s: its finished marker is removed until this run ends",
-                     task.model_dir)
+                     self.model_dir)
         if encoder_init is None:
             return
         data = {"dir": str(task.data_dir), "builder": task.manifest.builder,
                 "vocab_size": task.manifest.vocab_size, "image_size": task.manifest.image_size}
-        run_id = write_metadata(task.model_dir, task.model_config, data, encoder_init.metadata(),
+        run_id = write_metadata(self.model_dir, task.model_config, data, encoder_init.metadata(),
                                 optimizer=task.optimizer_config.name)
-        log.info("run %s starts in %s", run_id, task.model_dir)
+        log.info("run %s starts in %s", run_id, self.model_dir)
         if encoder_init.pretrained:
-            (task.model_dir / ENCODER_INIT_REPORT).write_text(encoder_init.report())
+            (self.model_dir / ENCODER_INIT_REPORT).write_text(encoder_init.report())
         # The vocabulary travels with the checkpoints: `showtell caption` needs no --data.
-        shutil.copyfile(task.data_dir / VOCAB, task.model_dir / VOCAB)
+        shutil.copyfile(task.data_dir / VOCAB, self.model_dir / VOCAB)
 
 
-def task_checkpoints(task: CaptionTask) -> tuple[Checkpoints, Path | None]:
+def task_checkpoints(task: CaptionTask, model_dir: Path) -> tuple[Checkpoints, Path | None]:
     """The run's checkpoints of ``task``'s state, and the scratch dir a non-chief writes its own
     into (None for the chief): multi-worker tasks must all save (the save may run collectives),
     and every task restores from the shared model dir."""
     scratch = None if task.is_chief else Path(tempfile.mkdtemp(prefix="showtell-worker-"))
-    return Checkpoints(task.model_dir, task.global_step, task.train_config.keep,
+    return Checkpoints(model_dir, task.global_step, task.train_config.keep,
                        optional=task.checkpointed_optimizers(), write_dir=scratch, model=task.model), scratch
 
 

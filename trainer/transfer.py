@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from showtell.captioning.weights.encoder import NONE
+from showtell.captioning.config import WEIGHTS_NONE as NONE
 from showtell.trainer.config import IM2TXT_INCEPTION_LEARNING_RATE, OptimizerConfig
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 import keras
 import tensorflow as tf
 
-from showtell.captioning.config import MIN_IMAGE_SIZE, PRECISIONS, ModelConfig
+from showtell.captioning.config import MIN_IMAGE_SIZE, ModelConfig
+from showtell.common.options import PRECISIONS
 
 
 def build_encoder(image_size: int, bn_momentum: float | None = None) -> keras.Model:

@@ -1,4 +1,5 @@
-"""Command-line entry points that belong to no service: ``showtell data``, ``caption``, ``metrics``.
-
-The services' own entry points are ``showtell.trainer.cli`` and ``showtell.evaluator.cli``.
+"""Every ``showtell`` command's parser and entry point, one module each: ``data``, ``pretrain``,
+``train``, ``evaluate``, ``metrics``, ``runs``, ``caption``, ``import-im2txt`` and ``demo``.  Each
+parses its flags into a typed configuration and hands it to a library's assembly
+(``showtell.trainer.train_lib``, ``showtell.evaluator.daemon``); the libraries have no argparse.
 """

@@ -32,7 +32,7 @@ class MonitoringConfig:
 
     prometheus_port: int | None = option(
         None, "serve Prometheus metrics over HTTP on --prometheus-host:PORT at /metrics (0: any free "
-              "port; default: off)", type=int, metavar="PORT")
+              "port; default: off)", type=int, metavar="PORT", shown=True)
     prometheus_host: str = option("127.0.0.1", "the metrics' bind address (0.0.0.0 in a container, "
                                                "for the scraper)")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import sys
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from showtell.common import options
@@ -69,17 +69,22 @@ def or_auto(parse) -> FlagType:
 # -- flags written once, on the config dataclasses --------------------------------------
 
 def add_config_flags(parser, config_cls) -> None:
-    """One flag per ``option`` field of ``config_cls``, default and help from the field."""
+    """One flag per ``option`` field of ``config_cls``, default and help from the field, and its
+    marks: shown in a one-screen ``--help`` (``shown``), set by an older named variable (``env``)."""
     for f, flag in config_flags(config_cls):
         kwargs = dict(f.metadata["argparse"])
         if "type" in kwargs:
             kwargs["type"] = as_flag_type(kwargs["type"])
-        help_text = f.metadata["help"]
+        help_text, env = f.metadata["help"], f.metadata.get("env")
+        if env:
+            help_text += f" (env {env})"
         if f.default is not None and kwargs.get("action") != "store_true":
             shown = f.default if not isinstance(f.default, bool) else str(f.default).lower()
             help_text += f" (default {shown:g})" if isinstance(shown, float) else f" (default {shown})"
             kwargs["default"] = f.default
-        parser.add_argument(flag, help=help_text, **kwargs)
+        names = [f.metadata["short"], flag] if f.metadata.get("short") else [flag]
+        action = parser.add_argument(*names, help=help_text, **kwargs)
+        action.shown, action.environment = f.metadata.get("shown", False), env
 
 
 def config_from_flags(config_cls, args: argparse.Namespace, **fixed):
@@ -98,14 +103,15 @@ def add_config_file_flag(parser: argparse.ArgumentParser, records: bool = False,
     more than its settings (``train``: what they resolve to)."""
     also = (", or a run's record (<model-dir>/runs/<id>.yaml, or its history <id>.json), to repeat "
             "the run" if records else "")
-    parser.add_argument("--config", type=Path, metavar="FILE", action="append",
+    shown(parser.add_argument("--config", type=Path, metavar="FILE", action="append",
                         help=f"a YAML file of settings, keyed by flag name without the dashes "
                              f"(batch-size: 32), such as --print-config prints{also}; repeat it to merge "
                              "files in order (a later file wins); flags on the command line override them, "
-                             "they override the defaults")
-    parser.add_argument("--print-config", action="store_true",
-                        help=print_help or "print the settings (defaults, --config files, environment and "
-                                           "flags applied) as YAML that --config reads back, and exit")
+                             "they override the defaults"))
+    shown(parser.add_argument("--print-config", action="store_true",
+                              help=print_help or "print the settings (defaults, --config files, environment "
+                                                 "and flags applied) as YAML that --config reads back, and "
+                                                 "exit"))
 
 
 # What a config file may hold besides settings: a run record's or --print-config's other sections
@@ -116,16 +122,18 @@ NOT_SETTINGS = frozenset({"config", "print_config", "set"})  # how the settings 
 
 
 def apply_config_file(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
-    """Every ``--config FILE`` in ``argv``, in order (a later file's keys win), then every
-    ``SHOWTELL_<SECTION>__<FIELD>`` variable of a dotted key, become ``parser``'s defaults, each
+    """The older named variables a flag reads (``SHOWTELL_STRATEGY``), then every ``--config FILE``
+    in ``argv``, in order (a later file's keys win), then every ``SHOWTELL_<SECTION>__<FIELD>``
+    variable of a dotted key, become ``parser``'s defaults, each
     value checked by its flag's own type and choices: so flags given still win, and a bad value
     fails in one line naming the file and key (or the variable), and what is allowed (exit 2),
     before anything runs.  A run's record (``runs/<id>.json``) gives its last revision's settings.
     Returns ``argv`` with its dotted keys (``--set KEY=VALUE``, ``--KEY VALUE``) as their flags."""
-    defaults: dict[str, object] = {}
+    named, environment = _environment_settings(parser)
+    defaults: dict[str, object] = dict(named)
     for path in _config_paths(argv):
         defaults.update(_file_settings(parser, path))
-    defaults.update(_environment_settings(parser))
+    defaults.update(environment)
     parser.set_defaults(**defaults)
     return expand_keys(parser, argv)
 
@@ -138,18 +146,26 @@ def add_keys(parser: argparse.ArgumentParser, keys: dict[str, str], *, sections:
     a config file (``optimizer: {learning_rate: 0.1}``) and a ``SHOWTELL_OPTIMIZER__LEARNING_RATE``
     variable reach it.  ``sections``: where the keys are listed, for the help."""
     parser.dotted_keys = dict(keys)  # type: ignore[attr-defined]
-    parser.add_argument("--set", metavar="KEY=VALUE", action="append",
+    shown(parser.add_argument("--set", metavar="KEY=VALUE", action="append",
                         help=f"set any setting by its dotted key, e.g. --set optimizer.learning_rate=0.1 "
                              f"(or --optimizer.learning_rate 0.1; in the environment "
-                             f"SHOWTELL_OPTIMIZER__LEARNING_RATE=0.1); the keys: {sections}")
+                             f"SHOWTELL_OPTIMIZER__LEARNING_RATE=0.1); the keys: {sections}"))
 
 
-def hide_flags(parser: argparse.ArgumentParser, shown: Collection[str]) -> None:
-    """Keep ``--help`` to one screen: every flag whose dest is not in ``shown`` still works but is
-    left out of the help, its text kept for the keys' reference (``docs/cli.md``)."""
+def shown(action: argparse.Action) -> argparse.Action:
+    """Mark a flag written by hand (not an ``option``) as one ``hide_flags`` keeps in ``--help``."""
+    action.shown = True  # type: ignore[attr-defined]
+    return action
+
+
+def hide_flags(parser: argparse.ArgumentParser) -> None:
+    """Keep ``--help`` to one screen: every flag not marked ``shown`` (by its ``option`` or by
+    ``shown``) still works but is left out of the help, its text kept for the keys' reference
+    (``docs/cli.md``)."""
     hidden = {}
     for action in parser._actions:
-        if action.option_strings and action.dest not in shown and action.help != argparse.SUPPRESS:
+        if (action.option_strings and not getattr(action, "shown", False) and action.dest != "help"
+                and action.help != argparse.SUPPRESS):
             hidden[action.dest], action.help = action.help, argparse.SUPPRESS
     parser.hidden_help = hidden  # type: ignore[attr-defined]
 
@@ -170,17 +186,29 @@ def environment_name(key: str) -> str:
 
 
 def _environment_settings(parser: argparse.ArgumentParser) -> dict[str, object]:
+    """The environment's settings, each checked as its flag would check it: first the older named
+    variables (``SHOWTELL_STRATEGY``: defaults, which a ``--config`` file overrides), then every
+    ``SHOWTELL_<SECTION>__<FIELD>`` (over the files) — two dicts, in that order."""
     import os
 
     actions = _actions(parser)
-    settings = {}
+    named, settings = {}, {}
+    for dest, action in actions.items():
+        variable = getattr(action, "environment", None)
+        if variable and os.environ.get(variable):
+            named[dest] = _setting(parser, f"environment {variable}", flag_name(action), action,
+                                   os.environ[variable])
     for key, dest in keys_of(parser).items():
         variable = environment_name(key)
         text = os.environ.get(variable)
         if text is not None:
             settings[dest] = _setting(parser, f"environment {variable}", key, actions[dest], text)
             actions[dest].required = False
-    return settings
+    return named, settings
+
+
+def flag_name(action: argparse.Action) -> str:
+    return action.option_strings[-1]
 
 
 def expand_keys(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:

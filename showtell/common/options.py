@@ -103,11 +103,20 @@ def or_auto(parse: Check) -> Check:
     return Check(f"{parse.name}|auto", lambda text: None if text.lower() == "auto" else parse(text))
 
 
-def option(default, help: str, *, flag: str | None = None, **argparse_kwargs):
+# --mixed-precision → the Keras dtype policy the network is built under: a value both the model
+# (``captioning/model/network.py``) and the trainer's compute options (``trainer/config.py``) read.
+PRECISIONS = {"off": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+
+
+def option(default, help: str, *, flag: str | None = None, shown: bool = False, env: str | None = None,
+           short: str | None = None, **argparse_kwargs):
     """A config dataclass field that is also a command-line flag (``--<field-name>`` unless
-    ``flag`` names it).  Its default and help are written here once; ``common/flags.py`` makes
-    the flag and reads it back."""
-    metadata = {"flag": flag, "help": help, "argparse": argparse_kwargs}
+    ``flag`` names it; ``short`` adds a one-letter alias).  Its default and help are written here
+    once; ``common/flags.py`` makes the flag and reads it back.  ``shown``: in ``--help`` (a
+    command that keeps its help to one screen leaves the rest to docs/cli.md); ``env``: an older
+    named environment variable that sets it (below ``--config`` files), checked as the flag is."""
+    metadata = {"flag": flag, "help": help, "argparse": argparse_kwargs, "shown": shown, "env": env,
+                "short": short}
     return dataclasses.field(default=default, metadata=metadata)
 
 

@@ -1,8 +1,10 @@
-"""``showtell evaluate`` / ``python -m showtell.evaluator``.
+"""``showtell evaluate`` (and ``python -m showtell.evaluator``): flags → ``EvaluatorConfig`` → the
+evaluator's assembly (``evaluator/daemon.py``).
 
 Default: the service — watch the model dir, evaluate each new checkpoint, keep the
 history, serve metrics over gRPC — until SIGTERM/SIGINT.  ``--once`` evaluates one
-checkpoint (the newest, or ``--checkpoint PATH``), prints its metrics and exits.
+checkpoint (the newest, or ``--checkpoint PATH``), prints its metrics and exits.  Both are built
+from the one typed config ``config_from_args`` makes.
 """
 
 from __future__ import annotations
@@ -11,26 +13,21 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 
-from showtell.api.transport import ServerSecurity, add_server_arguments, check_listen_address
-from showtell.common import exposition
+from showtell.api.transport import ServerSecurity, add_server_arguments
 from showtell.common.exposition import MonitoringConfig
 from showtell.common.flags import (
-    Parser,
     add_config_file_flag,
     add_config_flags,
     add_verbose_flag,
     config_from_flags,
-    parse_args,
     print_config,
     run_command,
     start_command,
 )
 from showtell.common.intervals import with_interval
-from showtell.common.locks import DirectoryLock
 from showtell.evaluator.config import (
     EvalSet,
     EvaluationConfig,
@@ -70,11 +67,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> EvaluatorConfig:
-    """The service's configuration from its flags."""
+    """The evaluator's configuration from its flags: the service's work dir defaults to
+    ``<model-dir>-eval``; ``--once`` has one only when ``--work-dir`` names it."""
     model_dir = str(args.model_dir)
+    work = WorkDir(args.work_dir) if args.work_dir else None if args.once else WorkDir.beside(model_dir)
     return EvaluatorConfig(
-        model_dir=model_dir, data=args.data,
-        work=WorkDir(args.work_dir) if args.work_dir else WorkDir.beside(model_dir),
+        model_dir=model_dir, data=args.data, work=work,
         evaluation=config_from_flags(EvaluationConfig, args), watch=config_from_flags(WatchConfig, args),
         serve=config_from_flags(ServeConfig, args), export=config_from_flags(ExportConfig, args),
         finish=config_from_flags(Finish, args), monitoring=config_from_flags(MonitoringConfig, args),
@@ -97,40 +95,10 @@ def argument_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _limit_threads(threads: int | None) -> None:
-    if threads:
-        import tensorflow as tf
-
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
-
-
-def run_once(args: argparse.Namespace) -> int:
-    from showtell.captioning.model.modeldir import latest_checkpoint
-    from showtell.evaluator.scoring.bootstrap import Bootstrap
-    from showtell.evaluator.scoring.evaluation import CheckpointEvaluator
-    from showtell.evaluator.scoring.features import FeatureStore
-    from showtell.evaluator.scoring.scorers import CaptionScorer
-
-    def scorer() -> CaptionScorer:
-        return CaptionScorer(meteor=args.meteor, tokenizer=args.tokenizer)
-
-    # Features are kept only in a work dir named for it, held as the service holds it (refused
-    # while a service evaluates there: one writer per cache).
-    work = WorkDir(args.work_dir) if args.work_dir else None
-    with DirectoryLock(directory=work.root, role="evaluator", flag="--work-dir") if work else nullcontext():
-        evaluator = CheckpointEvaluator(args.model_dir, args.data, args.max_eval_examples, args.beam_size,
-                                        scorer=scorer, jit_compile=args.jit_compile,
-                                        bootstrap=Bootstrap(args.bootstrap, args.confidence),
-                                        sets=args.eval_set,
-                                        features=FeatureStore(work.features if work else None,
-                                                              args.feature_cache_keep))
-        try:
-            result = evaluator.evaluate(args.checkpoint or latest_checkpoint(args.model_dir))
-        finally:
-            evaluator.close()
-    for one in (result, *result.others):  # a line (or JSON object) per evaluation set
-        if args.json:
+def _print_once(result, as_json: bool) -> None:
+    """A line (or a JSON object) per evaluation set, and the sample captions."""
+    for one in (result, *result.others):
+        if as_json:
             fields = {k: v for k, v in asdict(one).items() if k not in ("stats", "others")}
             sys.stdout.write(json.dumps(fields) + "\n")
             continue
@@ -139,7 +107,6 @@ def run_once(args: argparse.Namespace) -> int:
                          f"{one.seconds:.1f} s; {one.scoring or 'no scorers'})\n")
         for s in one.samples:
             sys.stdout.write(f"  {s['caption']!r}  refs: {' | '.join(s['references'])}\n")
-    return 0
 
 
 def eval_set_problem(sets: Sequence[EvalSet]) -> str | None:
@@ -183,34 +150,15 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         return print_config(PROG, args)
     start_command(args)
+    config = config_from_args(args)
 
     def body() -> int:
-        from showtell.evaluator.scoring.scorers import resolve_tokenizer
+        from showtell.evaluator import daemon
 
-        resolve_tokenizer(args.tokenizer)  # --tokenizer ptb without Java: one line, before anything starts
-        _limit_threads(args.threads)
         if args.once:
-            return run_once(args)
+            _print_once(daemon.evaluate_once(config, args.checkpoint), args.json)
+            return 0
         security = ServerSecurity.from_args(args).load()  # bad flags/files: one line, before TensorFlow
-        config = config_from_args(args)
-        # One evaluator per work dir (its history, exports): a second one is refused by name.
-        with DirectoryLock(directory=config.work.root, role="evaluator", flag="--work-dir"):
-            check_listen_address(config.serve.host, config.serve.port)
-            if config.serve.health_port is not None:
-                check_listen_address(config.serve.host, config.serve.health_port, "--health-port")
-            endpoint = exposition.serve("evaluator", config.monitoring)
-            try:
-                from showtell.evaluator.daemon import serve
-
-                return serve(config, security, endpoint)
-            finally:
-                if endpoint is not None:
-                    endpoint.close()
+        return daemon.run(config, security)
 
     return run_command(PROG, body)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog=PROG, description="Evaluate checkpoints of a showtell model dir.")
-    add_arguments(parser)
-    return run(parse_args(parser, argv))
