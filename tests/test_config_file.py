@@ -176,6 +176,11 @@ def test_any_key_by_its_dotted_name_in_flags_files_or_the_environment(tmp_path: 
     from_environment = _print(showtell_main, "--config", str(nested))
     assert (from_environment["steps"], from_environment["deterministic_input"]) == (11, False)
     assert _print(showtell_main, "--config", str(nested), "--set", "train.steps=12")["steps"] == 12  # … flags
+    # An older named variable is a default: a file overrides it, as guide.md says.
+    monkeypatch.setenv("SHOWTELL_STRATEGY", "mirrored")
+    assert _print(showtell_main)["strategy"] == "mirrored"
+    (tmp_path / "strategy.yaml").write_text("strategy: one_device\n")
+    assert _print(showtell_main, "--config", str(tmp_path / "strategy.yaml"))["strategy"] == "one_device"
 
 
 
@@ -192,6 +197,9 @@ UNKNOWN = "unknown key 'optimizer.learnin_rate' (did you mean optimizer.learning
      "--set: optimizer.name: 'rmsprop' is not one of sgd, momentum, adam"),
     ([], {"SHOWTELL_TRAIN__STEPS": "0"},
      "environment SHOWTELL_TRAIN__STEPS: train.steps: must be ≥ 1 (got 0)"),
+    ([], {"SHOWTELL_STRATEGY": "mirored"},  # an older named variable, checked as its key is
+     "environment SHOWTELL_STRATEGY: distribution.strategy: 'mirored' is not one of auto, one_device, "
+     "mirrored, parameter_server, multi_worker"),
     (["--config", "{file}"], {}, f"--config {{file}}: {UNKNOWN}; keys are the flags of showtell train "
                                  "without the dashes, or dotted keys in sections"),
 ])

@@ -155,13 +155,29 @@ def test_corrupt_checkpoint_is_named_and_left_alone(tiny_data: Path, tiny_model:
     assert _snapshot(model_dir) == before
 
 
-def test_max_seconds_ends_the_run_finished_with_its_marker(tiny_data: Path, tmp_path: Path, showtell_main):
-    """--max-seconds is the run's own end (exit 0, unlike a signal), and the finished marker names
-    the final checkpoint and why — what an evaluator's --exit-when-trained waits for."""
+def test_a_notebook_trains_an_experiment_and_max_seconds_ends_it_finished(tiny_data: Path, tmp_path: Path):
+    """``showtell.trainer.run(experiment)`` from Python, no argparse anywhere: a typed experiment
+    trains, records its run, and --max-seconds is the run's own end (0, unlike a signal) — the
+    finished marker names the final checkpoint and why, what --exit-when-trained waits for."""
+    import argparse
+    from unittest import mock
+
+    from showtell.captioning.config import InputConfig, ModelConfig
+    from showtell.trainer import TrainExperiment, run
+    from showtell.trainer.config import OptimizerConfig, TrainConfig
+    from showtell.trainer.experiment import Source
+
     model_dir = tmp_path / "model"
-    result = showtell_main("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_MODEL,
-                           "--steps", "1000000", "--max-seconds", "10", "--save-every-secs", "0")
-    assert result.returncode == 0, result.stderr[-3000:]
+    experiment = TrainExperiment(
+        source=Source(data=tiny_data, model_dir=model_dir, train_inception=False),
+        model=ModelConfig(embedding_size=32, lstm_units=32),
+        input=InputConfig(batch_size=4, shuffle_buffer=64),
+        optimizer=OptimizerConfig(name="adam", learning_rate=0.001),
+        train=TrainConfig(steps=1000000, max_seconds=10, save_every_secs=None))
+    with mock.patch.object(argparse.ArgumentParser, "parse_args", side_effect=AssertionError("argparse")):
+        assert run(experiment) == 0
+    record = json.loads(next((model_dir / "runs").glob("*.json")).read_text())
+    assert record["revisions"][0]["settings"]["lstm_units"] == 32  # the record, read from the experiment
     finished = json.loads((model_dir / "showtell-finished.json").read_text())
     newest = tf.train.latest_checkpoint(str(model_dir))
     assert finished["checkpoint"] == Path(newest).name and 0 < finished["step"] < 1000000

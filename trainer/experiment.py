@@ -92,7 +92,7 @@ class Source:
 
 @dataclass(frozen=True)
 class Follow:
-    """Following a pretraining's encoder (``--follow-encoder``)."""
+    """Following a pretraining's encoder (--follow-encoder)."""
 
     enabled: bool = option(
         False, "wait for the --inception-weights file, and when a pretraining writes a newer encoder "

@@ -192,12 +192,13 @@ def _environment_settings(parser: argparse.ArgumentParser) -> dict[str, object]:
     import os
 
     actions = _actions(parser)
+    key_of = {dest: key for key, dest in keys_of(parser).items()}
     named, settings = {}, {}
     for dest, action in actions.items():
         variable = getattr(action, "environment", None)
         if variable and os.environ.get(variable):
-            named[dest] = _setting(parser, f"environment {variable}", flag_name(action), action,
-                                   os.environ[variable])
+            key = key_of.get(dest, action.option_strings[-1])
+            named[dest] = _setting(parser, f"environment {variable}", key, action, os.environ[variable])
     for key, dest in keys_of(parser).items():
         variable = environment_name(key)
         text = os.environ.get(variable)
@@ -205,10 +206,6 @@ def _environment_settings(parser: argparse.ArgumentParser) -> dict[str, object]:
             settings[dest] = _setting(parser, f"environment {variable}", key, actions[dest], text)
             actions[dest].required = False
     return named, settings
-
-
-def flag_name(action: argparse.Action) -> str:
-    return action.option_strings[-1]
 
 
 def expand_keys(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
