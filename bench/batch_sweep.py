@@ -26,8 +26,8 @@ from pathlib import Path
 from demo_overhead import ROOT, trainer_rate
 from rounds import add_out, publish
 
+from showtell.commands.demo.settings import ENCODER_FILE, TRAIN_FLAGS
 from showtell.common import processes
-from showtell.demo import ENCODER_FILE, TRAIN_FLAGS
 from showtell.evaluator.records.store import Store
 
 

@@ -3,7 +3,8 @@ demo's evaluator beside it ÷ the same trainer alone, in alternating rounds (``r
 Goal ≥ 0.9 on a 2-core machine.
 
 Two model dirs, each trained in ``--seconds`` slices that resume where the last round stopped:
-one alone, one watched by a real evaluator with the demo's flags (``showtell.demo.evaluator_args``),
+one alone, one watched by a real evaluator with the demo's flags
+(``showtell.commands.demo.settings.evaluator_args``),
 which evaluates each checkpoint the trainer writes (every 30 s, the demo's setting) and sleeps
 between them.  Both start from the same encoder weights file (written here: the speed of a phase-1
 step does not depend on what the encoder learnt) on the demo's dataset and feature cache, which the
@@ -30,8 +31,8 @@ from pathlib import Path
 from rounds import add_out, alternate, publish, ratio, spread
 
 ROOT = Path(__file__).resolve().parents[1]
+from showtell.commands.demo.settings import TRAIN_FLAGS, evaluator_args  # noqa: E402
 from showtell.common import processes  # noqa: E402
-from showtell.demo import TRAIN_FLAGS, evaluator_args  # noqa: E402
 
 WINDOW = re.compile(r"step (\d+)/\d+ .* ([0-9.]+) examples/s")
 SERVING = re.compile(r"serving \S+ \(\+ health, reflection\) on 127\.0\.0\.1:(\d+)")

@@ -29,7 +29,7 @@ COMMANDS = {
     "caption": ("showtell.commands.caption", "caption image files with a trained model or an export"),
     "import-im2txt": ("showtell.commands.import_im2txt",
                       "the published Show-and-Tell model (an im2txt checkpoint) as a showtell model dir"),
-    "demo": ("showtell.demo",
+    "demo": ("showtell.commands.demo",
              "the recipe in miniature on synthetic data: pretraining, phase 1, evaluations live"),
 }
 

@@ -362,7 +362,7 @@ def test_services_run_commands_our_clis_accept(compose_tools):
     assert "pretrain" not in services["trainer"]["depends_on"]
     assert services["trainer"]["depends_on"]["data"]["condition"] == "service_completed_successfully"
     assert trainer.train_inception is None  # auto: frozen, since it starts pretrained
-    from showtell.demo import TRAIN_FLAGS
+    from showtell.commands.demo.settings import TRAIN_FLAGS
 
     demo = parse_cli("showtell.commands.train", ["--data", "d", "--model-dir", "m", *TRAIN_FLAGS])
     for flag in ("optimizer", "learning_rate", "epochs_per_decay", "lstm_dropout", "image_dropout",

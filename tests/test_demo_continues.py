@@ -30,11 +30,11 @@ class _Started:
 def _demo(base: Path):
     """The demo's object, its console's heartbeat stopped after (a thread that would otherwise
     print into later tests' output in this process)."""
-    from showtell import demo
+    from showtell.commands import demo
 
     parser = argparse.ArgumentParser()
     demo.add_arguments(parser)
-    made = demo._Demo(parser.parse_args(["--dir", str(base), "--seconds", "600"]))
+    made = demo.Demo(parser.parse_args(["--dir", str(base), "--seconds", "600"]))
     made.children = _Started()
     try:
         yield made

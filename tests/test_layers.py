@@ -6,7 +6,7 @@ Bottom to top — a module may import its own package and any layer below it, ne
 1. ``showtell.api``: the gRPC contract's Python side (transport security, the metrics client)
 2. ``showtell.captioning``: data, model, weights — what both services share
 3. ``showtell.trainer`` and ``showtell.evaluator``: the two services, which never import each other
-4. ``showtell.cli`` (and ``cli_reference``), ``showtell.commands``, ``showtell.demo``: what a user runs
+4. ``showtell.cli`` (and ``cli_reference``), ``showtell.commands``: what a user runs
    (may share code) — and the services' ``__main__`` modules (``python -m showtell.trainer``), which
    are the command line's entry points, not the libraries'
 """
@@ -25,7 +25,7 @@ LAYERS = [
     ("showtell.api",),
     ("showtell.captioning",),
     ("showtell.trainer", "showtell.evaluator"),
-    ("showtell.cli", "showtell.cli_reference", "showtell.commands", "showtell.demo", "showtell.__main__"),
+    ("showtell.cli", "showtell.cli_reference", "showtell.commands", "showtell.__main__"),
 ]
 SERVICES = 3  # the one layer whose members must not import each other
 ENTRY_POINTS = ("showtell.trainer.__main__", "showtell.evaluator.__main__")  # layer 4, in layer 3's folders

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
+from showtell.commands.demo.summary import time_to_target
 from showtell.commands.metrics import format_evaluation
-from showtell.demo import time_to_target
 from showtell.evaluator.records.store import Record
 from showtell.evaluator.scoring.evaluation import train_seconds
 from showtell.evaluator.serving.service import to_proto
