@@ -31,7 +31,7 @@ import tensorflow as tf
 from showtell.captioning.config import InputConfig, pretrain_state
 from showtell.captioning.data import synthetic
 from showtell.captioning.data.inputs import preprocess_image
-from showtell.trainer import pretrain
+from showtell.trainer.pretraining import pretrain
 
 ATTRS = ("colour", "kind")
 ALL_ATTRS = ("colour", "kind", "size")

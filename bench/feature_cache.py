@@ -41,7 +41,7 @@ from showtell.captioning.model.network import build_encoder
 from showtell.captioning.weights.encoder import load_encoder_weights
 from showtell.trainer.config import OptimizerConfig
 from showtell.trainer.experiment import Source, TrainExperiment
-from showtell.trainer.task import CaptionTask
+from showtell.trainer.step.task import CaptionTask
 from showtell.trainer.train_lib import build_task
 from showtell.trainer.training import open_data
 

@@ -26,7 +26,7 @@ from showtell.captioning.config import InputConfig, SyntheticConfig
 from showtell.captioning.data import synthetic
 from showtell.captioning.data.inputs import preprocess_image
 from showtell.captioning.model.network import build_encoder
-from showtell.trainer import pretrain
+from showtell.trainer.pretraining import pretrain
 
 
 def main() -> None:
@@ -80,7 +80,7 @@ def main() -> None:
                 num_parallel_calls=tf.data.AUTOTUNE)
            .batch(a.batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE))
     optimizer = keras.optimizers.Adam(a.lr)
-    optimizer.build(model.trainable_variables)  # as trainer/pretrain.py: the step traces once
+    optimizer.build(model.trainable_variables)  # as trainer/pretraining/pretrain.py: the step traces once
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
     @tf.function

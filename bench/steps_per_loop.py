@@ -55,15 +55,15 @@ from rounds import MIN_ROUNDS, add_out, order, publish, ratio, spread
 from showtell.captioning.config import InputConfig, ModelConfig, SyntheticConfig
 from showtell.captioning.data import inputs, synthetic
 from showtell.captioning.model.network import masked_loss_sum
-from showtell.trainer.actions import StepReport
-from showtell.trainer.checkpoints import SaveSchedule
 from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig
-from showtell.trainer.controller import Controller
 from showtell.trainer.experiment import Source, TrainExperiment
-from showtell.trainer.runners import SynchronousRunner
-from showtell.trainer.signals import StopRequest
-from showtell.trainer.summaries import TrainSummaries
-from showtell.trainer.task import CaptionTask
+from showtell.trainer.loop.actions import StepReport
+from showtell.trainer.loop.checkpoints import SaveSchedule
+from showtell.trainer.loop.controller import Controller
+from showtell.trainer.loop.runners import SynchronousRunner
+from showtell.trainer.loop.signals import StopRequest
+from showtell.trainer.loop.summaries import TrainSummaries
+from showtell.trainer.step.task import CaptionTask
 from showtell.trainer.train_lib import build_task
 from showtell.trainer.training import open_data, task_checkpoints
 

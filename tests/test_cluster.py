@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from showtell.trainer.cluster import Cluster, ClusterError, check_for_strategy, from_flags, from_tf_config
+from showtell.trainer.distribution.cluster import (
+    Cluster,
+    ClusterError,
+    check_for_strategy,
+    from_flags,
+    from_tf_config,
+)
 from tests.helpers import TINY_MODEL, error_lines
 
 HOSTS = {"chief": ["10.0.0.1:2222"], "worker": ["10.0.0.2:2222", "10.0.0.3:2222"], "ps": ["10.0.0.4:2222"]}

@@ -341,7 +341,7 @@ def test_overrides_change_only_what_differs(compose_tools):
 
 
 def test_services_run_commands_our_clis_accept(compose_tools):
-    from showtell.trainer.cluster import from_tf_config
+    from showtell.trainer.distribution.cluster import from_tf_config
 
     base = _config(COMPOSE_FILES["base"], {})
     services = base["services"]

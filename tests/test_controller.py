@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from showtell.trainer.checkpoints import SaveSchedule
-from showtell.trainer.controller import ANOTHER_WORKER, Controller, StepLogs
-from showtell.trainer.signals import StopRequest
+from showtell.trainer.loop.checkpoints import SaveSchedule
+from showtell.trainer.loop.controller import ANOTHER_WORKER, Controller, StepLogs
+from showtell.trainer.loop.signals import StopRequest
 from tests.fakes import FakeClock
 
 

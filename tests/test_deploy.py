@@ -78,7 +78,7 @@ def test_exit_codes_fail_the_job_on_a_bad_flag_and_restart_it_on_a_lost_task(tfj
 
     from showtell.common.errors import ShowtellError
     from showtell.common.processes import signal_exit_code
-    from showtell.trainer.cluster import ClusterError, ClusterLost, cluster_failure
+    from showtell.trainer.distribution.cluster import ClusterError, ClusterLost, cluster_failure
 
     lost = cluster_failure(RuntimeError("... remote target /job:ps/replica:0/task:0 ..."))
     assert isinstance(lost, ClusterLost) and "parameter server /job:ps/task:0" in str(lost)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from showtell.trainer.early_stop import StopWhen
+from showtell.trainer.following.early_stop import StopWhen
 from showtell.v1 import metrics_pb2 as pb
 from tests.helpers import TINY_MODEL, error_lines, free_ports, metrics_stub, renice_session, wait_for
 

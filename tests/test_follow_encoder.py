@@ -16,8 +16,8 @@ from showtell.captioning.config import pretrain_state
 from showtell.captioning.model.modeldir import METADATA
 from showtell.common.locks import LOCK_FILE
 from showtell.common.processes import cpu_seconds
-from showtell.trainer import follow
-from showtell.trainer.signals import StopRequest
+from showtell.trainer.following import follow
+from showtell.trainer.loop.signals import StopRequest
 from tests import weights_files
 from tests.fakes import FakeClock
 from tests.helpers import TINY_SIZES, Procs, wait_for

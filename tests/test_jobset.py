@@ -19,7 +19,7 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
-from showtell.trainer.cluster import from_flags
+from showtell.trainer.distribution.cluster import from_flags
 from tests.helpers import K8S_VERSION, ROOT, parse_cli
 from tests.k8s import CUSTOM_KINDS, OVERLAYS, crd_violations, render, restricted_violations
 

@@ -478,8 +478,8 @@ def test_early_stop_counts_only_its_own_runs_evaluations(served: Served):
     """A replay trained beside its original, told to stop on the original's evaluator (still
     serving, its run "cur" meeting the target at every evaluation): the replay's run never is
     evaluated there, so it never stops; the original's own trainer does (real gRPC, in process)."""
-    from showtell.trainer.early_stop import EarlyStop, StopWhen
-    from showtell.trainer.signals import StopRequest
+    from showtell.trainer.following.early_stop import EarlyStop, StopWhen
+    from showtell.trainer.loop.signals import StopRequest
 
     def follow(run: str) -> tuple[EarlyStop, StopRequest]:
         stop = StopRequest()

@@ -29,7 +29,7 @@ def test_wheel_installs_into_a_fresh_environment_as_one_namespace(tmp_path: Path
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert tops == {"showtell"}, tops  # no top-level trainer/, evaluator/, captioning/
-    for module in ("showtell/trainer/controller.py", "showtell/evaluator/serving/server.py",
+    for module in ("showtell/trainer/loop/controller.py", "showtell/evaluator/serving/server.py",
                    "showtell/api/client.py", "showtell/captioning/data/vocab.py",
                    "showtell/v1/metrics_pb2.py"):
         assert module in names, module
@@ -58,10 +58,10 @@ def test_wheel_installs_into_a_fresh_environment_as_one_namespace(tmp_path: Path
 
 
 def test_editable_install_maps_the_repository_folders(tmp_path: Path):
-    located = _run(sys.executable, "-c", "import showtell.trainer.controller as c, "
+    located = _run(sys.executable, "-c", "import showtell.trainer.loop.controller as c, "
                    "showtell.captioning.data.vocab as v; print(c.__file__); print(v.__file__)",
                    cwd=tmp_path)  # outside the repository
-    assert located.stdout.split() == [str(ROOT / "trainer" / "controller.py"),
+    assert located.stdout.split() == [str(ROOT / "trainer" / "loop" / "controller.py"),
                                       str(ROOT / "captioning" / "data" / "vocab.py")]
     assert "--model-dir" in _run(sys.executable, "-m", "showtell.evaluator", "--help", cwd=tmp_path).stdout
 
@@ -100,7 +100,7 @@ def test_wheel_with_the_cpu_extra_installs_runs_and_names_the_extras_without_ten
         "showtell data: error: TensorFlow is not installed: install showtell with one of its extras, "
         "pip install 'showtell[cpu]' (CPU) or 'showtell[and-cuda]' (NVIDIA GPUs)"], missing.stderr
     assert not (tmp_path / "again").exists()
-    imported = subprocess.run([str(fresh / "bin" / "python"), "-c", "import showtell.trainer.task"],
+    imported = subprocess.run([str(fresh / "bin" / "python"), "-c", "import showtell.trainer.step.task"],
                               capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert imported.returncode == 1
     assert imported.stderr.strip().splitlines()[-1].endswith("'showtell[and-cuda]' (NVIDIA GPUs)")

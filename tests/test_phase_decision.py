@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from showtell.trainer.config import IM2TXT_INCEPTION_LEARNING_RATE, OptimizerConfig
-from showtell.trainer.transfer import decide_phase
+from showtell.trainer.step.transfer import decide_phase
 
 SGD = OptimizerConfig()  # im2txt: 2.0, halved every 8 epochs
 OWN_RATE = OptimizerConfig(inception_learning_rate=0.01)

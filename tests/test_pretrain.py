@@ -54,14 +54,14 @@ def test_scene_labels_name_the_shapes_in_reading_order():
 
 @pytest.fixture(scope="module")
 def encoder_file(tiny_data: Path, tmp_path_factory) -> Path:
-    from showtell.trainer.pretrain import pretrain
+    from showtell.trainer.pretraining.pretrain import pretrain
 
     out = tmp_path_factory.mktemp("pretrained") / "encoder.weights.h5"
     assert threading.current_thread() is threading.main_thread()  # where its handlers are installed
     before = signal.getsignal(signal.SIGTERM)
     from prometheus_client import CollectorRegistry
 
-    from showtell.trainer.prometheus import TrainerMetrics
+    from showtell.trainer.loop.prometheus import TrainerMetrics
 
     registry = CollectorRegistry()
     result = pretrain(data=tiny_data, out=out, steps=3, batch_size=4, report_every_secs=0,
@@ -81,7 +81,7 @@ def test_held_out_accuracy_scores_each_shape_head_on_the_images_that_have_that_s
     """A model that always answers "none" for the shapes scores 0 on them, not the share of
     scenes without that shape (0.74 for the third shape: how the old figure hid chance)."""
     from showtell.captioning.config import InputConfig
-    from showtell.trainer.pretrain import held_out_accuracy
+    from showtell.trainer.pretraining.pretrain import held_out_accuracy
 
     scenes = [synthetic.make_scene(0, "train", i, 75) for i in range(40)]
     labels = {h: np.array([synthetic.scene_labels(s)[h] for s in scenes]) for h in synthetic.LABEL_HEADS}
@@ -209,8 +209,8 @@ def test_pretraining_resumes_where_it_ended_as_one_longer_run(encoder_file: Path
     run skips to where the first stopped — seen in what ``pretrain()`` feeds its train step), so
     the same loss and weights; ``fresh`` starts over."""
     from showtell.captioning.config import pretrain_state as state_dir
-    from showtell.trainer import pretrain as pretraining
-    from showtell.trainer.pretrain import pretrain
+    from showtell.trainer.pretraining import pretrain as pretraining
+    from showtell.trainer.pretraining.pretrain import pretrain
 
     fed: list[np.ndarray] = []  # the images of every batch pretrain() trains on, in order
     real_step = pretraining.make_train_step
@@ -257,7 +257,7 @@ def test_pretraining_resumes_where_it_ended_as_one_longer_run(encoder_file: Path
     # 3) restored into a classifier initialised otherwise holds the weights its encoder file holds.
     import keras
 
-    from showtell.trainer.pretrain import PretrainState, classifier, make_train_step
+    from showtell.trainer.pretraining.pretrain import PretrainState, classifier, make_train_step
 
     keras.utils.set_random_seed(1)
     encoder, model = classifier(75)

@@ -14,7 +14,7 @@ from showtell.captioning.config import CacheConfig, InputConfig, ModelConfig
 from showtell.trainer import build_task
 from showtell.trainer.config import OptimizerConfig, TrainConfig
 from showtell.trainer.experiment import Source, TrainExperiment
-from showtell.trainer.task import CaptionTask
+from showtell.trainer.step.task import CaptionTask
 
 
 def _files(root: Path) -> dict[str, float]:

@@ -187,7 +187,7 @@ def test_a_notebook_trains_an_experiment_and_max_seconds_ends_it_finished(tiny_d
 def test_im2txt_rate_is_halved_every_8_epochs():
     """The default schedule (im2txt's): SGD 2.0, × 0.5 at every 8 epochs, staircase."""
     from showtell.trainer.config import OptimizerConfig
-    from showtell.trainer.optimizer import build_optimizer, current_learning_rate
+    from showtell.trainer.step.optimizer import build_optimizer, current_learning_rate
 
     config = OptimizerConfig()
     optimizer = build_optimizer(config, steps_per_epoch=10)  # 8 epochs = 80 steps

@@ -28,8 +28,8 @@ from showtell.common.exposition import MonitoringConfig
 from showtell.common.logs import FORMATS
 from showtell.common.options import Invalid, boolean, check, config_flags, option, or_auto, positive_float
 from showtell.common.options import positive_int as _positive_int
-from showtell.trainer.cluster import STRATEGIES
 from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig
+from showtell.trainer.distribution.cluster import STRATEGIES
 
 
 @check("image size")

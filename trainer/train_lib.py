@@ -22,10 +22,10 @@ from showtell.captioning.config import InputConfig, ModelConfig
 from showtell.common import exposition
 from showtell.common.errors import DataError
 from showtell.common.locks import DirectoryLock
-from showtell.trainer import follow
 from showtell.trainer.config import ComputeConfig
 from showtell.trainer.experiment import TrainExperiment
-from showtell.trainer.signals import StopRequest
+from showtell.trainer.following import follow
+from showtell.trainer.loop.signals import StopRequest
 
 log = logging.getLogger(__name__)
 XLA_CAPTION_MULTIPLE = 8  # words: a synthetic caption (≤ 20) meets 3 lengths, a COCO one (≤ 50) 7
@@ -49,8 +49,8 @@ def run(experiment: TrainExperiment, stop: StopRequest | None = None) -> int:
 def cluster_and_strategy(experiment: TrainExperiment):
     """This task's cluster (None: a single process) and the strategy's name it resolves to; the
     devices configured (logical CPUs, placement logging) before TensorFlow starts."""
-    from showtell.trainer import strategy as strategies
-    from showtell.trainer.cluster import check_for_strategy, from_flags, from_tf_config
+    from showtell.trainer.distribution import strategy as strategies
+    from showtell.trainer.distribution.cluster import check_for_strategy, from_flags, from_tf_config
 
     d = experiment.distribution
     cluster = from_flags(d.ps_hosts, d.worker_hosts, d.chief_host, d.job_name,
@@ -78,8 +78,8 @@ def build_task(experiment: TrainExperiment, strategy=None, *, is_chief: bool = T
         recorded_encoder_init,
         trained_vocabulary_size,
     )
-    from showtell.trainer.task import CaptionTask, TaskSections, TrainData
-    from showtell.trainer.transfer import decide_phase
+    from showtell.trainer.step.task import CaptionTask, TaskSections, TrainData
+    from showtell.trainer.step.transfer import decide_phase
 
     source, model_dir = experiment.source, experiment.source.model_dir
     manifest, vocab = load_dataset(source.data)
@@ -141,7 +141,7 @@ def resolved_sections(experiment: TrainExperiment) -> dict[str, Any]:
 
 
 def _chosen_task(experiment: TrainExperiment, cluster, name: str):
-    from showtell.trainer import strategy as strategies
+    from showtell.trainer.distribution import strategy as strategies
 
     chosen = strategies.choose(name, list(experiment.distribution.devices or []) or None, cluster)
     task = build_task(experiment, chosen.strategy, is_chief=cluster is None or cluster.is_chief,
@@ -172,8 +172,8 @@ def _train(experiment: TrainExperiment, stop: StopRequest) -> int:
 
 
 def _train_task(experiment: TrainExperiment, stop: StopRequest, cluster, name: str) -> int:
-    from showtell.trainer.cluster import wait_for_ps
-    from showtell.trainer.prometheus import TrainerMetrics
+    from showtell.trainer.distribution.cluster import wait_for_ps
+    from showtell.trainer.loop.prometheus import TrainerMetrics
     from showtell.trainer.training import Trainer
 
     if name == "parameter_server" and not wait_for_ps(cluster, stop):
@@ -237,7 +237,7 @@ def _early_stop(experiment: TrainExperiment, stop: StopRequest):
         return None
     from showtell.api.transport import ClientSecurity
     from showtell.captioning.model.modeldir import read_run_id
-    from showtell.trainer.early_stop import EarlyStop, StopWhen
+    from showtell.trainer.following.early_stop import EarlyStop, StopWhen
 
     security = ClientSecurity(e.ca, e.auth_token_file, e.tls_server_name)
     model_dir = str(experiment.source.model_dir)
@@ -249,7 +249,7 @@ def _serve(cluster, stop: StopRequest) -> int:
     """A ps or worker task of a parameter-server cluster: serve until SIGTERM/SIGINT, then exit
     128 + the signal.  Never 0: a server is part of a job that is not done while it runs — a
     Kubernetes Job whose evicted worker exited 0 would count it complete and never replace it."""
-    from showtell.trainer.strategy import serve
+    from showtell.trainer.distribution.strategy import serve
 
     stop.action = "stopping the server"
     server = serve(cluster)

@@ -30,18 +30,18 @@ from showtell.common import logs
 from showtell.common.errors import DataError
 from showtell.common.processes import keep_until_exit
 from showtell.trainer import run_config
-from showtell.trainer.actions import ProfileSteps, StepReport, WeightHistograms
-from showtell.trainer.checkpoints import Checkpoints, SaveSchedule
-from showtell.trainer.cluster import cluster_failure
-from showtell.trainer.controller import Action, Controller
+from showtell.trainer.distribution.cluster import cluster_failure
+from showtell.trainer.distribution.strategy import Chosen, placement
 from showtell.trainer.experiment import TrainExperiment
-from showtell.trainer.optimizer import restore_configured_rates
-from showtell.trainer.prometheus import TrainerMetrics
-from showtell.trainer.runners import ParameterServerRunner, SynchronousRunner
-from showtell.trainer.signals import StopRequest
-from showtell.trainer.strategy import Chosen, placement
-from showtell.trainer.summaries import TrainSummaries
-from showtell.trainer.task import CaptionTask
+from showtell.trainer.loop.actions import ProfileSteps, StepReport, WeightHistograms
+from showtell.trainer.loop.checkpoints import Checkpoints, SaveSchedule
+from showtell.trainer.loop.controller import Action, Controller
+from showtell.trainer.loop.prometheus import TrainerMetrics
+from showtell.trainer.loop.runners import ParameterServerRunner, SynchronousRunner
+from showtell.trainer.loop.signals import StopRequest
+from showtell.trainer.loop.summaries import TrainSummaries
+from showtell.trainer.step.optimizer import restore_configured_rates
+from showtell.trainer.step.task import CaptionTask
 
 log = logging.getLogger(__name__)
 

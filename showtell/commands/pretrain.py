@@ -71,8 +71,8 @@ def run(args: argparse.Namespace) -> int:
         # The figures a trainer serves (a port in use: one line, before TensorFlow loads).
         endpoint = exposition.serve("pretrain", config_from_flags(MonitoringConfig, args))
         try:
-            from showtell.trainer.pretrain import pretrain
-            from showtell.trainer.prometheus import TrainerMetrics
+            from showtell.trainer.loop.prometheus import TrainerMetrics
+            from showtell.trainer.pretraining.pretrain import pretrain
 
             result = pretrain(data=args.data, out=args.out, seconds=args.seconds, steps=args.steps,
                               batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed,

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         return run_command(PROG, lambda: _print_config(exp))
     code = run_command(PROG, lambda: train_lib.run(exp))
     if code == train_lib.RESTART and exp.follow.enabled:
-        from showtell.trainer.follow import restart
+        from showtell.trainer.following.follow import restart
 
         return restart()  # returns only if the exec failed
     return code
@@ -85,7 +85,7 @@ def argument_problem(args: argparse.Namespace) -> str | None:
     if args.stop_when and not args.evaluator:  # --evaluator alone is unused: compose always passes it
         return "--stop-when needs --evaluator HOST:PORT (the evaluator whose metrics it follows)"
     if args.stop_when:
-        from showtell.trainer.early_stop import StopWhen
+        from showtell.trainer.following.early_stop import StopWhen
 
         try:
             StopWhen.parse(args.stop_when, args.patience)

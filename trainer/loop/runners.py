@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from showtell.captioning.config import InputConfig
 from showtell.captioning.data import inputs
-from showtell.trainer.controller import StepLogs
+from showtell.trainer.loop.controller import StepLogs
 
 
 class StepTask(Protocol):

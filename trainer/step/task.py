@@ -24,8 +24,8 @@ from showtell.captioning.data.manifest import Manifest
 from showtell.captioning.data.vocab import Vocabulary
 from showtell.captioning.model.network import ShowAndTell, build_model, masked_loss_sum
 from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig
-from showtell.trainer.optimizer import build_optimizer
-from showtell.trainer.transfer import Phase
+from showtell.trainer.step.optimizer import build_optimizer
+from showtell.trainer.step.transfer import Phase
 
 log = logging.getLogger(__name__)
 

@@ -78,7 +78,7 @@ class Controller:
                  boundaries: Sequence[int] = (), marks: Sequence[int] = ()) -> None:
         """
         Args:
-          runner: runs chunks of steps (``showtell.trainer.runners``).
+          runner: runs chunks of steps (``showtell.trainer.loop.runners``).
           global_step: reads the global step (restored from a checkpoint, advanced by steps).
           checkpoints: saved when ``save_schedule`` is due; the final save is the caller's.
           save_schedule: every K steps and/or S seconds.

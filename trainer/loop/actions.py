@@ -12,9 +12,9 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from showtell.trainer.controller import StepLogs
-from showtell.trainer.optimizer import current_learning_rate
-from showtell.trainer.summaries import TrainSummaries
+from showtell.trainer.loop.controller import StepLogs
+from showtell.trainer.loop.summaries import TrainSummaries
+from showtell.trainer.step.optimizer import current_learning_rate
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info
 
-from showtell.trainer.controller import StepLogs
+from showtell.trainer.loop.controller import StepLogs
 
 
 class TrainerMetrics:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from showtell.trainer.cluster import Cluster, ClusterError
+from showtell.trainer.distribution.cluster import Cluster, ClusterError
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ import grpc
 from showtell.api.client import WatchFollower
 from showtell.api.transport import ClientSecurity
 from showtell.common.errors import ShowtellError
-from showtell.trainer.signals import StopRequest
+from showtell.trainer.loop.signals import StopRequest
 from showtell.v1 import metrics_pb2
 
 log = logging.getLogger(__name__)

@@ -34,10 +34,10 @@ from showtell.captioning.data.records import shard_files
 from showtell.captioning.model.network import build_encoder
 from showtell.common.errors import DataError, ShowtellError
 from showtell.common.files import sha256_of
-from showtell.trainer.checkpoints import SaveSchedule
-from showtell.trainer.controller import Controller, StepLogs
-from showtell.trainer.prometheus import TrainerMetrics
-from showtell.trainer.signals import StopRequest
+from showtell.trainer.loop.checkpoints import SaveSchedule
+from showtell.trainer.loop.controller import Controller, StepLogs
+from showtell.trainer.loop.prometheus import TrainerMetrics
+from showtell.trainer.loop.signals import StopRequest
 
 log = logging.getLogger(__name__)
 HELD_OUT = 0.1  # of the train split, to report accuracy on images the encoder did not fit
