@@ -31,7 +31,8 @@ import tensorflow as tf
 from showtell.captioning.config import InputConfig, pretrain_state
 from showtell.captioning.data import synthetic
 from showtell.captioning.data.inputs import preprocess_image
-from showtell.trainer.pretraining import pretrain
+from showtell.trainer.pretraining import heads as pretrain
+from showtell.trainer.pretraining.pretrain import PretrainState
 
 ATTRS = ("colour", "kind")
 ALL_ATTRS = ("colour", "kind", "size")
@@ -106,7 +107,7 @@ def main() -> None:
     n_fit = round(len(images) * (1 - pretrain.HELD_OUT))
     size = images.shape[1]
     _, model = pretrain.classifier(size)
-    state = pretrain.PretrainState(pretrain_state(a.out), model, __import__("keras").optimizers.Adam())
+    state = PretrainState(pretrain_state(a.out), model, __import__("keras").optimizers.Adam())
     step = state.restore()
     held = {h: v[n_fit:] for h, v in labels.items()}
     fitted = {h: v[:a.fitted] for h, v in labels.items()}

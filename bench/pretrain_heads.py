@@ -26,7 +26,7 @@ from showtell.captioning.config import InputConfig, SyntheticConfig
 from showtell.captioning.data import synthetic
 from showtell.captioning.data.inputs import preprocess_image
 from showtell.captioning.model.network import build_encoder
-from showtell.trainer.pretraining import pretrain
+from showtell.trainer.pretraining import heads as pretrain
 
 
 def main() -> None:

@@ -16,7 +16,8 @@ import sys
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from showtell.common.errors import NO_TENSORFLOW
-from showtell.common.flags import Parser, apply_config_file
+from showtell.common.flags import Parser
+from showtell.common.setting_sources import apply_config_file
 from showtell.common.versions import installed_version
 
 COMMANDS = {

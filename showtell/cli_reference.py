@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from showtell.cli import COMMANDS
-from showtell.common.flags import Parser, flag_help, keys_of
+from showtell.common.flags import Parser, flag_help
+from showtell.common.setting_sources import keys_of
 
 WIDTH = "100"  # argparse wraps help at $COLUMNS: fixed, so the file does not depend on the terminal
 

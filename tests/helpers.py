@@ -163,7 +163,7 @@ def parse_cli(module: str, argv: list[str]) -> argparse.Namespace:
     exits on an unknown or malformed flag."""
     import importlib
 
-    from showtell.common.flags import parse_args
+    from showtell.common.setting_sources import parse_args
 
     cli = importlib.import_module(module)
     parser = argparse.ArgumentParser(exit_on_error=False)
@@ -177,7 +177,7 @@ def printed_settings(text: str) -> dict:
     hold them) and the other sections (``resolved``, ``environment``) as they are."""
     import yaml
 
-    from showtell.common.flags import RECORD_SECTIONS
+    from showtell.common.setting_sources import RECORD_SECTIONS
     from showtell.trainer.experiment import keys
 
     dests = keys()

@@ -89,7 +89,7 @@ def test_the_help_fits_a_screen_and_every_setting_has_a_dotted_key(parser):
     flag still parses, and every setting (shown or not) has a dotted key whose flag it is."""
     import argparse
 
-    from showtell.common.flags import keys_of
+    from showtell.common.setting_sources import keys_of
     from showtell.trainer.experiment import keys
 
     shown = [a for a in parser._actions if a.option_strings and a.help != argparse.SUPPRESS]

@@ -81,7 +81,7 @@ def test_held_out_accuracy_scores_each_shape_head_on_the_images_that_have_that_s
     """A model that always answers "none" for the shapes scores 0 on them, not the share of
     scenes without that shape (0.74 for the third shape: how the old figure hid chance)."""
     from showtell.captioning.config import InputConfig
-    from showtell.trainer.pretraining.pretrain import held_out_accuracy
+    from showtell.trainer.pretraining.heads import held_out_accuracy
 
     scenes = [synthetic.make_scene(0, "train", i, 75) for i in range(40)]
     labels = {h: np.array([synthetic.scene_labels(s)[h] for s in scenes]) for h in synthetic.LABEL_HEADS}
@@ -257,7 +257,8 @@ def test_pretraining_resumes_where_it_ended_as_one_longer_run(encoder_file: Path
     # 3) restored into a classifier initialised otherwise holds the weights its encoder file holds.
     import keras
 
-    from showtell.trainer.pretraining.pretrain import PretrainState, classifier, make_train_step
+    from showtell.trainer.pretraining.heads import classifier, make_train_step
+    from showtell.trainer.pretraining.pretrain import PretrainState
 
     keras.utils.set_random_seed(1)
     encoder, model = classifier(75)

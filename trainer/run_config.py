@@ -25,8 +25,8 @@ from typing import Any
 
 from showtell.captioning.data.manifest import MANIFEST
 from showtell.common.files import write_atomic
-from showtell.common.flags import settings_yaml
 from showtell.common.run_records import RUNS, differences
+from showtell.common.setting_sources import settings_yaml
 from showtell.common.versions import installed_version
 from showtell.trainer.experiment import TrainExperiment, keys, settings
 

@@ -23,11 +23,11 @@ from showtell.common.flags import (
     add_config_flags,
     add_verbose_flag,
     config_from_flags,
-    print_config,
     run_command,
     start_command,
 )
 from showtell.common.intervals import with_interval
+from showtell.common.setting_sources import print_config
 from showtell.evaluator.config import (
     EvalSet,
     EvaluationConfig,

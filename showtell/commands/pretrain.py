@@ -15,13 +15,12 @@ from showtell.common.flags import (
     add_config_flags,
     add_verbose_flag,
     config_from_flags,
-    parse_args,
     positive_float,
     positive_int,
-    print_config,
     run_command,
     start_command,
 )
+from showtell.common.setting_sources import parse_args, print_config
 
 PROG = "showtell pretrain"
 log = logging.getLogger(__name__)

@@ -18,9 +18,9 @@ from showtell.common.flags import (
     add_keys,
     hide_flags,
     run_command,
-    settings_yaml,
     start_command,
 )
+from showtell.common.setting_sources import settings_yaml
 from showtell.trainer import train_lib
 from showtell.trainer.experiment import SECTIONS, TrainExperiment, from_flags, keys, settings
 

@@ -24,11 +24,11 @@ from showtell.common.flags import (
     add_config_file_flag,
     positive_float,
     positive_int,
-    print_config,
     run_command,
     start_command,
 )
 from showtell.common.locks import DirectoryLock
+from showtell.common.setting_sources import print_config
 
 PROG = "showtell demo"
 
