@@ -28,7 +28,8 @@ from rounds import add_out, alternate, publish, ratio, spread
 
 ROOT = Path(__file__).resolve().parents[1]
 from showtell.common import processes  # noqa: E402
-from showtell.evaluator.records.store import Record, Store  # noqa: E402
+from showtell.evaluator.records.record import Record  # noqa: E402
+from showtell.evaluator.records.store import Store  # noqa: E402
 from showtell.v1 import metrics_pb2 as pb  # noqa: E402
 from showtell.v1 import metrics_pb2_grpc as pb_grpc  # noqa: E402
 

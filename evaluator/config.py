@@ -24,7 +24,7 @@ from showtell.common.options import (
 from showtell.evaluator.records.workdir import WorkDir
 
 if TYPE_CHECKING:
-    from showtell.evaluator.records.store import Record
+    from showtell.evaluator.records.record import Record
 
 SET_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")  # a label, a TensorBoard tag prefix, a directory name
 

@@ -16,7 +16,8 @@ import pytest
 
 from bench.chaos import Soak
 from showtell.common import processes
-from showtell.evaluator.records.store import Record, Store
+from showtell.evaluator.records.record import Record
+from showtell.evaluator.records.store import Store
 from tests.helpers import ROOT
 
 

@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 
 from showtell.captioning.config import pretrain_state
-from showtell.evaluator.records.store import Record, Store
+from showtell.evaluator.records.record import Record
+from showtell.evaluator.records.store import Store
 from showtell.evaluator.records.workdir import WorkDir
 
 

@@ -140,7 +140,7 @@ from showtell.captioning.config import ModelConfig
 from showtell.captioning.data.vocab import Vocabulary
 from showtell.captioning.model.network import build_model
 from showtell.evaluator.records.best_export import BestExport
-from showtell.evaluator.records.store import Record
+from showtell.evaluator.records.record import Record
 
 data, base = Path(sys.argv[1]), Path(sys.argv[2])
 vocab = Vocabulary.load(data / "vocab.txt")

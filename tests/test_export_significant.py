@@ -13,7 +13,8 @@ from showtell.captioning.config import ModelConfig
 from showtell.captioning.data.vocab import Vocabulary
 from showtell.captioning.model.network import build_model
 from showtell.evaluator.records.best_export import BestExport
-from showtell.evaluator.records.store import Record, Store
+from showtell.evaluator.records.record import Record
+from showtell.evaluator.records.store import Store
 from showtell.evaluator.scoring import bootstrap
 from showtell.evaluator.scoring.bootstrap import Bootstrap, ImageStats, export_judge
 

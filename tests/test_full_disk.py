@@ -135,7 +135,8 @@ def test_a_full_disk_stops_keeping_features_and_the_evaluation_lands(tiny_data: 
     """In process (files, no process boundary under test): the work dir's disk fills up before
     the first part of features is written; the evaluation lands from the images, with one line,
     and the history beside it keeps what it had.  With space back, they are kept and reused."""
-    from showtell.evaluator.records.store import Record, Store
+    from showtell.evaluator.records.record import Record
+    from showtell.evaluator.records.store import Store
     from showtell.evaluator.scoring.bootstrap import Bootstrap
     from showtell.evaluator.scoring.evaluation import CheckpointEvaluator
     from showtell.evaluator.scoring.features import FeatureStore

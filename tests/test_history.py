@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from showtell.api.contract import ALL_RUNS
-from showtell.evaluator.records.store import Record, Store
+from showtell.evaluator.records.record import Record
+from showtell.evaluator.records.store import Store
 from showtell.v1 import metrics_pb2 as pb
 from tests.helpers import metrics_stub, start_evaluator, wait_for
 

@@ -15,7 +15,7 @@ from tensorboard.plugins import base_plugin
 from tensorboard.plugins.hparams import api_pb2, backend_context, get_experiment, list_session_groups
 
 from showtell.evaluator.records.actions import HParamsSession, WriteSummaries, session_hparams
-from showtell.evaluator.records.store import Record
+from showtell.evaluator.records.record import Record
 from showtell.evaluator.records.summaries import EvalSummaries
 
 

@@ -292,3 +292,11 @@ def test_the_cli_knows_every_package_the_services_extra_adds():
     assert set(SERVICE_MODULES.values()) == packages
     assert all(requirement.startswith("showtell[services]") or "tensorflow" in requirement
                for extra in ("cpu", "and-cuda") for requirement in extras[extra])
+
+
+def test_no_product_file_is_over_400_lines():
+    """A module that outgrows a few screens holds more than one job: split it by job (the generated
+    gRPC code aside)."""
+    long = {str(path.relative_to(ROOT)): n for path in _modules().values()
+            if "_pb2" not in path.name and (n := len(path.read_text().splitlines())) > 400}
+    assert long == {}

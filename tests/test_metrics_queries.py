@@ -22,7 +22,8 @@ import pytest
 from showtell.api.contract import ALL_RUNS
 from showtell.common import processes
 from showtell.evaluator.loop.status import Broadcast, Progress, Status
-from showtell.evaluator.records.store import Record, Store
+from showtell.evaluator.records.record import Record
+from showtell.evaluator.records.store import Store
 from showtell.evaluator.scoring import bootstrap
 from showtell.evaluator.scoring.bootstrap import Bootstrap, ImageStats, intervals
 from showtell.evaluator.serving.server import MetricsServer

@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 
 from showtell.evaluator.records.actions import WriteSummaries
+from showtell.evaluator.records.record import Record
 from showtell.evaluator.records.recorder import Recorder
-from showtell.evaluator.records.store import Record, Store
+from showtell.evaluator.records.store import Store
 from showtell.evaluator.records.summaries import EvalSummaries
 from showtell.evaluator.records.workdir import WorkDir
 

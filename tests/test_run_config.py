@@ -142,7 +142,8 @@ def test_an_unreadable_record_is_moved_aside_and_started_again(tiny_data: Path, 
 
 
 def test_showtell_runs_lists_shows_and_diffs_runs(tiny_data: Path, tmp_path: Path, showtell_main):
-    from showtell.evaluator.records.store import Record, Store
+    from showtell.evaluator.records.record import Record
+    from showtell.evaluator.records.store import Store
 
     a, b = tmp_path / "a", tmp_path / "b"
     _train(showtell_main, tiny_data, a, "--steps", "2")

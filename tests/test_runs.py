@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from showtell.api.contract import ALL_RUNS
-from showtell.evaluator.records.store import Record, Store
+from showtell.evaluator.records.record import Record
+from showtell.evaluator.records.store import Store
 
 
 def test_runs_are_told_apart_in_the_history(tmp_path: Path):

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from showtell.commands.demo.summary import time_to_target
 from showtell.commands.metrics import format_evaluation
-from showtell.evaluator.records.store import Record
+from showtell.evaluator.records.record import Record
 from showtell.evaluator.scoring.evaluation import train_seconds
 from showtell.evaluator.serving.service import to_proto
 from showtell.v1 import metrics_pb2 as pb

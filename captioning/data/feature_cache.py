@@ -48,11 +48,12 @@ from showtell.captioning.config import InputConfig
 from showtell.captioning.data import inputs
 from showtell.captioning.data.manifest import MANIFEST
 from showtell.captioning.data.records import (
-    CAPTIONS_SPEC,
+    FEATURES,
     IMAGE_ID,
-    caption_features,
     caption_for_visit,
+    feature_record,
     parse_example,
+    parse_feature_record,
 )
 from showtell.common import logs
 from showtell.common.errors import DataError
@@ -66,7 +67,6 @@ FORMAT = 3
 # Bump when ``inputs.preprocess_image`` changes what the encoder is shown: old caches then miss.
 PREPROCESSING_VERSION = 1
 INFO = "cache.json"
-FEATURES = "features"
 
 Encoder = Callable[[tf.Tensor], tf.Tensor]  # images [N, S, S, 3] in [-1, 1] → features [N, D]
 
@@ -248,7 +248,7 @@ class FeatureCache:
                     if int(image_id) != expected_id:
                         raise DataError(f"{files[shard]}: image {expected_id} was not where the first "
                                         "read found it (the shard changed?); rebuild the dataset")
-                    writers[shard].write(_make_record(expected_id, image_features, captions))
+                    writers[shard].write(feature_record(expected_id, image_features, captions))
                     position += 1
                 bar.update(len(image_ids))
                 if not first[0]:
@@ -281,7 +281,7 @@ class FeatureCache:
         feature_size = json.loads((self.dir / INFO).read_text())["feature_size"]
 
         def example(visit: tf.Tensor, serialized: tf.Tensor) -> dict[str, tf.Tensor]:
-            record = _parse_record(serialized, variants * feature_size)
+            record = parse_feature_record(serialized, variants * feature_size)
             features = tf.reshape(record[FEATURES], [variants, feature_size])
             pick = 0 if variants == 1 else tf.random.uniform([], 0, variants, tf.int32)
             caption = caption_for_visit(record["captions"], record[IMAGE_ID], visit)
@@ -298,7 +298,7 @@ class FeatureCache:
         files = [str(self.dir / p.file) for p in parts]
 
         def example(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
-            record = _parse_record(serialized, self.variants * feature_size)
+            record = parse_feature_record(serialized, self.variants * feature_size)
             return {"features": tf.reshape(record[FEATURES], [self.variants, feature_size])[0],
                     "image_id": record[IMAGE_ID], "captions": record["captions"]}
 
@@ -326,7 +326,7 @@ class Appender:
     def add(self, image_ids, features, captions) -> None:
         """One batch: image ids [B], features [B, D] and each image's caption ids (lists)."""
         for image_id, feature, caption in zip(image_ids, features, captions, strict=True):
-            self._records.append(_make_record(int(image_id), feature, caption))
+            self._records.append(feature_record(int(image_id), feature, caption))
         self.feature_size = int(features.shape[-1])
         if len(self._records) >= self.part_images:
             self.flush()
@@ -391,23 +391,3 @@ def _captions_by_image(path: str) -> list[tuple[int, list]]:
     """[(image id, [caption ids…])] in shard order."""
     ds = inputs.caption_records([path])
     return [(int(image_id), captions.to_list()) for image_id, captions in inputs.checked(ds, [path])]
-
-
-def _make_record(image_id: int, features, captions: list[list[int]]) -> bytes:
-    feature = {
-        IMAGE_ID: tf.train.Feature(int64_list=tf.train.Int64List(value=[image_id])),
-        FEATURES: tf.train.Feature(float_list=tf.train.FloatList(value=features.reshape(-1))),
-        **caption_features(captions),
-    }
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True)
-
-
-def _parse_record(serialized: tf.Tensor, size: int) -> dict[str, tf.Tensor]:
-    """One record; ``size`` floats of features (variants × feature size: a fixed length parses
-    without the sparse detour a variable one takes)."""
-    parsed = tf.io.parse_single_example(serialized, {
-        IMAGE_ID: tf.io.FixedLenFeature([], tf.int64),
-        FEATURES: tf.io.FixedLenFeature([size], tf.float32),
-        "captions": CAPTIONS_SPEC,
-    })
-    return {IMAGE_ID: parsed[IMAGE_ID], FEATURES: parsed[FEATURES], "captions": parsed["captions"]}

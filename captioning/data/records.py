@@ -151,3 +151,29 @@ def find_bad_record(files: Sequence[str]) -> str | None:
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as exc:
             return f"{path}: corrupt or truncated after record {index} ({first_line(exc)})"
     return None
+
+
+# -- a feature cache's records (``feature_cache.py``): an image's encoder features and its captions
+
+FEATURES = "features"
+
+
+def feature_record(image_id: int, features, captions: list[list[int]]) -> bytes:
+    """A feature cache's record: the image id, its encoder features (every variant), its captions."""
+    feature = {
+        IMAGE_ID: tf.train.Feature(int64_list=tf.train.Int64List(value=[image_id])),
+        FEATURES: tf.train.Feature(float_list=tf.train.FloatList(value=features.reshape(-1))),
+        **caption_features(captions),
+    }
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True)
+
+
+def parse_feature_record(serialized: tf.Tensor, size: int) -> dict[str, tf.Tensor]:
+    """One record; ``size`` floats of features (variants × feature size: a fixed length parses
+    without the sparse detour a variable one takes)."""
+    parsed = tf.io.parse_single_example(serialized, {
+        IMAGE_ID: tf.io.FixedLenFeature([], tf.int64),
+        FEATURES: tf.io.FixedLenFeature([size], tf.float32),
+        "captions": CAPTIONS_SPEC,
+    })
+    return {IMAGE_ID: parsed[IMAGE_ID], FEATURES: parsed[FEATURES], "captions": parsed["captions"]}

@@ -22,7 +22,7 @@ from showtell.common.errors import ModelDirIncomplete, ShowtellError
 from showtell.evaluator.loop.pinning import Missing, files_state, pin, unpin
 from showtell.evaluator.loop.result import EvalResult, Evaluator, Images
 from showtell.evaluator.loop.schedule import Checkpoint
-from showtell.evaluator.records.store import Record
+from showtell.evaluator.records.record import Record
 
 log = logging.getLogger(__name__)
 

@@ -31,8 +31,9 @@ from showtell.evaluator.loop.schedule import Checkpoint, Retry, Skip
 from showtell.evaluator.loop.seen import SeenCheckpoints, recorded
 from showtell.evaluator.loop.sizing import RunSizes
 from showtell.evaluator.loop.status import ProgressReport, Status
+from showtell.evaluator.records.record import Record
 from showtell.evaluator.records.recorder import WORK_DIR_RETRY_SECS, Action, Recorder
-from showtell.evaluator.records.store import Record, Store
+from showtell.evaluator.records.store import Store
 
 log = logging.getLogger(__name__)
 

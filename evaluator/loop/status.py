@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from showtell.evaluator.records.store import Record
+from showtell.evaluator.records.record import Record
 
 log = logging.getLogger(__name__)
 

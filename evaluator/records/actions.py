@@ -12,7 +12,7 @@ import tensorflow as tf
 from showtell.api.contract import DEFAULT_SET, describe_costs
 from showtell.captioning.model.modeldir import read_run_record
 from showtell.common.intervals import with_interval
-from showtell.evaluator.records.store import Record
+from showtell.evaluator.records.record import Record
 from showtell.evaluator.records.summaries import EvalSummaries
 
 log = logging.getLogger(__name__)

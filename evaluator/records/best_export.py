@@ -29,7 +29,7 @@ from pathlib import Path
 from showtell.captioning.model import export
 from showtell.common.errors import ShowtellError
 from showtell.evaluator.metric_names import LOWER_IS_BETTER
-from showtell.evaluator.records.store import Record
+from showtell.evaluator.records.record import Record
 
 log = logging.getLogger(__name__)
 

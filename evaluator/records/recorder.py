@@ -16,7 +16,8 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from showtell.evaluator.records.store import Record, Store
+from showtell.evaluator.records.record import Record
+from showtell.evaluator.records.store import Store
 
 log = logging.getLogger(__name__)
 # The work dir's own trouble (a full disk, an I/O error): the evaluation is not recorded, the

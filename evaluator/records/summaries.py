@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from showtell.api.contract import DEFAULT_SET
 from showtell.evaluator.records import sample_images
-from showtell.evaluator.records.store import Record
+from showtell.evaluator.records.record import Record
 
 log = logging.getLogger(__name__)
 

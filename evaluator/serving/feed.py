@@ -13,11 +13,18 @@ import contextlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
-from showtell.evaluator.records.store import Record, Store
+from showtell.evaluator.records.record import Record
 from showtell.v1 import metrics_pb2 as pb
 
 TAIL = 1024
+
+
+class History(Protocol):
+    """What the feed reads of the history (``Store``): the records that arrived after a row."""
+
+    def arrived_after(self, rowid: int) -> list[Record]: ...
 
 
 @dataclass(frozen=True)
@@ -30,7 +37,7 @@ class Arrival:
 class StreamFeed:
     """Thread-safe ``publish`` (from the runner's thread); ``wait``/``since`` on the loop."""
 
-    def __init__(self, store: Store, loop: asyncio.AbstractEventLoop,
+    def __init__(self, store: History, loop: asyncio.AbstractEventLoop,
                  to_message: Callable[[Record], pb.WatchResponse]) -> None:
         self.store, self._loop, self._to_proto = store, loop, to_message
         self._tail: deque[Arrival] = deque(maxlen=TAIL)

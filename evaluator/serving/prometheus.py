@@ -19,7 +19,8 @@ from prometheus_client.registry import Collector
 
 from showtell.api.contract import COST_PARTS, DEFAULT_SET
 from showtell.evaluator.loop.status import Status
-from showtell.evaluator.records.store import Record, Store
+from showtell.evaluator.records.record import Record
+from showtell.evaluator.records.store import Store
 
 STATUSES = ("ok", "failed", "skipped")
 # An evaluation takes seconds (a few images) to an hour (COCO's 40k on a CPU).

@@ -8,20 +8,12 @@ into gRPC's generic ``UNKNOWN``.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import json
 import logging
-import re
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Protocol
 
 import grpc
-from google.protobuf.duration_pb2 import Duration
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from showtell.api.contract import ALL_RUNS, ALL_SETS, DEFAULT_SET, STOPPING
 from showtell.common import run_records
@@ -29,126 +21,32 @@ from showtell.common.files import is_url
 from showtell.common.locks import held
 from showtell.evaluator import metric_names
 from showtell.evaluator.loop.status import Broadcast, Progress, Status
-from showtell.evaluator.records.store import Record, Store
+from showtell.evaluator.records.record import Record
+from showtell.evaluator.records.store import Store
 from showtell.evaluator.scoring import bootstrap
 from showtell.evaluator.scoring.bootstrap import Bootstrap, ImageStats
 from showtell.evaluator.serving.feed import StreamFeed
+from showtell.evaluator.serving.messages import (
+    DEFAULT_PAGE,
+    MAX_PAGE,
+    RUN_ID,
+    ExportView,
+    best_export_proto,
+    bootstrap_proto,
+    costs_proto,
+    decode_runs_token,
+    decode_token,
+    duration,
+    encode_runs_token,
+    encode_token,
+    set_started,
+    to_proto,
+    watch_message,
+)
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
-MAX_PAGE = 1000
-DEFAULT_PAGE = 100
-_STATUS = {"ok": pb.Evaluation.STATUS_OK, "failed": pb.Evaluation.STATUS_FAILED,
-           "skipped": pb.Evaluation.STATUS_SKIPPED}
-
-
-def _timestamp(seconds: float) -> Timestamp:
-    ts = Timestamp()
-    ts.FromNanoseconds(int(seconds * 1e9))
-    return ts
-
-
-def duration(seconds: float | None) -> Duration | None:
-    """``seconds`` as a Duration; None (the field stays unset) when not known."""
-    if seconds is None:
-        return None
-    value = Duration()
-    value.FromNanoseconds(round(seconds * 1e9))
-    return value
-
-
-def scoring(text: str) -> pb.Scoring | None:
-    """The record's ``tokenizer=ptb scorers=bleu,cider`` (CaptionScorer.scoring) as a message."""
-    fields = dict(part.split("=", 1) for part in text.split() if "=" in part)
-    if not fields:
-        return None
-    return pb.Scoring(tokenizer=fields.get("tokenizer", ""),
-                      scorers=[s for s in fields.get("scorers", "").split(",") if s])
-
-
-def to_proto(record: Record) -> pb.Evaluation:
-    return pb.Evaluation(
-        global_step=record.step,
-        checkpoint_path=record.checkpoint,
-        checkpoint_mtime=_timestamp(record.checkpoint_mtime),
-        evaluated_at=_timestamp(record.evaluated_at),
-        eval_duration=duration(record.eval_seconds),
-        num_examples=record.num_examples,
-        metrics=record.metrics,
-        samples=[pb.SampleCaption(image_id=s["image_id"], caption=s["caption"],
-                                  references=s["references"]) for s in record.samples],
-        status=_STATUS[record.status],
-        reason=record.reason,
-        run_id=record.run,
-        scoring=scoring(record.scoring),
-        train_time=duration(record.train_seconds),
-        intervals={k: pb.Interval(lower=low, upper=high) for k, (low, high) in record.intervals.items()},
-        bootstrap=_bootstrap_proto(record.bootstrap) if record.intervals else None,
-        eval_set=record.eval_set,
-        costs=costs_proto(record.costs),
-    )
-
-
-def costs_proto(costs: dict) -> pb.Costs | None:
-    if not costs:
-        return None
-    return pb.Costs(features=costs.get("features", ""), images_reused=int(costs.get("images_reused", 0)),
-                    images_computed=int(costs.get("images_computed", 0)), encoder=costs.get("encoder", ""),
-                    seconds={k: float(v) for k, v in costs.get("seconds", {}).items()})
-
-
-def _bootstrap_proto(drawn: dict) -> pb.Bootstrap:
-    return pb.Bootstrap(samples=int(drawn.get("samples", 0)), confidence=float(drawn.get("confidence", 0.0)),
-                        seed=int(drawn.get("seed", 0)))
-
-
-def watch_message(record: Record) -> pb.WatchResponse:
-    return pb.WatchResponse(evaluation=to_proto(record))
-
-
-def encode_token(from_step: int, offset: int) -> str:
-    return base64.urlsafe_b64encode(f"v1:{from_step}:{offset}".encode()).decode()
-
-
-def decode_token(token: str) -> tuple[int, int]:
-    try:
-        version, from_step, offset = base64.urlsafe_b64decode(token.encode()).decode().split(":")
-        if version != "v1" or int(offset) < 0:
-            raise ValueError(token)
-        return int(from_step), int(offset)
-    except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
-        raise ValueError("page_token is not one this server issued") from exc
-
-
-RUN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")  # a file name in runs/, never a path
-
-
-def encode_runs_token(offset: int) -> str:
-    return base64.urlsafe_b64encode(f"runs-v1:{offset}".encode()).decode()
-
-
-def decode_runs_token(token: str) -> int:
-    try:
-        version, offset = base64.urlsafe_b64decode(token.encode()).decode().split(":")
-        if version != "runs-v1" or int(offset) < 0:
-            raise ValueError(token)
-        return int(offset)
-    except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
-        raise ValueError("page_token is not one this server issued for ListRuns") from exc
-
-
-class ExportView(Protocol):
-    """What the service reads of the default set's best export (``best_export.BestExport``)."""
-
-    metric: str
-    maximize: bool
-
-    def path(self) -> Path | None: ...
-
-    def current(self) -> dict | None: ...
-
-
 class MetricsService(pb_grpc.MetricsServiceServicer):
     """The metrics service, served from ``grpc.aio``: every method is a coroutine on the
     server's event loop (store queries are short local SQLite reads), and a ``Watch`` stream
@@ -359,7 +257,7 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
                                 "comparison needs evaluations of the same images (the same set and size)")
         return pb.CompareResponse(
             a=to_proto(record_a), b=to_proto(record_b), images=len(stats_a),
-            bootstrap=_bootstrap_proto(drawn.as_dict()),
+            bootstrap=bootstrap_proto(drawn.as_dict()),
             only_in_a=sorted(set(record_a.metrics) - set(record_b.metrics)),
             only_in_b=sorted(set(record_b.metrics) - set(record_a.metrics)),
             comparisons=[pb.MetricComparison(
@@ -413,11 +311,7 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
         if row is None:
             return
         summary.step, summary.steps, summary.status = row.step, row.steps or 0, row.status
-        try:
-            started = datetime.strptime(row.started, "%Y-%m-%dT%H:%M:%S%z")
-            summary.started.FromDatetime(started.astimezone(UTC).replace(tzinfo=None))
-        except ValueError:
-            pass  # a record without a readable start: the field stays unset
+        set_started(summary, row.started)
 
     async def GetStatus(self, request, context):
         status = self.status()
@@ -428,20 +322,11 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
             last_seen_step=status.last_seen_step, evaluating_step=status.evaluating_step,
             pending_steps=status.pending_steps, evaluations=total, failures=bad,
             uptime=duration(time.monotonic() - status.started), observer=self.observer,
-            last_error=status.last_error, best_export=self._best_export(),
+            last_error=status.last_error, best_export=best_export_proto(self.exporter),
             run_id=status.run_id, runs=self.store.runs(), eval_sets=self.eval_sets,
             last_costs=costs_proto(latest.costs) if latest is not None else None,
             **_progress_fields(status.progress),
         ))
-
-    def _best_export(self) -> pb.BestExport | None:
-        if self.exporter is None:
-            return None
-        answer = pb.BestExport(metric=self.exporter.metric, maximize=self.exporter.maximize)
-        info = self.exporter.current()
-        if info is not None:
-            answer.step, answer.value, answer.path = info["step"], info["value"], str(self.exporter.path())
-        return answer
 
     async def Watch(self, request, context):
         """Replay (step order) the requested run after ``after_step`` — and, when that is not the
