@@ -62,7 +62,8 @@ from showtell.captioning.model.network import build_model
 from showtell.captioning.model.validation import Validator
 from showtell.evaluator.scoring import bootstrap
 from showtell.evaluator.scoring.bootstrap import Bootstrap, ImageStats
-from showtell.evaluator.scoring.scorers import CaptionScorer, ptb_tokenize
+from showtell.evaluator.scoring.scorers import CaptionScorer, ptb_tokenize, score
+from showtell.metrics import Inputs
 
 COCO_VOCABULARY = 12000
 COCO_EVALUATION = 5000  # images a COCO run evaluates per checkpoint
@@ -96,10 +97,9 @@ def evaluator_pass(validator: Validator, scorer: CaptionScorer, references,
     ``max_images``: the first so many)."""
     def one_pass(max_images: int | None = None) -> int:
         result = validator.run(max_images=max_images)
-        scored = scorer.score_images(result.captions, references)
-        stats = ImageStats(np.asarray(scored.image_ids), scored.columns | {
-            bootstrap.LOSS_SUM: np.asarray([result.image_losses[i][0] for i in scored.image_ids]),
-            bootstrap.WORDS: np.asarray([result.image_losses[i][1] for i in scored.image_ids])})
+        given = scorer.prepare(Inputs(list(result.image_losses), result.captions, references,
+                                      image_losses=result.image_losses, loss=result.loss.loss))
+        _, stats = score(given)  # every metric, as an evaluation scores them
         bootstrap.intervals(stats, Bootstrap())
         kept[:] = [stats]
         return result.images

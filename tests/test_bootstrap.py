@@ -10,11 +10,13 @@ import pytest
 
 from showtell.evaluator.scoring import bootstrap
 from showtell.evaluator.scoring.bootstrap import Bootstrap, ImageStats, NotPaired, compare, intervals
+from showtell.metrics.exact_match import EXACT
+from showtell.metrics.loss import LOSS_SUM, WORDS
 
 
 def _exact(values) -> ImageStats:
     values = np.asarray(values, dtype=np.float64)
-    return ImageStats(np.arange(len(values)), {bootstrap.EXACT: values})
+    return ImageStats(np.arange(len(values)), {EXACT: values})
 
 
 def test_the_interval_is_the_textbook_percentile_bootstrap_of_a_mean():
@@ -91,7 +93,7 @@ def test_the_loss_interval_resamples_images_not_words():
         words = rng.integers(5, 40, size=120).astype(float)
         difficulty = rng.gamma(2.0, 1.0, size=120)  # mean 2, shared by an image's words
         sums = np.array([rng.exponential(d, int(n)).sum() for d, n in zip(difficulty, words, strict=True)])
-        return ImageStats(np.arange(120), {bootstrap.LOSS_SUM: sums, bootstrap.WORDS: words})
+        return ImageStats(np.arange(120), {LOSS_SUM: sums, WORDS: words})
 
     trials = 250
     hits = _covered(trials, make, 2.0, "loss", seed=1)
@@ -104,8 +106,8 @@ def _same_model_twice(rng, images: int = 150) -> tuple[ImageStats, ImageStats]:
     each checkpoint gets it right with that chance, independently."""
     chance = rng.beta(2, 3, size=images)
     ids = np.arange(images)
-    return (ImageStats(ids, {bootstrap.EXACT: (rng.random(images) < chance).astype(float)}),
-            ImageStats(ids, {bootstrap.EXACT: (rng.random(images) < chance).astype(float)}))
+    return (ImageStats(ids, {EXACT: (rng.random(images) < chance).astype(float)}),
+            ImageStats(ids, {EXACT: (rng.random(images) < chance).astype(float)}))
 
 
 def test_the_paired_test_on_two_equally_good_checkpoints_is_wrong_about_5_percent_of_the_time():
@@ -149,8 +151,8 @@ def test_the_p_value_on_a_hand_computed_case():
 
 
 def test_compare_pairs_images_by_id_and_refuses_different_images():
-    a = ImageStats(np.array([3, 1, 2]), {bootstrap.EXACT: np.array([1.0, 0.0, 0.0])})
-    shuffled = ImageStats(np.array([1, 2, 3]), {bootstrap.EXACT: np.array([0.0, 0.0, 1.0])})
+    a = ImageStats(np.array([3, 1, 2]), {EXACT: np.array([1.0, 0.0, 0.0])})
+    shuffled = ImageStats(np.array([1, 2, 3]), {EXACT: np.array([0.0, 0.0, 1.0])})
     for found in compare(a, shuffled, Bootstrap(200)):
         assert (found.difference, found.lower, found.upper) == (0.0, 0.0, 0.0)  # the same, once aligned
     with pytest.raises(NotPaired, match=r"not the same images \(3 and 2 evaluated\)"):
@@ -160,8 +162,8 @@ def test_compare_pairs_images_by_id_and_refuses_different_images():
 
 
 def test_image_stats_round_trip_through_bytes():
-    stats = ImageStats(np.array([4, 9]), {bootstrap.LOSS_SUM: np.array([3.0, 4.5]),
-                                          bootstrap.WORDS: np.array([2.0, 3.0])}, meteor_offset=0.25)
+    stats = ImageStats(np.array([4, 9]), {LOSS_SUM: np.array([3.0, 4.5]),
+                                          WORDS: np.array([2.0, 3.0])}, offsets={"meteor": 0.25})
     again = ImageStats.from_bytes(stats.to_bytes())
-    assert again.image_ids.tolist() == [4, 9] and again.meteor_offset == 0.25
+    assert again.image_ids.tolist() == [4, 9] and again.offsets == {"meteor": 0.25}
     assert again.metrics()["loss"][0] == stats.metrics()["loss"][0] == 7.5 / 5

@@ -14,8 +14,8 @@ from showtell.captioning.data import coco
 from showtell.captioning.data.inputs import load_references
 from showtell.captioning.data.manifest import Manifest
 from showtell.captioning.data.vocab import UNKNOWN, Vocabulary
-from showtell.captioning.model.validation import exact_match
 from showtell.evaluator.scoring.scorers import CaptionScorer
+from showtell.metrics.exact_match import exact_match
 from tests.coco_layout import CORRUPT, EMPTY, MISSING, TRAIN, VAL, WORDS, coco_args, records, write_layout
 from tests.helpers import error_lines, run_showtell
 

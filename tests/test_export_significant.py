@@ -15,14 +15,14 @@ from showtell.captioning.model.network import build_model
 from showtell.evaluator.records.best_export import BestExport
 from showtell.evaluator.records.record import Record
 from showtell.evaluator.records.store import Store
-from showtell.evaluator.scoring import bootstrap
 from showtell.evaluator.scoring.bootstrap import Bootstrap, ImageStats, export_judge
+from showtell.metrics.exact_match import EXACT
 
 pytestmark = pytest.mark.slow
 
 
 def _evaluation(step: int, right: np.ndarray, ids: np.ndarray, fingerprint: str = "val") -> Record:
-    stats = ImageStats(ids, {bootstrap.EXACT: right.astype(float)}, fingerprint=fingerprint)
+    stats = ImageStats(ids, {EXACT: right.astype(float)}, fingerprint=fingerprint)
     return Record(step, f"/m/ckpt-{step}", 0.0, 0.0, 1.0, len(ids),
                   metrics={"exact_match": float(right.mean())}, run="r", image_stats=stats.to_bytes())
 

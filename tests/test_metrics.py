@@ -12,15 +12,25 @@ from pycocoevalcap.bleu.bleu import Bleu
 from pycocoevalcap.cider.cider import Cider
 from pycocoevalcap.rouge.rouge import Rouge
 
+from showtell import metrics as registry
 from showtell.captioning.config import ModelConfig
 from showtell.captioning.data import inputs
 from showtell.captioning.data.manifest import load_dataset
 from showtell.captioning.data.records import parse_example, shard_files
 from showtell.captioning.model.network import build_model
-from showtell.captioning.model.validation import Validator, exact_match
+from showtell.captioning.model.validation import Validator
 from showtell.common.errors import ShowtellError
 from showtell.evaluator.scoring.bootstrap import ImageStats
 from showtell.evaluator.scoring.scorers import CaptionScorer
+from showtell.metrics.exact_match import exact_match
+
+
+def _scorers(scoring: str, tokenizer: str) -> set[str]:
+    """The scorers a ``scoring`` description names, after checking its tokenizer."""
+    head, _, names = scoring.partition(" scorers=")
+    assert head == f"tokenizer={tokenizer}", scoring
+    return set(names.split(","))
+
 
 PREDICTIONS = {
     1: "a red circle left of a blue square",
@@ -61,13 +71,16 @@ def test_coco_scores_equal_pycocoevalcap(reference_meteor):
     # exactly from its counts, loss and the means from their sums.  Not METEOR: its corpus score is
     # the JVM's aggregate, and the statistics carry the difference from their mean as an offset,
     # so its "rebuilt" value equals the corpus one by construction — nothing to check there.
-    rebuilt = ImageStats(np.asarray(scored.image_ids), scored.columns, scored.meteor_offset).metrics()
-    assert set(rebuilt) == set(got) and scored.image_ids == list(PREDICTIONS)
+    rebuilt = ImageStats(np.asarray(scored.image_ids), scored.columns, scored.offsets).metrics()
+    # every caption metric with per-image statistics is rebuilt (one without has no interval)
+    with_columns = {name for name in got if registry.get(name).columns}
+    assert set(rebuilt) == with_columns >= {"bleu1", "bleu4", "rouge_l", "cider", "meteor"}
+    assert scored.image_ids == list(PREDICTIONS)
     for name, value in got.items():
-        if name != "meteor":
+        if name in with_columns - {"meteor"}:
             assert rebuilt[name][0] == pytest.approx(value, rel=1e-12, abs=1e-15), name
     per_image = np.mean(scored.columns["meteor"])
-    assert scored.meteor_offset == pytest.approx(got["meteor"] - per_image)  # what the offset is
+    assert scored.offsets == {"meteor": pytest.approx(got["meteor"] - per_image)}  # what the offset is
     # what COCO's PTBTokenizer leaves of these captions: the same words, punctuation dropped
     res = {i: [c.replace(" ,", "")] for i, c in PREDICTIONS.items()}
     gts = {i: [r.replace(" ,", "") for r in refs] for i, refs in REFERENCES.items()}
@@ -109,7 +122,7 @@ def test_ptb_scores_equal_pycocoevalcap_on_its_own_ptb_tokenizer_and_touch_no_pa
     before = {p: p.stat().st_mtime_ns for p in [package, *package.rglob("*")] if p.is_dir()}
     scorer = CaptionScorer(meteor=True, tokenizer="auto")
     try:
-        assert scorer.scoring == "tokenizer=ptb scorers=bleu,rouge_l,cider,meteor"
+        assert _scorers(scorer.scoring, "ptb") >= {"bleu1", "bleu4", "cider", "meteor", "rouge_l"}
         got = scorer.score(RAW_PREDICTIONS, RAW_REFERENCES)
         again = scorer.score(RAW_PREDICTIONS, RAW_REFERENCES)  # references remembered, same scores
     finally:
@@ -199,7 +212,8 @@ def test_without_java_auto_falls_back_to_the_regex_and_says_so(monkeypatch, tmp_
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no java there
     with caplog.at_level("WARNING"):
         scorer = CaptionScorer(meteor=True, tokenizer="auto")
-    assert scorer.scoring == "tokenizer=regex scorers=bleu,rouge_l,cider"
+    names = _scorers(scorer.scoring, "regex")
+    assert names >= {"bleu1", "bleu4", "cider", "rouge_l"} and "meteor" not in names
     assert [r.getMessage() for r in caplog.records] == [
         "no java on PATH: captions are tokenized by a regex, not COCO's PTB tokenizer — scores are not "
         "comparable with published ones; METEOR is not computed"]
@@ -207,3 +221,29 @@ def test_without_java_auto_falls_back_to_the_regex_and_says_so(monkeypatch, tmp_
     assert "meteor" not in scores and scores["bleu1"] == pytest.approx(1.0)
     with pytest.raises(ShowtellError, match=r"^--tokenizer ptb needs Java \(`java` on PATH\)"):
         CaptionScorer(tokenizer="ptb")
+
+
+def test_metrics_are_registered_by_their_modules_and_every_consumer_reads_the_registry():
+    """One module per metric under ``showtell/metrics/``, found by name; its direction and name are
+    what ``--export-best``, ``--stop-when`` and ``showtell metrics --metric`` accept."""
+    import argparse
+
+    from showtell.commands import metrics as metrics_command
+    from showtell.evaluator.records.best_export import BestExport
+    from showtell.trainer.following.early_stop import StopWhen
+
+    modules = {p.stem for p in Path(registry.__file__).parent.glob("[!_]*.py")}
+    names = set(registry.names())
+    registered = {type(m).__module__.rsplit(".", 1)[1] for m in registry.metrics()}
+    assert registered == modules  # every file registers its metrics
+    assert {"loss", "perplexity", "exact_match", "bleu4", "cider", "rouge_l", "meteor"} <= names
+    assert registry.lower_is_better() >= {"loss", "perplexity"} and "cider" not in registry.lower_is_better()
+    assert registry.get("meteor").needs_jvm and not registry.get("cider").needs_jvm
+    assert BestExport.parse("loss", Path("x")).maximize is False  # the direction, from the metric
+    for refused in (lambda: BestExport.parse("cidre", Path("x")), lambda: StopWhen.parse("cidre>=1")):
+        with pytest.raises(ShowtellError, match="unknown metric 'cidre'; the metrics are bleu1, "):
+            refused()
+    parser = argparse.ArgumentParser()
+    metrics_command.add_arguments(parser)
+    choices = next(a.choices for a in parser._actions if "--metric" in a.option_strings)
+    assert list(choices) == sorted(names)

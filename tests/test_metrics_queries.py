@@ -24,10 +24,10 @@ from showtell.common import processes
 from showtell.evaluator.loop.status import Broadcast, Progress, Status
 from showtell.evaluator.records.record import Record
 from showtell.evaluator.records.store import Store
-from showtell.evaluator.scoring import bootstrap
 from showtell.evaluator.scoring.bootstrap import Bootstrap, ImageStats, intervals
 from showtell.evaluator.serving.server import MetricsServer
 from showtell.evaluator.serving.service import MetricsService
+from showtell.metrics.exact_match import EXACT
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 from tests.helpers import ROOT, error_lines, wait_for
@@ -381,7 +381,7 @@ def _with_stats(step: int, right, ids=None, fingerprint: str = "a" * 64) -> Reco
     """Run "cmp"'s evaluation at ``step``: exact match per image (``right``), stats kept, of the
     set ``fingerprint`` names."""
     right = np.asarray(right, dtype=float)
-    stats = ImageStats(np.arange(len(right)) if ids is None else np.asarray(ids), {bootstrap.EXACT: right},
+    stats = ImageStats(np.arange(len(right)) if ids is None else np.asarray(ids), {EXACT: right},
                        fingerprint=fingerprint)
     drawn = Bootstrap(samples=500)
     bounds = {k: list(v) for k, v in intervals(stats, drawn).items()}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -217,11 +217,3 @@ class Validator:
                             words=int(words), unknown_words=unknown)
         return Validation(loss=result, captions=captions, images=images, image_losses=image_losses,
                           timings=timings)
-
-
-def exact_match(predictions: Mapping[int, str], references: Mapping[int, Sequence[str]]) -> float:
-    """Share of images whose caption equals one of its references word for word."""
-    if not predictions:
-        return 0.0
-    hits = sum(1 for image_id, caption in predictions.items() if caption in references.get(image_id, ()))
-    return hits / len(predictions)

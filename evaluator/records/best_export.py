@@ -26,9 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from showtell import metrics as registry
 from showtell.captioning.model import export
 from showtell.common.errors import ShowtellError
-from showtell.evaluator.metric_names import LOWER_IS_BETTER
 from showtell.evaluator.records.record import Record
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,9 @@ class BestExport:
         if not metric or mode not in ("", "max", "min"):
             raise ShowtellError(f"--export-best {spec}: expected METRIC[:max|min], e.g. cider:max or "
                                 "loss:min")
-        maximize = mode == "max" if mode else metric not in LOWER_IS_BETTER
+        if registry.get(metric) is None:
+            raise ShowtellError(f"--export-best {spec}: {registry.unknown_metric(metric)}")
+        maximize = mode == "max" if mode else registry.higher_is_better(metric)
         return cls(metric, maximize, base, keep, **options)
 
     @property

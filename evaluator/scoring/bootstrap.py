@@ -6,18 +6,12 @@ that.  Resampling the *images* (with replacement, ``samples`` times) and recompu
 gives its spread; resampling the same images for two evaluations gives the spread of their
 difference (Koehn 2004's paired bootstrap, sacreBLEU's ``--paired-bs``).
 
-Nothing is re-scored: every metric is a function of per-image sufficient statistics summed over
-the images (``ImageStats``), so a resample is a weighted sum — a matrix product of resample counts
-[samples × images] with the statistics [images × columns]:
-
-* loss: each image's summed cross-entropy and its words (a ratio of sums, as the point value);
-  perplexity is exp of that;
-* BLEU-n: each image's candidate length, closest reference length, n-gram guesses and matches —
-  combined exactly as pycocoevalcap's corpus BLEU (its smoothing constants included);
-* exact match, ROUGE-L, CIDEr: per-image values, averaged (CIDEr's document frequencies are the
-  whole evaluation's, held fixed, as in the point value);
-* METEOR: per-image values averaged, shifted by the point value's difference from their mean —
-  METEOR's corpus score is its JVM's aggregate of fragment statistics, which no sum reproduces.
+Nothing is re-scored: every metric with an interval is a function of per-image sufficient
+statistics summed over the images (``ImageStats``), so a resample is a weighted sum — a matrix
+product of resample counts [samples × images] with the statistics [images × columns], which each
+metric's own ``combine`` turns into its value (``showtell/metrics/``: loss and perplexity a ratio
+of sums, BLEU its corpus formula, the means their sums over the draws, METEOR shifted by its
+corpus score's offset from their mean).
 
 Intervals are percentile intervals; a comparison's p-value is the share of resampled differences,
 centred on their mean, at least as far from 0 as the observed one (two-sided; +1 smoothed).  The
@@ -34,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from showtell.evaluator import metric_names as names
+from showtell import metrics as registry
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +37,6 @@ DEFAULT_CONFIDENCE = 0.95
 DEFAULT_SEED = 0
 CHUNK = 250  # resamples built at once: [CHUNK × images] counts stay ~10 MB at 5,000 images
 
-LOSS_SUM, WORDS, EXACT = "loss_sum", "words", "exact"
-BLEU_TESTLEN, BLEU_REFLEN = "bleu_testlen", "bleu_reflen"
-BLEU_GUESS = tuple(f"bleu_guess{n}" for n in range(1, 5))
-BLEU_CORRECT = tuple(f"bleu_correct{n}" for n in range(1, 5))
-MEANS = (names.ROUGE_L, names.CIDER, names.METEOR)  # per-image values whose mean is the metric
-TINY, SMALL = 1e-15, 1e-9  # pycocoevalcap's BLEU smoothing
 
 
 @dataclass(frozen=True)
@@ -75,7 +63,9 @@ class ImageStats:
 
     image_ids: np.ndarray  # int64 [images]
     columns: Mapping[str, np.ndarray] = field(default_factory=dict)  # float64 [images] each
-    meteor_offset: float = 0.0  # the corpus METEOR minus the mean of the per-image ones
+    # a metric's value minus ``combine`` of its summed columns, where the standard corpus score is
+    # not a function of them (METEOR's), carried into every resample
+    offsets: Mapping[str, float] = field(default_factory=dict)
     # The evaluated set's images and references, digested (``evaluation.set_fingerprint``): two
     # sets whose ids agree but whose images differ are not paired.  Empty: recorded before it was.
     fingerprint: str = ""
@@ -91,24 +81,12 @@ class ImageStats:
         if counts is None:
             counts = np.ones((1, len(self)))
         sums = dict(zip(keys, (counts @ table).T, strict=True))
-        drawn = counts.sum(axis=1)
-        out: dict[str, np.ndarray] = {}
-        if LOSS_SUM in sums:
-            loss = sums[LOSS_SUM] / np.maximum(sums[WORDS], 1.0)
-            out[names.LOSS], out[names.PERPLEXITY] = loss, np.exp(np.minimum(loss, 50.0))
-        if EXACT in sums:
-            out[names.EXACT_MATCH] = sums[EXACT] / drawn
-        if BLEU_TESTLEN in sums:
-            out.update(_bleu(sums))
-        for name in MEANS:
-            if name in sums:
-                out[name] = sums[name] / drawn + (self.meteor_offset if name == names.METEOR else 0.0)
-        return out
+        return registry.combine(sums, counts.sum(axis=1), self.offsets)
 
     def to_bytes(self) -> bytes:
         buffer = io.BytesIO()
-        np.savez_compressed(buffer, image_ids=self.image_ids, meteor_offset=np.float64(self.meteor_offset),
-                            fingerprint=np.str_(self.fingerprint),
+        np.savez_compressed(buffer, image_ids=self.image_ids, fingerprint=np.str_(self.fingerprint),
+                            **{f"offset_{k}": np.float64(v) for k, v in self.offsets.items()},
                             **{f"column_{k}": v for k, v in self.columns.items()})
         return buffer.getvalue()
 
@@ -116,21 +94,13 @@ class ImageStats:
     def from_bytes(cls, data: bytes) -> ImageStats:
         with np.load(io.BytesIO(data)) as saved:
             columns = {k.removeprefix("column_"): saved[k] for k in saved.files if k.startswith("column_")}
-            offset = float(saved["meteor_offset"])
+            offsets = {k.removeprefix("offset_"): float(saved[k]) for k in saved.files
+                       if k.startswith("offset_")}
+            if "meteor_offset" in saved.files and float(saved["meteor_offset"]):  # before offsets were kept
+                offsets["meteor"] = float(saved["meteor_offset"])
             fingerprint = str(saved["fingerprint"]) if "fingerprint" in saved.files else ""
-            return cls(image_ids=saved["image_ids"], meteor_offset=offset, columns=columns,
+            return cls(image_ids=saved["image_ids"], offsets=offsets, columns=columns,
                        fingerprint=fingerprint)
-
-
-def _bleu(sums: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """pycocoevalcap's corpus BLEU-1..4 (``BleuScorer.compute_score``) from summed statistics."""
-    out, product = {}, 1.0
-    ratio = (sums[BLEU_TESTLEN] + TINY) / (sums[BLEU_REFLEN] + SMALL)
-    brevity = np.where(ratio < 1, np.exp(1 - 1 / np.maximum(ratio, TINY)), 1.0)
-    for k, name in enumerate(names.BLEU):
-        product = product * (sums[BLEU_CORRECT[k]] + TINY) / (sums[BLEU_GUESS[k]] + SMALL)
-        out[name] = product ** (1.0 / (k + 1)) * brevity
-    return out
 
 
 def resample_counts(images: int, bootstrap: Bootstrap) -> np.ndarray:
@@ -226,7 +196,7 @@ def _aligned(stats: ImageStats, order: np.ndarray) -> ImageStats:
         return stats
     where = {int(i): row for row, i in enumerate(stats.image_ids)}
     rows = np.array([where[int(i)] for i in order])
-    return ImageStats(image_ids=stats.image_ids[rows], meteor_offset=stats.meteor_offset,
+    return ImageStats(image_ids=stats.image_ids[rows], offsets=stats.offsets,
                       columns={k: np.asarray(v)[rows] for k, v in stats.columns.items()},
                       fingerprint=stats.fingerprint)
 

@@ -15,7 +15,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
-import numpy as np
 import tensorflow as tf
 
 from showtell.api.contract import DEFAULT_SET
@@ -31,14 +30,14 @@ from showtell.captioning.model.modeldir import (
     restore,
 )
 from showtell.captioning.model.network import build_model
-from showtell.captioning.model.validation import Features, Validator, exact_match
+from showtell.captioning.model.validation import Features, Validator
 from showtell.common.errors import ModelDirError
-from showtell.evaluator import metric_names as names
 from showtell.evaluator.config import EvalSet
 from showtell.evaluator.loop.result import COMPUTED, OFF, REUSED, EvalResult, Images
 from showtell.evaluator.scoring import bootstrap
-from showtell.evaluator.scoring.bootstrap import Bootstrap, ImageStats
-from showtell.evaluator.scoring.scorers import CaptionScorer, ImageScores
+from showtell.evaluator.scoring.bootstrap import Bootstrap
+from showtell.evaluator.scoring.scorers import CaptionScorer, score
+from showtell.metrics import Inputs
 
 log = logging.getLogger(__name__)
 
@@ -229,19 +228,16 @@ class CheckpointEvaluator:
         timings = validation.timings
         assert timings is not None
         loss, captions = validation.loss, validation.captions
-        metrics = {names.LOSS: loss.loss, names.PERPLEXITY: loss.perplexity,
-                   names.EXACT_MATCH: exact_match(captions, loaded.references)}
-        if validator.id_map is not None:  # another vocabulary: say how much of it the model lacks
-            metrics[names.UNKNOWN_REFERENCE_WORDS] = float(loss.unknown_words)
-        if loaded.unknown_references and captions:
-            lost = sum(i in loaded.unknown_references for i in captions)
-            metrics[names.REFERENCES_WITH_UNKNOWN] = lost / len(captions)
-        stats = _image_stats(validation, loaded.references)
         scoring_started = time.monotonic()
+        inputs = Inputs(
+            image_ids=list(validation.image_losses), captions=captions, references=loaded.references,
+            image_losses=validation.image_losses, loss=loss.loss,
+            # another vocabulary: say how much of it the model lacks
+            unknown_words=float(loss.unknown_words) if validator.id_map is not None else None,
+            unknown_references=frozenset(loaded.unknown_references))
         if self.scorer is not None:
-            scored = self.scorer.score_images(captions, loaded.references)
-            metrics.update(scored.corpus)
-            stats = _with_scores(stats, scored)
+            self.scorer.prepare(inputs)
+        metrics, stats = score(inputs)
         stats = replace(stats, fingerprint=set_fingerprint(stats.image_ids, loaded.images, loaded.references))
         intervals_started = time.monotonic()
         intervals = bootstrap.intervals(stats, self.bootstrap) if len(stats) else {}
@@ -273,24 +269,3 @@ def set_fingerprint(image_ids: Iterable[int], images: Mapping[int, bytes],
         digest.update(image_id.to_bytes(8, "little", signed=True) + images.get(image_id, b""))
         digest.update("\x1f".join(references.get(image_id, ())).encode() + b"\x1e")
     return digest.hexdigest()
-
-
-def _image_stats(validation, references) -> ImageStats:
-    """Each image's loss and words, and whether its caption is one of its references."""
-    ids = list(validation.image_losses)
-    losses = np.asarray([validation.image_losses[i] for i in ids], dtype=np.float64).reshape(len(ids), 2)
-    exact = [float(validation.captions.get(i) in references.get(i, ())) for i in ids]
-    return ImageStats(image_ids=np.asarray(ids, dtype=np.int64),
-                      columns={bootstrap.LOSS_SUM: losses[:, 0], bootstrap.WORDS: losses[:, 1],
-                               bootstrap.EXACT: np.asarray(exact, dtype=np.float64)})
-
-
-def _with_scores(stats: ImageStats, scored: ImageScores) -> ImageStats:
-    """``stats`` with the caption scores' per-image columns; images without references (scored by
-    no caption metric) are left out of all columns, so every column has the same rows."""
-    if not scored.image_ids:
-        return stats
-    rows = {int(i): n for n, i in enumerate(stats.image_ids)}
-    keep = np.asarray([rows[i] for i in scored.image_ids])
-    columns = {k: np.asarray(v)[keep] for k, v in stats.columns.items()} | scored.columns
-    return ImageStats(image_ids=stats.image_ids[keep], columns=columns, meteor_offset=scored.meteor_offset)

@@ -20,22 +20,19 @@ import logging
 import shutil
 import subprocess
 import tempfile
-import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from pycocoevalcap.bleu.bleu_scorer import BleuScorer
-from pycocoevalcap.cider.cider import Cider
-from pycocoevalcap.rouge.rouge import Rouge
 from pycocoevalcap.tokenizer import ptbtokenizer
 
+from showtell import metrics as registry
 from showtell.captioning.data.vocab import tokenize
 from showtell.common.errors import ShowtellError
-from showtell.evaluator import metric_names as names
 from showtell.evaluator.config import TOKENIZERS
-from showtell.evaluator.scoring import bootstrap
+from showtell.evaluator.scoring.bootstrap import ImageStats
+from showtell.metrics import EVALUATED, REFERENCED, Inputs
 
 log = logging.getLogger(__name__)
 
@@ -76,22 +73,35 @@ def ptb_tokenize(sentences: Sequence[str]) -> list[str]:
 @dataclass(frozen=True)
 class ImageScores:
     """``corpus``: the scores; ``columns``: per image of ``image_ids`` (in order), what they are
-    made of (``evaluator/scoring/bootstrap.py`` names them)."""
+    made of (each metric's statistics, ``showtell/metrics/``); ``offsets``: see ``ImageStats``."""
 
     corpus: dict[str, float]
     image_ids: list[int]
     columns: dict[str, np.ndarray]
-    meteor_offset: float = 0.0
+    offsets: dict[str, float] = field(default_factory=dict)
 
 
-def _bleu_columns(scorer: BleuScorer) -> dict[str, np.ndarray]:
-    """Each image's BLEU statistics from a scored ``BleuScorer``: candidate length, the reference
-    length closest to it (the ``closest`` option pycocoevalcap's Bleu uses), n-gram guesses and matches."""
-    rows = [(c["testlen"], min((abs(r - c["testlen"]), r) for r in c["reflen"])[1], *c["guess"],
-             *c["correct"]) for c in scorer.ctest]
-    table = np.asarray(rows, dtype=np.float64).reshape(len(rows), 10)
-    keys = (bootstrap.BLEU_TESTLEN, bootstrap.BLEU_REFLEN, *bootstrap.BLEU_GUESS, *bootstrap.BLEU_CORRECT)
-    return {k: table[:, n] for n, k in enumerate(keys)}
+def score(inputs: Inputs, rows: str | None = None) -> tuple[dict[str, float], ImageStats]:
+    """Every registered metric (``rows``: those of one kind) on one evaluation set: the values,
+    and the per-image statistics the bootstrap resamples.  A caption metric's rows (images with
+    references) restrict every column, so all have the same rows."""
+    values, evaluated, referenced, offsets = {}, {}, {}, {}
+    for metric in registry.metrics():
+        got = metric.score(inputs) if rows in (None, metric.rows) else None
+        if got is None:
+            continue
+        values[metric.name] = got.value
+        (evaluated if metric.rows == EVALUATED else referenced).update(got.columns)
+        if got.offset:
+            offsets[metric.name] = got.offset
+    ids = np.asarray(list(inputs.image_ids), dtype=np.int64)
+    columns = evaluated
+    if referenced:
+        where = {int(i): n for n, i in enumerate(inputs.image_ids)}
+        keep = np.asarray([where[i] for i in inputs.scored_ids], dtype=np.int64)
+        ids = ids[keep]
+        columns = {k: np.asarray(v)[keep] for k, v in evaluated.items()} | referenced
+    return values, ImageStats(ids, {k: np.asarray(v, dtype=np.float64) for k, v in columns.items()}, offsets)
 
 
 class CaptionScorer:
@@ -110,7 +120,6 @@ class CaptionScorer:
             log.warning("no java on PATH: captions are tokenized by a regex, not COCO's PTB tokenizer — "
                         "scores are not comparable with published ones; METEOR is not computed")
         self._meteor = None
-        self._lock = threading.Lock()
         self._references: dict[str, str] = {}  # reference → its tokens
         if meteor and java:
             from pycocoevalcap.meteor.meteor import Meteor
@@ -119,8 +128,10 @@ class CaptionScorer:
 
     @property
     def scoring(self) -> str:
-        """Which tokenizer and scorers produce the scores, e.g. ``tokenizer=ptb scorers=bleu,…``."""
-        scorers = ["bleu", names.ROUGE_L, names.CIDER] + ([names.METEOR] if self._meteor else [])
+        """Which tokenizer and scorers produce the scores, e.g. ``tokenizer=ptb scorers=bleu1,…``:
+        every registered caption metric this scorer can run."""
+        scorers = [m.name for m in registry.metrics()
+                   if m.rows == REFERENCED and (self._meteor is not None or not m.needs_jvm)]
         return f"tokenizer={self.tokenizer} scorers={','.join(scorers)}"
 
     def _tokenized(self, captions: Sequence[str], references: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -135,6 +146,18 @@ class CaptionScorer:
         self._references.update(zip(new, tokens[len(captions):], strict=True))
         return tokens[:len(captions)], [self._references[t] for t in references]
 
+    def prepare(self, inputs: Inputs) -> Inputs:
+        """``inputs`` with the caption metrics' tokens (images with references; an empty caption
+        scored as ``<empty>``) and the warm METEOR scorer."""
+        ids = [i for i in inputs.image_ids if inputs.references.get(i) and i in inputs.captions]
+        captions, refs = self._tokenized([inputs.captions[i] for i in ids],
+                                         [r for i in ids for r in inputs.references[i]])
+        left = iter(refs)
+        inputs.tokens = {i: [caption or EMPTY] for i, caption in zip(ids, captions, strict=True)}
+        inputs.reference_tokens = {i: [next(left) for _ in inputs.references[i]] for i in ids}
+        inputs.meteor = self._meteor
+        return inputs
+
     def score(self, predictions: Mapping[int, str], references: Mapping[int, Sequence[str]]
               ) -> dict[str, float]:
         """Corpus-level scores of one caption per image against all its references."""
@@ -142,32 +165,11 @@ class CaptionScorer:
 
     def score_images(self, predictions: Mapping[int, str], references: Mapping[int, Sequence[str]]
                      ) -> ImageScores:
-        """Corpus-level scores, and each image's share of them (what a bootstrap resamples)."""
-        ids = [i for i in predictions if references.get(i)]
-        if not ids:
-            return ImageScores({}, ids, {})
-        captions, refs = self._tokenized([predictions[i] for i in ids],
-                                         [r for i in ids for r in references[i]])
-        res = {i: [caption or EMPTY] for i, caption in zip(ids, captions, strict=True)}
-        refs_left = iter(refs)
-        gts = {i: [next(refs_left) for _ in references[i]] for i in ids}
-        bleu = BleuScorer(n=4)
-        for i in ids:  # as pycocoevalcap's Bleu(4).compute_score, keeping the scorer's per-image counts
-            bleu += (res[i][0], gts[i])
-        corpus, _ = bleu.compute_score(option="closest", verbose=0)
-        scores = {name: float(b) for name, b in zip(names.BLEU, corpus, strict=True)}
-        columns = _bleu_columns(bleu)
-        rouge, columns[names.ROUGE_L] = Rouge().compute_score(gts, res)
-        cider, columns[names.CIDER] = Cider().compute_score(gts, res)
-        scores[names.ROUGE_L], scores[names.CIDER] = float(rouge), float(cider)
-        offset = 0.0
-        if self._meteor is not None:
-            with self._lock:
-                meteor, per_image = self._meteor.compute_score(gts, res)
-            scores[names.METEOR], columns[names.METEOR] = float(meteor), np.asarray(per_image)
-            offset = float(meteor) - float(np.mean(per_image))
-        return ImageScores(scores, ids, {k: np.asarray(v, dtype=np.float64) for k, v in columns.items()},
-                           meteor_offset=offset)
+        """The caption metrics' corpus scores, and each image's share of them (what a bootstrap
+        resamples)."""
+        inputs = self.prepare(Inputs(list(predictions), predictions, references))
+        values, stats = score(inputs, REFERENCED)
+        return ImageScores(values, stats.image_ids.tolist(), dict(stats.columns), dict(stats.offsets))
 
     def close(self) -> None:
         """Stop METEOR's JVM (pycocoevalcap only does so in ``__del__``)."""

@@ -15,11 +15,11 @@ from collections.abc import Callable
 
 import grpc
 
+from showtell import metrics as registry
 from showtell.api.contract import ALL_RUNS, ALL_SETS, DEFAULT_SET, STOPPING
 from showtell.common import run_records
 from showtell.common.files import is_url
 from showtell.common.locks import held
-from showtell.evaluator import metric_names
 from showtell.evaluator.loop.status import Broadcast, Progress, Status
 from showtell.evaluator.records.record import Record
 from showtell.evaluator.records.store import Store
@@ -158,12 +158,12 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
         if not metric:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 "metric is required, e.g. 'cider' or 'loss'")
-        known = metric_names.ALL | self.store.metric_names()
+        known = set(registry.names()) | self.store.metric_names()
         if metric not in known:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"unknown metric {metric!r}; known: {', '.join(sorted(known))}")
         if request.mode == pb.GetBestRequest.MODE_UNSPECIFIED:
-            maximize = metric not in metric_names.LOWER_IS_BETTER
+            maximize = metric not in registry.lower_is_better()
         else:
             maximize = request.mode == pb.GetBestRequest.MODE_MAX
         eval_set = self._set(request.eval_set)
@@ -179,8 +179,8 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
         return pb.GetBestResponse(evaluation=answer)
 
     async def ListRuns(self, request, context):
-        metric = request.metric or metric_names.EXACT_MATCH
-        known = metric_names.ALL | self.store.metric_names()
+        metric = request.metric or "exact_match"
+        known = set(registry.names()) | self.store.metric_names()
         if metric not in known:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"unknown metric {metric!r}; known: {', '.join(sorted(known))}")
@@ -191,7 +191,7 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
         except ValueError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         limit = request.page_size or 100
-        maximize = metric not in metric_names.LOWER_IS_BETTER
+        maximize = metric not in registry.lower_is_better()
         records = await asyncio.to_thread(self._recorded_runs)
         evaluated = {run: (count, newest) for run, count, newest in self.store.run_summaries()}
         order = list(evaluated) + sorted(set(records) - set(evaluated),
@@ -263,7 +263,7 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
             comparisons=[pb.MetricComparison(
                 metric=c.metric, a=c.a, b=c.b, difference=c.difference,
                 interval=pb.Interval(lower=c.lower, upper=c.upper), p_value=c.p_value,
-                significant=c.significant, higher_is_better=c.metric not in metric_names.LOWER_IS_BETTER)
+                significant=c.significant, higher_is_better=c.metric not in registry.lower_is_better())
                 for c in comparisons])
 
     def _resolve(self, ref: pb.EvaluationRef) -> tuple[Record | None, str | None]:
@@ -279,10 +279,10 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
         if which is None:
             return None, "name a step or best=METRIC"
         if which == "best":
-            known = metric_names.ALL | self.store.metric_names()
+            known = set(registry.names()) | self.store.metric_names()
             if ref.best not in known:
                 return None, f"unknown metric {ref.best!r}; known: {', '.join(sorted(known))}"
-            record = self.store.best(ref.best, ref.best not in metric_names.LOWER_IS_BETTER, run=run,
+            record = self.store.best(ref.best, ref.best not in registry.lower_is_better(), run=run,
                                      eval_set=eval_set)
             return (record, None) if record is not None else \
                 (None, f"run {run} has no successful evaluation with {ref.best!r}")

@@ -26,6 +26,7 @@ import grpc
 from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from showtell import metrics as registry
 from showtell.api.client import MetricsClient, evaluation_ref
 from showtell.api.contract import ALL_RUNS, DEFAULT_SET, describe_costs
 from showtell.api.transport import ClientSecurity, add_client_arguments
@@ -47,7 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="evaluator HOST:PORT (env SHOWTELL_SERVER; default 127.0.0.1:50051)")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.add_argument("--timeout", type=positive_float, default=10.0, help="seconds per call (not watch)")
-    p.add_argument("--metric", default="cider", help="best, compare's best: which metric (default cider)")
+    p.add_argument("--metric", default="cider", choices=registry.names(), metavar="METRIC",
+                   help=f"best, compare's best: which metric, one of {', '.join(registry.names())} "
+                        "(default cider)")
     p.add_argument("--bootstrap", type=positive_int, metavar="N",
                    help="compare: resamples (default: the evaluator's --bootstrap)")
     p.add_argument("--confidence", type=open_fraction, metavar="P",

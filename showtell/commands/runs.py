@@ -24,6 +24,7 @@ from dataclasses import asdict
 from datetime import UTC
 from pathlib import Path
 
+from showtell import metrics as registry
 from showtell.common import run_records
 from showtell.common.errors import ShowtellError, UsageError
 from showtell.common.files import is_url
@@ -199,7 +200,6 @@ def _target(spec: str) -> tuple[str, float]:
 def _score(runs: list[Run], history: Path, metric_spec: str, target_spec: str) -> None:
     """Best value and time to target, from an evaluator's history."""
     try:
-        from showtell.evaluator.metric_names import LOWER_IS_BETTER
         from showtell.evaluator.records.store import Store
     except ModuleNotFoundError as exc:
         raise ShowtellError(f"--history needs the evaluator's modules ({exc.name} is not installed: "
@@ -211,7 +211,7 @@ def _score(runs: list[Run], history: Path, metric_spec: str, target_spec: str) -
                          "<work-dir>/evaluations.sqlite)")
     metric, _, mode = metric_spec.partition(":")
     target_metric, target = _target(target_spec)
-    lower = target_metric in LOWER_IS_BETTER
+    lower = not registry.higher_is_better(target_metric)
     store = Store(history)
     try:
         for r in runs:

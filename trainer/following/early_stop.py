@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from showtell import metrics as registry
 from showtell.api.client import WatchFollower
 from showtell.api.transport import ClientSecurity
 from showtell.common.errors import ShowtellError
@@ -47,6 +48,8 @@ class StopWhen:
             raise ShowtellError(f"--stop-when '{text}': expected METRIC>=X or METRIC<=X, e.g. 'cider>=0.9'")
         if by not in STOP_WHEN_BY:
             raise ShowtellError(f"--stop-when-by {by}: choose one of {', '.join(STOP_WHEN_BY)}")
+        if registry.get(match.group(1)) is None:
+            raise ShowtellError(f"--stop-when '{text}': {registry.unknown_metric(match.group(1))}")
         return cls(match.group(1), match.group(2), float(match.group(3)), patience, by)
 
     def met(self, value: float) -> bool:
