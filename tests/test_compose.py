@@ -571,8 +571,8 @@ def test_compose_up_trains_evaluates_restarts_and_goes_away(prebuilt, tmp_path: 
         assert {"loss", "perplexity", "bleu4", "cider"} <= set(evaluation["metrics"])
         # the image's JRE: COCO's PTB tokenizer ran, as a non-root user over a root-owned install;
         # SHOWTELL_METEOR=false reached the evaluator
-        assert evaluation["scoring"] == {"tokenizer": "ptb", "scorers": ["bleu", "rouge_l", "cider"]}, \
-            evaluation["scoring"]
+        assert evaluation["scoring"] == {"tokenizer": "ptb", "scorers": [
+            "bleu1", "bleu2", "bleu3", "bleu4", "cider", "distinct_2", "rouge_l"]}, evaluation["scoring"]
 
         # the evaluator cannot write the checkpoint volume
         evaluator = stack.container("evaluator")
