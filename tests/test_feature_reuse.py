@@ -17,15 +17,24 @@ from showtell.captioning.data.feature_cache import INFO
 from showtell.evaluator.scoring.bootstrap import Bootstrap
 from showtell.evaluator.scoring.evaluation import CheckpointEvaluator
 from showtell.evaluator.scoring.features import FeatureStore
-from showtell.evaluator.scoring.scorers import CaptionScorer
 from tests.helpers import TINY_DATA
 
 
 @pytest.fixture(scope="module")
-def traced(tiny_model: Path, tiny_data: Path):
-    """One evaluator for the module: its encoder and decoder traced once."""
-    made = CheckpointEvaluator(str(tiny_model), tiny_data, bootstrap=Bootstrap(100, 0.95),
-                               scorer=lambda: CaptionScorer(meteor=False, tokenizer="regex"))
+def traced(tiny_model: Path, tiny_data: Path, tmp_path_factory):
+    """One evaluator for the module, its encoder and decoder traced once — built as the service and
+    ``--once`` build theirs, from one typed config (``daemon.build_evaluator``)."""
+    from showtell.evaluator.config import EvaluationConfig, EvaluatorConfig
+    from showtell.evaluator.daemon import build_evaluator
+    from showtell.evaluator.records.workdir import WorkDir
+
+    work = WorkDir(tmp_path_factory.mktemp("work"))
+    made = build_evaluator(EvaluatorConfig(
+        model_dir=str(tiny_model), data=tiny_data, work=work,
+        evaluation=EvaluationConfig(bootstrap=100, meteor=False, tokenizer="regex")))
+    assert made.bootstrap == Bootstrap(100, 0.95) and made.features.root == work.features
+    made.open()  # the scorer, as the config says
+    assert made.scorer.scoring.startswith("tokenizer=regex scorers=") and "meteor" not in made.scorer.scoring
     yield made
     made.close()
 

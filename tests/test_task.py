@@ -32,6 +32,12 @@ def test_a_task_builds_alone_and_trains_a_step_with_no_model_dir(tiny_data: Path
         optimizer=OptimizerConfig(name="adam", learning_rate=1e-3, epochs_per_decay=0),
         train=TrainConfig(seed=1), cache=CacheConfig(enabled=False)))
     assert isinstance(task, CaptionTask) and not task.phase.trains_encoder and task.model_config.vocab_size
+    # the assembly's other parts, called alone: no cluster; no model dir, nothing resolved
+    from showtell.trainer.train_lib import cluster_and_strategy, resolved_sections
+
+    experiment = TrainExperiment(source=Source(data=tiny_data))
+    assert cluster_and_strategy(experiment) == (None, "auto")  # auto: the devices decide, at choose()
+    assert resolved_sections(experiment) == {}
     built = dict(vars(task))
     assert not {"checkpoints", "scratch", "_cache"} & set(built)  # the trainer's, not the task's
     dataset = task.dataset()
