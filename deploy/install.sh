@@ -72,7 +72,9 @@ case "$step" in
     rm -rf dist
     pip check
     # From another directory: a ./showtell here would shadow the installed package.
-    (cd / && python -c "import showtell.v1.metrics_pb2_grpc, showtell.trainer.cli, showtell.evaluator.cli" \
+    # Every command's module and the metrics' registry (each metric file found in the wheel).
+    (cd / && python -c "import showtell.v1.metrics_pb2_grpc, showtell.commands.train, showtell.commands.evaluate, \
+showtell.commands.demo; from showtell import metrics; assert 'distinct_2' in metrics.names(), metrics.names()" \
       && showtell --version) ;;
   *) echo "deploy/install.sh: step must be requirements, deps, wheel or package (got '$step')" >&2; exit 2 ;;
 esac
