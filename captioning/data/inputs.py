@@ -153,6 +153,7 @@ def pad_captions(batch: dict[str, tf.Tensor], multiple: int) -> dict[str, tf.Ten
 def eval_images(
     files: Sequence[str], image_size: int, batch_size: int, config: InputConfig | None = None,
     max_images: int | None = None, id_map: Sequence[int] | None = None, skip: int = 0,
+    shard: tuple[int, int] | None = None, set_images: int | None = None,
 ) -> tf.data.Dataset:
     """Each validation image once, in file order, batched with all its captions.
 
@@ -160,11 +161,18 @@ def eval_images(
     [B, (captions), (words)].  ``id_map`` re-encodes captions into a model's own vocabulary
     (``Vocabulary.id_map``); each batch then counts, in ``unknown``, the reference words that
     became ``<UNK>`` on the way.  ``skip``: start after the first N images (whose features an
-    evaluation read from its cache; skipped records are read, not decoded).
+    evaluation read from its cache; skipped records are read, not decoded).  ``shard`` (I, N):
+    only the images at positions I, I + N, I + 2N … of the set's first ``set_images`` (all when
+    None) — one part of an evaluation split across evaluators; ``skip`` and ``max_images`` then
+    count the part's images.  Records of other parts are read, not decoded.
     """
     fn_config = config or InputConfig()
     table = None if id_map is None else tf.constant(list(id_map), tf.int64)
     ds = tf.data.TFRecordDataset(list(files))
+    if shard is not None:
+        if set_images:
+            ds = ds.take(set_images)
+        ds = ds.shard(shard[1], shard[0])
     if skip:
         ds = ds.skip(skip)
     if max_images:

@@ -89,6 +89,7 @@ class Validator:
         logits at every position, padding masked out)."""
         self.model, self.files, self.vocab = model, list(files), vocab
         self.batch_size, self.max_examples, self.id_map = batch_size, max_examples, id_map
+        self.shard: tuple[int, int] | None = None  # the pass's part (``run``)
         self._table = None if id_map is None else tf.constant(list(id_map), tf.int64)
 
         def encode(images):
@@ -130,9 +131,15 @@ class Validator:
         self._decode_fn = decode_batch
         self._decode: tf.types.experimental.PolymorphicFunction | None = None
 
-    def _batches(self, cap: int | None, features: Features | None, timings: Timings) -> Iterator[dict]:
+    def part_images(self, images: int) -> int:
+        """How many of a set's first ``images`` this validator's part holds (all without a shard)."""
+        return len(range(self.shard[0], images, self.shard[1])) if self.shard else images
+
+    def _batches(self, cap: int | None, features: Features | None, timings: Timings,
+                 set_images: int | None = None) -> Iterator[dict]:
         """The pass's batches, each with its ``features``: first the cached images', then the rest
-        from the images (the encoder run on them, and ``features`` told of each batch)."""
+        from the images (the encoder run on them, and ``features`` told of each batch).  ``cap``
+        counts this part's images; ``set_images`` the set's, which a shard's part is taken from."""
         cached = features.cached if features is not None else 0
         cached = min(cached, cap) if cap else cached
         if cached:
@@ -142,7 +149,8 @@ class Validator:
         if cap and cached >= cap:
             return
         ds = inputs.eval_images(self.files, self.model.config.image_size, self.batch_size,
-                                max_images=cap - cached if cap else None, skip=cached)
+                                max_images=cap - cached if cap else None, skip=cached, shard=self.shard,
+                                set_images=set_images)
         for batch in inputs.checked(ds, self.files):
             batch["features"] = self._encode(batch.pop("image"))  # (timed by the caller's wait)
             timings.images_computed += int(batch["image_id"].shape[0])
@@ -153,7 +161,7 @@ class Validator:
 
     def run(self, progress: Callable[[int, int], None] | None = None, split_images: int = 0,
             max_images: int | None = None, limit: Callable[[float | None], int] | None = None,
-            features: Features | None = None) -> Validation:
+            features: Features | None = None, shard: tuple[int, int] | None = None) -> Validation:
         """One pass: every image encoded once (or its features read from ``features``), every caption
         scored, every image captioned.
 
@@ -162,15 +170,22 @@ class Validator:
         ``max_images`` overrides ``max_examples``.  ``limit(rate)`` decides the cap from this
         pass's own rate (images/s of the batches after the first, which also traced or
         restored; None if there was only one batch): the pass stops at the images it returns.
+        ``shard`` (I, N): only part I of N of those images, positions I, I + N … (``part_images``).
         """
+        self.shard = shard
         cap = max_images if max_images is not None else self.max_examples
-        expected = min(split_images, cap) if cap else split_images
+        expected = self.part_images(min(split_images, cap) if cap else split_images)
+        set_images, cap = cap, self.part_images(cap) if cap else cap
+        if self.shard and limit is not None:
+            raise ValueError("a part of a sharded evaluation has a fixed size: no limit")
+        if set_images and not cap:  # a part holding none of the set's first images
+            return Validation(loss=LossResult(0.0, 1.0, 0, 0), captions={}, images=0, timings=Timings())
         total, words, examples, unknown, images = 0.0, 0.0, 0, 0, 0
         captions: dict[int, str] = {}
         image_losses: dict[int, tuple[float, float]] = {}
         first: tuple[float, int] | None = None  # (when the first batch was done, its images)
         timings = Timings()
-        batches = self._batches(cap, features, timings)
+        batches = self._batches(cap, features, timings, set_images)
         while True:
             waited = time.monotonic()
             batch = next(batches, None)

@@ -55,6 +55,8 @@ class EvalResult:
     # {features: reused|computed|extended|rebuilt|off, images_reused, images_computed, encoder,
     #  seconds: {restore, digest, features, decoder, scoring, intervals}}
     costs: dict = field(default_factory=lambda: {"seconds": {}})
+    # ``--shard I/N``: this part's images, unscored (``scoring.parts.SetPart``); None: a whole evaluation
+    part: Any = field(default=None, repr=False)
 
 
 class Evaluator(Protocol):

@@ -36,6 +36,8 @@ from showtell.evaluator.config import EvalSet
 from showtell.evaluator.loop.result import COMPUTED, OFF, REUSED, EvalResult, Images
 from showtell.evaluator.scoring import bootstrap
 from showtell.evaluator.scoring.bootstrap import Bootstrap
+from showtell.evaluator.scoring.parts import SetPart
+from showtell.evaluator.scoring.parts import merge as merge_parts
 from showtell.evaluator.scoring.scorers import CaptionScorer, score
 from showtell.metrics import Inputs
 
@@ -70,7 +72,7 @@ class FeatureStore(Protocol):
     def digest(self, variables: list) -> tuple[str, float]: ...
 
     def for_set(self, data: Path, files: Sequence[str], encoder_digest: str,
-                image_size: int) -> SetFeatures: ...
+                image_size: int, shard: tuple[int, int] | None = None) -> SetFeatures: ...
 
     def bound(self) -> list[Path]: ...
 
@@ -109,13 +111,15 @@ class CheckpointEvaluator:
                  beam_size: int = 3, samples: int = 5,
                  scorer: Callable[[], CaptionScorer] | None = None, jit_compile: bool = False,
                  bootstrap: Bootstrap | None = None, sets: Sequence[EvalSet] = (),
-                 features: FeatureStore | None = None) -> None:
+                 features: FeatureStore | None = None, shard: tuple[int, int] | None = None) -> None:
         """``scorer`` makes the caption scorer when the first evaluation (or ``open``) needs it:
         METEOR's JVM takes seconds to start, so the service starts it on its evaluation thread,
         not before its server answers.  ``bootstrap``: how each metric's interval is drawn.
         ``sets``: evaluation sets besides ``data_dir``'s (``DEFAULT_SET``), each evaluated after it.
         ``features``: where each set's encoder features are kept for checkpoints with the same
-        encoder (``scoring/features.py``); None computes them from the images every time."""
+        encoder (``scoring/features.py``); None computes them from the images every time.
+        ``shard`` (I, N): evaluate part I of N of every set and return it unscored (``part``), for
+        ``merge`` to score with the others (``scoring/parts.py``)."""
         self.model_dir, self.data_dir = model_dir, data_dir
         self.sets = [_Loaded(EvalSet(DEFAULT_SET, data_dir, max_examples)), *map(_Loaded, sets)]
         main = self.sets[0]
@@ -125,6 +129,7 @@ class CheckpointEvaluator:
         self.jit_compile = jit_compile
         self.bootstrap = bootstrap or Bootstrap()
         self.features = features
+        self.shard = shard if shard and shard[1] > 1 else None
         self._make_scorer = scorer
         self.scorer: CaptionScorer | None = None
         self._key: tuple | None = None
@@ -210,7 +215,7 @@ class CheckpointEvaluator:
         validator = loaded.validator
         assert validator is not None
         features: SetFeatures | None = None if self.features is None else self.features.for_set(
-            loaded.spec.data, loaded.files, digest, self._model.config.image_size)
+            loaded.spec.data, loaded.files, digest, self._model.config.image_size, self.shard)
         try:
             if callable(images):  # --max-eval-examples auto: sized for what this evaluation costs
                 sizer, kind = images, REUSED if features is not None and features.cached else COMPUTED
@@ -218,22 +223,64 @@ class CheckpointEvaluator:
                 limit = None if known is not None else (lambda rate: sizer(
                     rate, loaded.split_images, validator.batch_size, kind))
                 validation = validator.run(progress, split_images=loaded.split_images, features=features,
-                                           max_images=known, limit=limit)
+                                           max_images=known, limit=limit, shard=self.shard)
             else:
                 validation = validator.run(progress, split_images=loaded.split_images, max_images=images,
-                                           features=features)
+                                           features=features, shard=self.shard)
         finally:
             if features is not None:
                 features.close()
         timings = validation.timings
         assert timings is not None
-        loss, captions = validation.loss, validation.captions
+        loss = validation.loss
+        how = OFF if features is None else features.result(timings.images_reused)
+        costs = {"features": how, "images_reused": timings.images_reused,
+                 "images_computed": timings.images_computed, "encoder": digest[:16],
+                 "seconds": {"features": timings.features, "decoder": timings.decoder}}
+        if features is not None and features.full_disk:
+            costs["not_kept"] = features.full_disk
+        # another vocabulary: say how much of it the model lacks
+        unknown = loss.unknown_words if validator.id_map is not None else None
+        if self.shard is not None:  # a part: scored once every part is in (``merge``)
+            ids = list(validation.image_losses)
+            part = SetPart(loaded.spec.name, self.shard, ids, [validation.captions[i] for i in ids],
+                           [validation.image_losses[i][0] for i in ids],
+                           [validation.image_losses[i][1] for i in ids], loss.examples, unknown,
+                           time.monotonic() - started, costs)
+            return EvalResult(step=step, checkpoint=path, metrics={}, examples=loss.examples,
+                              seconds=part.seconds, train_seconds=seconds, eval_set=loaded.spec.name,
+                              costs=costs, part=part)
+        return self._scored(loaded, list(validation.image_losses), validation.captions,
+                            validation.image_losses, loss.loss, loss.examples, unknown, path, step, seconds,
+                            started, costs)
+
+    def merge(self, parts: Sequence[SetPart], path: str, step: int,
+              train_seconds: float | None) -> EvalResult:
+        """The evaluation the parts of every set make (each set's N parts in ``parts``), scored as one
+        evaluator scores its own: the default set's result, the others' in ``others``.  Raises
+        ``PartsMismatch`` unless they are each set's parts once each."""
+        started = time.monotonic()
+        self.open()
+        results = []
+        for loaded in self.sets:
+            merged = merge_parts([p for p in parts if p.eval_set == loaded.spec.name])
+            results.append(self._scored(loaded, merged.image_ids, merged.captions, merged.image_losses,
+                                        merged.loss, merged.examples, merged.unknown_words, path, step,
+                                        train_seconds, started, merged.costs, parts_seconds=merged.seconds))
+        main, *others = results
+        main.others = others
+        return main
+
+    def _scored(self, loaded: _Loaded, image_ids: list[int], captions: Mapping[int, str],
+                image_losses: Mapping[int, tuple[float, float]], loss: float, examples: int,
+                unknown_words: int | None, path: str, step: int, seconds: float | None, started: float,
+                costs: dict, parts_seconds: float = 0.0) -> EvalResult:
+        """One set's result from what its images gave: every metric, its interval, the samples."""
         scoring_started = time.monotonic()
         inputs = Inputs(
-            image_ids=list(validation.image_losses), captions=captions, references=loaded.references,
-            image_losses=validation.image_losses, loss=loss.loss,
-            # another vocabulary: say how much of it the model lacks
-            unknown_words=float(loss.unknown_words) if validator.id_map is not None else None,
+            image_ids=image_ids, captions=captions, references=loaded.references,
+            image_losses=image_losses, loss=loss,
+            unknown_words=float(unknown_words) if unknown_words is not None else None,
             unknown_references=frozenset(loaded.unknown_references))
         if self.scorer is not None:
             self.scorer.prepare(inputs)
@@ -241,18 +288,12 @@ class CheckpointEvaluator:
         stats = replace(stats, fingerprint=set_fingerprint(stats.image_ids, loaded.images, loaded.references))
         intervals_started = time.monotonic()
         intervals = bootstrap.intervals(stats, self.bootstrap) if len(stats) else {}
-        how = OFF if features is None else features.result(timings.images_reused)
-        costs = {"features": how, "images_reused": timings.images_reused,
-                 "images_computed": timings.images_computed, "encoder": digest[:16],
-                 "seconds": {"features": timings.features, "decoder": timings.decoder,
-                             "scoring": intervals_started - scoring_started,
-                             "intervals": time.monotonic() - intervals_started}}
-        if features is not None and features.full_disk:
-            costs["not_kept"] = features.full_disk
-        shown = [{"image_id": i, "caption": c, "references": loaded.references.get(i, [])}
-                 for i, c in list(captions.items())[: self.samples]]
-        return EvalResult(step=step, checkpoint=path, metrics=metrics, examples=loss.examples,
-                          seconds=time.monotonic() - started, samples=shown,
+        costs["seconds"] = {**costs["seconds"], "scoring": intervals_started - scoring_started,
+                            "intervals": time.monotonic() - intervals_started}
+        shown = [{"image_id": i, "caption": captions[i], "references": loaded.references.get(i, [])}
+                 for i in image_ids[: self.samples]]
+        return EvalResult(step=step, checkpoint=path, metrics=metrics, examples=examples,
+                          seconds=parts_seconds + time.monotonic() - started, samples=shown,
                           scoring=self.scorer.scoring if self.scorer is not None else "",
                           train_seconds=seconds, intervals=intervals,
                           bootstrap=self.bootstrap.as_dict() if intervals else {}, stats=stats,

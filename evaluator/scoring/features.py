@@ -122,10 +122,14 @@ class FeatureStore:
     def enabled(self) -> bool:
         return self.root is not None and self.keep > 0
 
-    def for_set(self, data: Path, files: Sequence[str], encoder_digest: str, image_size: int) -> SetFeatures:
+    def for_set(self, data: Path, files: Sequence[str], encoder_digest: str, image_size: int,
+                shard: tuple[int, int] | None = None) -> SetFeatures:
+        """The set's features for this encoder; a ``shard``'s part keeps its own images' (its own key)."""
         if not self.enabled:
             return SetFeatures(None)
         key = cache_key(data, files, encoder_digest, image_size, InputConfig(), 1)
+        if shard is not None:
+            key["shard"] = list(shard)
         return SetFeatures.open(FeatureCache(self.root, key))
 
     @staticmethod

@@ -1,0 +1,125 @@
+"""An evaluation split across evaluators (``--shard I/N``): each part evaluates its images unscored,
+and the merged parts are scored into exactly what one evaluator records — in-process, on the real
+tiny model, with COCO's scorers (METEOR's JVM too)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from showtell.evaluator.config import EvalSet
+from showtell.evaluator.scoring import parts as part_files
+from showtell.evaluator.scoring.bootstrap import Bootstrap
+from showtell.evaluator.scoring.evaluation import CheckpointEvaluator
+from showtell.evaluator.scoring.features import FeatureStore
+from showtell.evaluator.scoring.parts import PartsMismatch
+from showtell.evaluator.scoring.scorers import CaptionScorer
+
+SETS = (EvalSet("few", Path(), 7),)  # a second set of an odd size: parts of 3, 2 and 2 images
+
+
+def _evaluator(model: Path, data: Path, features: Path, shard=None, scorer=None) -> CheckpointEvaluator:
+    return CheckpointEvaluator(str(model), data, bootstrap=Bootstrap(200, 0.95), scorer=scorer,
+                               sets=[EvalSet(s.name, data, s.max_examples) for s in SETS],
+                               features=FeatureStore(features, 2), shard=shard)
+
+
+def _same(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def test_merged_parts_are_one_evaluators_record_for_1_2_and_3_parts(tiny_data: Path, tiny_model: Path,
+                                                                    java: str, tmp_path: Path):
+    checkpoint = str(tiny_model / "ckpt-4")
+    whole = _evaluator(tiny_model, tiny_data, tmp_path / "whole",
+                       scorer=lambda: CaptionScorer(meteor=True, tokenizer="ptb"))
+    one = whole.evaluate(checkpoint, 4)
+    assert "meteor" in one.metrics and "cider" in one.metrics and one.intervals
+    try:
+        part = _evaluator(tiny_model, tiny_data, tmp_path / "parts")  # one model for every part
+        for count in (1, 2, 3):
+            results = []
+            for index in range(count):
+                part.shard = (index, count) if count > 1 else None  # as CheckpointEvaluator(shard=…) sets it
+                results.append(part.evaluate(checkpoint, 4))
+            if count == 1:  # one part is one evaluator, as before: scored, no part
+                [alone] = results
+                assert alone.part is None and alone.metrics["loss"] == one.metrics["loss"]
+                continue
+            for result in results:
+                assert result.metrics == {} and not result.intervals  # a part is not scored
+            sizes = [len(r.part.image_ids) for r in results]
+            assert sum(sizes) == len(one.stats) and max(sizes) - min(sizes) <= 1
+            # through the part file each part writes
+            _, set_parts = part_files.from_bytes(part_files.to_bytes(
+                {"step": 4}, [x.part for r in results for x in (r, *r.others)]))
+            merged = whole.merge(set_parts, checkpoint, 4, one.train_seconds)
+            for a, b in zip((one, *one.others), (merged, *merged.others), strict=True):
+                assert (b.eval_set, b.examples, b.samples, b.scoring) == (a.eval_set, a.examples, a.samples,
+                                                                           a.scoring)
+                assert b.metrics.keys() == a.metrics.keys(), count
+                wrong = {k: (a.metrics[k], b.metrics[k]) for k in a.metrics if not _same(a.metrics[k],
+                                                                                       b.metrics[k])}
+                assert not wrong, (count, a.eval_set, wrong)
+                assert b.intervals.keys() == a.intervals.keys()
+                assert all(_same(x, y) for k in a.intervals
+                           for x, y in zip(a.intervals[k], b.intervals[k], strict=True)), (count, b.intervals)
+                assert np.array_equal(a.stats.image_ids, b.stats.image_ids)
+                assert b.stats.fingerprint == a.stats.fingerprint and b.costs["parts"] == count
+        _varied_captions_merge_exactly(whole, checkpoint)
+    finally:
+        whole.close()
+
+
+def _varied_captions_merge_exactly(whole: CheckpointEvaluator, checkpoint: str) -> None:
+    """The tiny model says "a" to every image (CIDEr and distinct-2 are 0): captions that differ —
+    each image's references, clipped — show the whole-set metrics (CIDEr's document frequencies,
+    METEOR's corpus score, distinct-2's bigrams over every caption) merge exactly too."""
+    from showtell.evaluator.scoring import bootstrap
+    from showtell.evaluator.scoring.scorers import score
+    from showtell.metrics import Inputs
+
+    refs = whole.references
+    ids = list(refs)
+    captions = {i: " ".join(refs[i][n % len(refs[i])].split()[: 3 + n % 4]) for n, i in enumerate(ids)}
+    losses = {i: (2.0 + n / 7, 10.0 + n % 3) for n, i in enumerate(ids)}
+    inputs = Inputs(ids, captions, refs, losses, loss=sum(v[0] for v in losses.values())
+                    / sum(v[1] for v in losses.values()))
+    whole.scorer.prepare(inputs)
+    expected, stats = score(inputs)
+    expected_intervals = bootstrap.intervals(stats, whole.bootstrap)
+    assert expected["cider"] > 0.1 and expected["meteor"] > 0.1 and 0 < expected["distinct_2"] < 1
+    for count in (2, 3):
+        parts = [part_files.SetPart(name, (i, count), mine, [captions[x] for x in mine],
+                                    [losses[x][0] for x in mine], [losses[x][1] for x in mine], 3 * len(mine))
+                 for name, chosen in (("val", ids), ("few", ids[:7])) for i in range(count)
+                 for mine in [chosen[i::count]]]
+        merged = whole.merge(parts, checkpoint, 4, None)
+        assert merged.metrics.keys() == expected.keys()
+        assert all(_same(merged.metrics[k], v) for k, v in expected.items()), (merged.metrics, expected)
+        assert all(_same(x, y) for k, v in expected_intervals.items()
+                   for x, y in zip(v, merged.intervals[k], strict=True))
+
+
+def test_parts_that_are_not_one_evaluations_are_refused():
+    def part(index: int, count: int, ids: list[int], eval_set: str = "val") -> part_files.SetPart:
+        return part_files.SetPart(eval_set, (index, count), ids, ["a b"] * len(ids), [1.0] * len(ids),
+                                  [2.0] * len(ids), 5 * len(ids))
+
+    merged = part_files.merge([part(1, 2, [11, 13]), part(0, 2, [10, 12, 14])])
+    assert merged.image_ids == [10, 11, 12, 13, 14] and merged.loss == 0.5 and merged.examples == 25
+    for parts, why in [
+        ([part(0, 2, [10])], r"not each of 2 once"),
+        ([part(0, 2, [10]), part(0, 2, [11])], r"not each of 2 once"),
+        ([part(0, 2, [10]), part(1, 3, [11])], r"not each of 2 once"),
+        ([part(0, 2, [10]), part(1, 2, [11], "other")], r"different sets"),
+        ([part(0, 2, [10]), part(1, 2, [11, 13])], r"positions"),
+        ([part(0, 2, [10]), part(1, 2, [10])], r"in two parts"),
+    ]:
+        with pytest.raises(PartsMismatch, match=why):
+            part_files.merge(parts)
+    with pytest.raises(ValueError, match="not a part file"):
+        part_files.from_bytes(b"PK\x03\x04 truncated")
