@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 from showtell.api.contract import POLICIES
 from showtell.common.exposition import MonitoringConfig
 from showtell.common.options import (
+    Invalid,
     boolean,
+    check,
     non_negative_int,
     open_fraction,
     option,
@@ -168,6 +170,57 @@ class Finish:
 
 
 @dataclass(frozen=True)
+class Shard:
+    """``--shard I/N``: part I (from 0) of N of every evaluation (``records/parts.py``)."""
+
+    index: int
+    count: int
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+    @property
+    def pair(self) -> tuple[int, int]:
+        return self.index, self.count
+
+    @property
+    def merges(self) -> bool:
+        """Part 0 merges every part's results, records them and serves them."""
+        return self.index == 0
+
+
+@check("I/N, 0 ≤ I < N")
+def shard(text: str) -> Shard:
+    index, slash, count = text.partition("/")
+    if not (slash and index.strip().isdigit() and count.strip().isdigit()):
+        raise Invalid(f"expected I/N, e.g. 0/2 (got {text!r})")
+    one = Shard(int(index), int(count))
+    if one.count < 1 or one.index >= one.count:
+        raise Invalid(f"I must be 0 … N - 1 and N ≥ 1 (got {text})")
+    return one
+
+
+@dataclass(frozen=True)
+class ShardConfig:
+    """One evaluation split across evaluators: each part evaluates its images of every checkpoint;
+    part 0 merges them into the record one evaluator would write, and serves it."""
+
+    shard: Shard | None = option(
+        None, "evaluate part I (0 … N - 1) of N of every evaluation set, for every checkpoint: the images at "
+              "positions I, I + N …; part 0 merges the parts' results into one record and serves it "
+              "(Kubernetes: --shard $(JOB_COMPLETION_INDEX)/N); needs --parts-dir and --policy all",
+        type=shard, metavar="I/N")
+    parts_dir: Path | None = option(
+        None, "with --shard: the directory every part writes its results to and part 0 reads (shared "
+              "storage: a volume all of them mount)", type=Path, metavar="DIR")
+
+    @property
+    def split(self) -> bool:
+        """More than one part."""
+        return self.shard is not None and self.shard.count > 1
+
+
+@dataclass(frozen=True)
 class EvaluatorConfig:
     """Everything an evaluator runs on — the service and ``--once`` alike.
 
@@ -188,3 +241,4 @@ class EvaluatorConfig:
     finish: Finish = Finish()
     monitoring: MonitoringConfig = field(default_factory=MonitoringConfig)
     eval_sets: tuple[EvalSet, ...] = ()  # besides --data's (named val)
+    sharding: ShardConfig = ShardConfig()

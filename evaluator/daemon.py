@@ -31,12 +31,14 @@ from showtell.common.locks import DirectoryLock
 from showtell.common.processes import signal_exit_code
 from showtell.evaluator.config import EvaluatorConfig
 from showtell.evaluator.loop.controller import EvalController
+from showtell.evaluator.loop.merger import Merger
 from showtell.evaluator.loop.result import EvalResult
 from showtell.evaluator.loop.sizing import AUTO, RunSizes
 from showtell.evaluator.loop.status import Broadcast
 from showtell.evaluator.loop.watcher import CheckpointWatcher
 from showtell.evaluator.records.actions import ExportBest, HParamsSession, WriteSummaries, log_record
 from showtell.evaluator.records.best_export import BestExport
+from showtell.evaluator.records.parts_dir import PartsDir
 from showtell.evaluator.records.recorder import Recorder
 from showtell.evaluator.records.store import Store
 from showtell.evaluator.records.summaries import EvalSummaries
@@ -63,7 +65,8 @@ def build_evaluator(config: EvaluatorConfig) -> CheckpointEvaluator:
         scorer=lambda: CaptionScorer(meteor=evaluation.meteor, tokenizer=evaluation.tokenizer),
         jit_compile=evaluation.jit_compile, bootstrap=Bootstrap(evaluation.bootstrap, evaluation.confidence),
         sets=config.eval_sets,
-        features=FeatureStore(work.features if work else None, evaluation.feature_cache_keep))
+        features=FeatureStore(work.features if work else None, evaluation.feature_cache_keep),
+        shard=config.sharding.shard.pair if config.sharding.split else None)
 
 
 def evaluate_once(config: EvaluatorConfig, checkpoint: str | None = None) -> EvalResult:
@@ -126,14 +129,47 @@ def serve(config: EvaluatorConfig, security: LoadedSecurity, endpoint: MetricsEn
 
 @dataclass
 class _Parts:
-    """The service's objects, made in one place: started in order, stopped in reverse."""
+    """The service's objects, made in one place: started in order, stopped in reverse.  A part of a
+    split evaluation but part 0 serves nothing: it evaluates and publishes (``server`` None)."""
 
     evaluator: CheckpointEvaluator
     store: Store
-    summaries: EvalSummaries
+    summaries: EvalSummaries | None
     controller: EvalController
-    watcher: CheckpointWatcher
-    server: MetricsServer
+    watchers: list[CheckpointWatcher]
+    server: MetricsServer | None
+    own: Store | None = None  # a part's own history of its parts (a split evaluation)
+
+
+def _split_part(config: EvaluatorConfig, evaluator: CheckpointEvaluator) -> _Parts:
+    """A part of a split evaluation that does not merge: it evaluates its images of every checkpoint
+    and publishes them (``--parts-dir``); part 0 records and serves."""
+    parts = _parts_dir(config)
+    own = Store(config.work.own_parts)
+    controller = EvalController(
+        model_dir=config.model_dir, evaluator=evaluator, store=own, pins=config.work.pins,
+        recorder=Recorder(store=own, work_root=config.work.root, publish=parts.publish),
+        policy=config.watch.policy, actions=[_log_part], finish=config.finish,
+        arrival_timeout=config.watch.arrival_timeout)
+    watcher = CheckpointWatcher(config.model_dir, controller.on_change, config.watch.poll_secs,
+                                also=(FINISHED, METADATA))
+    return _Parts(evaluator, own, None, controller, [watcher], None)
+
+
+def _parts_dir(config: EvaluatorConfig) -> PartsDir:
+    """The parts dir as this part sees it, its plan checked (another split's is refused)."""
+    shard, evaluation = config.sharding.shard, config.evaluation
+    plan = {"sets": [[DEFAULT_SET, evaluation.max_eval_examples],
+                     *([s.name, s.max_examples] for s in config.eval_sets)],
+            "beam_size": evaluation.beam_size}
+    parts = PartsDir(config.sharding.parts_dir, shard.index, shard.count, plan)
+    parts.check_plan()
+    return parts
+
+
+def _log_part(record) -> None:
+    log.info("step %d: this part %s%s", record.step, "published" if record.status == "ok" else record.status,
+             f" ({record.reason})" if record.reason else "", extra={"run": record.run, "step": record.step})
 
 
 def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.AbstractEventLoop,
@@ -142,6 +178,8 @@ def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.Abst
     auto = config.evaluation.max_eval_examples == AUTO
     evaluator = build_evaluator(config)  # its JVM starts in the evaluation thread, not before serving
     workdir.root.mkdir(parents=True, exist_ok=True)
+    if config.sharding.split and not config.sharding.shard.merges:
+        return _split_part(config, evaluator)
     store = Store(workdir.history)
     summaries = EvalSummaries(str(workdir.summaries), evaluator.files)
     exporters: dict[str, BestExport] = {}  # each evaluation set's own
@@ -168,15 +206,26 @@ def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.Abst
                                    streams=lambda: service.streams,
                                    sets=(DEFAULT_SET, *(s.name for s in config.eval_sets)))
         actions.append(figures.record)
-    controller = EvalController(model_dir=model_dir, evaluator=evaluator, store=store,
-                                recorder=Recorder(store=store, work_root=workdir.root), pins=workdir.pins,
+    recorder, own, merger = Recorder(store=store, work_root=workdir.root), None, None
+    if config.sharding.split:  # part 0: its own parts in a history of their own; the merged ones served
+        parts = _parts_dir(config)
+        own = Store(workdir.own_parts)
+        merger = Merger(parts=parts, evaluator=evaluator, recorder=recorder, actions=actions)
+        recorder, actions = Recorder(store=own, work_root=workdir.root, publish=parts.publish), [_log_part]
+    controller = EvalController(model_dir=model_dir, evaluator=evaluator, store=own or store,
+                                recorder=recorder, pins=workdir.pins,
                                 policy=config.watch.policy, actions=actions, finish=config.finish,
                                 arrival_timeout=config.watch.arrival_timeout,
-                                sizes=RunSizes(workdir.auto_sizes) if auto else None)
+                                sizes=RunSizes(workdir.auto_sizes) if auto else None, merge=merger,
+                                records=store)
     # The finished marker ends --exit-when-trained; a new run id (a synced copy's record may
     # land after its checkpoints) changes which checkpoints are still to evaluate.
-    watcher = CheckpointWatcher(model_dir, controller.on_change, config.watch.poll_secs,
-                                also=(FINISHED, METADATA))
+    watchers = [CheckpointWatcher(model_dir, controller.on_change, config.watch.poll_secs,
+                                  also=(FINISHED, METADATA))]
+    if merger is not None:  # another part published: merge
+        watchers.append(CheckpointWatcher(str(config.sharding.parts_dir), controller.wake.set,
+                                          config.watch.poll_secs, also=merger.parts.signals))
+    watcher = watchers[0]
     service = MetricsService(store=store, status=lambda: controller.status, broadcast=broadcast,
                              policy=config.watch.policy, checkpoint_dir=model_dir, observer=watcher.kind,
                              exporter=exporter, max_streams=serving.max_streams,
@@ -189,7 +238,7 @@ def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.Abst
     except RuntimeError as exc:  # taken since the CLI's check: grpc's "Failed to bind to address …"
         raise ShowtellError(f"--host {serving.host} --port {serving.port}: cannot listen there; is another "
                             "evaluator using it? pick another --port (0: any free one)") from exc
-    return _Parts(evaluator, store, summaries, controller, watcher, server)
+    return _Parts(evaluator, store, summaries, controller, watchers, server, own)
 
 
 class _EvaluationThread:
@@ -232,12 +281,17 @@ async def _serve(config: EvaluatorConfig, security: LoadedSecurity,
     try:
         # Watching before the health service says SERVING: a checkpoint named and deleted (--keep)
         # while the JVM starts is still seen, and recorded skipped (the chaos soak found the gap).
-        parts.watcher.start()
-        await asyncio.to_thread(parts.watcher.ready.wait, 30)
-        await parts.server.start()
+        for watcher in parts.watchers:
+            watcher.start()
+            await asyncio.to_thread(watcher.ready.wait, 30)
+        if parts.server is not None:
+            await parts.server.start()
         finish = config.finish.describe()
-        log.info("work dir %s; policy %s; observer %s%s", config.work.root, config.watch.policy,
-                 parts.watcher.kind, f"; ends when {finish}" if finish else "")
+        shard = config.sharding.shard if config.sharding.split else None
+        log.info("work dir %s; policy %s; observer %s%s%s", config.work.root, config.watch.policy,
+                 parts.watchers[0].kind, f"; ends when {finish}" if finish else "",
+                 f"; part {shard} of every evaluation, results in --parts-dir {config.sharding.parts_dir}"
+                 + ("" if shard.merges else ", merged and served by part 0") if shard else "")
         evaluation.thread.start()
         await stop.wait()
     finally:
@@ -250,16 +304,24 @@ async def _shut_down(parts: _Parts, thread: threading.Thread) -> None:
     """In order: no new evaluation, no new RPC, no new event; an evaluation in progress is
     abandoned (no row: it runs again after a restart); then nothing recorded from here on."""
     parts.controller.stop()
-    await parts.server.stop()
-    parts.watcher.stop()
+    if parts.server is not None:
+        await parts.server.stop()
+    for watcher in parts.watchers:
+        watcher.stop()
     if thread.ident is not None:
         await asyncio.to_thread(thread.join, 2)
         if thread.is_alive():
             log.info("the evaluation in progress is abandoned (it runs again after a restart)")
     await asyncio.to_thread(parts.controller.recorder.close)
+    merger = parts.controller.merge
+    if isinstance(merger, Merger):
+        await asyncio.to_thread(merger.recorder.close)
     parts.evaluator.close()
-    parts.summaries.close()
+    if parts.summaries is not None:
+        parts.summaries.close()
     parts.store.close()
+    if parts.own is not None:
+        parts.own.close()
 
 
 def _exit_code(code: int, stopped_by: list[signal.Signals], config: EvaluatorConfig,

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from showtell.evaluator.config import EvalSet
-from showtell.evaluator.scoring import parts as part_files
+from showtell.evaluator.records import parts as part_files
+from showtell.evaluator.records.parts import PartsMismatch
 from showtell.evaluator.scoring.bootstrap import Bootstrap
 from showtell.evaluator.scoring.evaluation import CheckpointEvaluator
 from showtell.evaluator.scoring.features import FeatureStore
-from showtell.evaluator.scoring.parts import PartsMismatch
 from showtell.evaluator.scoring.scorers import CaptionScorer
 
 SETS = (EvalSet("few", Path(), 7),)  # a second set of an odd size: parts of 3, 2 and 2 images
@@ -123,3 +123,48 @@ def test_parts_that_are_not_one_evaluations_are_refused():
             part_files.merge(parts)
     with pytest.raises(ValueError, match="not a part file"):
         part_files.from_bytes(b"PK\x03\x04 truncated")
+
+
+@pytest.mark.e2e
+def test_two_evaluator_processes_split_each_checkpoint_and_part_0_serves_the_merged_records(
+        tiny_data: Path, tiny_model: Path, tmp_path: Path, procs):
+    """Two real evaluators, ``--shard 0/2`` and ``--shard 1/2``, on a model dir with two checkpoints:
+    each checkpoint is recorded once, merged from both parts, in order, served by part 0 over gRPC
+    — the record one evaluator writes; the parts' files give way to markers; part 1 ends by itself
+    (``--exit-when-trained``) once its part of the final checkpoint is published."""
+    from showtell.v1 import metrics_pb2 as pb
+    from tests.helpers import metrics_stub, start_evaluator, wait_for
+
+    parts_dir = tmp_path / "parts"
+    common = ("--policy", "all", "--parts-dir", str(parts_dir), "--tokenizer", "regex",
+              "--eval-set", f"few={tiny_data}:7")
+    part1 = procs.start("evaluate", "--model-dir", str(tiny_model), "--data", str(tiny_data),
+                        "--work-dir", str(tmp_path / "work1"), "--meteor", "false", "--shard", "1/2",
+                        "--exit-when-trained", *common, log=tmp_path / "part1.log")
+    _, port = start_evaluator(procs, tiny_model, tiny_data, tmp_path / "work0", tmp_path / "part0.log",
+                              "--shard", "0/2", *common)
+    channel, stub = metrics_stub(port)
+
+    def merged() -> list:
+        return list(stub.ListEvaluations(pb.ListEvaluationsRequest(page_size=10), timeout=10).evaluations)
+
+    records = wait_for(lambda: len(merged()) == 2 and merged(), 240, "both checkpoints merged")
+    assert [(r.global_step, r.status) for r in records] == [
+        (2, pb.Evaluation.STATUS_OK), (4, pb.Evaluation.STATUS_OK)]
+    assert part1.wait(timeout=60) == 0, (tmp_path / "part1.log").read_text()[-3000:]
+    whole = CheckpointEvaluator(str(tiny_model), tiny_data, scorer=lambda: CaptionScorer(meteor=False,
+                                                                                          tokenizer="regex"))
+    try:
+        one = whole.evaluate(str(tiny_model / "ckpt-4"), 4)
+    finally:
+        whole.close()
+    latest = records[1]
+    assert latest.num_examples == one.examples and set(latest.metrics) == set(one.metrics)
+    assert all(_same(latest.metrics[k], v) for k, v in one.metrics.items()), dict(latest.metrics)
+    few = stub.GetLatest(pb.GetLatestRequest(eval_set="few"), timeout=10).evaluation
+    assert few.global_step == 4 and few.num_examples == 7 * 3  # the second set merged: 7 images, 3 captions
+    log0 = (tmp_path / "part0.log").read_text()
+    assert log0.count("merged from 2 parts") == 2, log0[-3000:]  # each checkpoint once
+    [run_dir] = (parts_dir / "checkpoints").iterdir()  # one training run
+    assert sorted(p.name for p in run_dir.iterdir()) == ["2-ckpt-2.merged", "4-ckpt-4.merged"]
+    channel.close()

@@ -68,18 +68,7 @@ class Attempts:
         try:
             log.info("evaluating %s (step %d)", prefix, step)
             result = self.evaluator.evaluate(pinned, step=step, progress=progress, images=images)
-            now = time.time()
-
-            def record(one: EvalResult) -> Record:
-                return Record(step, prefix, mtime, now, one.seconds, one.examples, metrics=one.metrics,
-                              samples=one.samples, run=run, scoring=one.scoring,
-                              train_seconds=one.train_seconds, bootstrap=one.bootstrap,
-                              intervals={k: list(v) for k, v in one.intervals.items()},
-                              image_stats=one.stats.to_bytes() if one.stats is not None else b"",
-                              eval_set=one.eval_set, costs=one.costs)
-
-            # every set's record, stored in one transaction with the default set's
-            return dataclasses.replace(record(result), also=tuple(map(record, result.others)))
+            return record_of(result, prefix, mtime, run)
         except ModelDirIncomplete as exc:  # e.g. showtell-model.json not synced yet
             return NotArrived(checkpoint, str(exc), mtime)
         except ShowtellError as exc:
@@ -90,3 +79,19 @@ class Attempts:
                                  seconds=time.time() - started)
         finally:
             unpin(pinned)
+
+
+def record_of(result: EvalResult, checkpoint: str, mtime: float, run: str) -> Record:
+    """The record of ``result``, an evaluation of ``checkpoint`` (saved at ``mtime``) in ``run``:
+    its other sets' records in ``also``, stored in one transaction with the default set's."""
+    now = time.time()
+
+    def record(one: EvalResult) -> Record:
+        return Record(one.step, checkpoint, mtime, now, one.seconds, one.examples, metrics=one.metrics,
+                      samples=one.samples, run=run, scoring=one.scoring,
+                      train_seconds=one.train_seconds, bootstrap=one.bootstrap,
+                      intervals={k: list(v) for k, v in one.intervals.items()},
+                      image_stats=one.stats.to_bytes() if one.stats is not None else b"",
+                      eval_set=one.eval_set, costs=one.costs)
+
+    return dataclasses.replace(record(result), also=tuple(map(record, result.others)))

@@ -45,7 +45,8 @@ class EvalController:
     def __init__(self, *, model_dir: str, evaluator: Evaluator, store: Store, recorder: Recorder,
                  pins: Path, policy: str, actions: Sequence[Action] = (), finish: Finish | None = None,
                  arrival_timeout: float = 300.0, progress_log_secs: float = 30.0,
-                 sizes: RunSizes | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 sizes: RunSizes | None = None, clock: Callable[[], float] = time.monotonic,
+                 merge: Callable[[], object] | None = None, records: Store | None = None) -> None:
         """
         Args:
           model_dir: the trainer's model directory (local path or ``tf.io.gfile`` URL).
@@ -61,12 +62,17 @@ class EvalController:
           progress_log_secs: how often a long evaluation logs how far it is.
           sizes: ``--max-eval-examples auto``: each run's size, chosen at its first evaluation.
           clock: monotonic seconds (tests pass a fake).
+          merge: part 0 of a split evaluation (``--shard 0/N``): merges what every part has
+            published, after each of its own evaluations and each look (``loop/merger.py``).
+          records: where a checkpoint counts as evaluated for ``--exit-when-trained`` (part 0: the
+            merged history; default ``store``).
         """
         if policy not in schedule.POLICIES:
             raise ValueError(policy)
         self.model_dir, self.evaluator, self.store, self.recorder = model_dir, evaluator, store, recorder
         self.actions, self.policy, self.finish, self.clock = list(actions), policy, finish or Finish(), clock
         self.arrival_timeout, self.progress_log_secs, self.sizes = arrival_timeout, progress_log_secs, sizes
+        self.merge, self.records = merge or (lambda: None), records or store
         self.attempts = Attempts(evaluator=evaluator, pins=pins)
         self.seen = SeenCheckpoints(store=store, skip=self._skip)
         self.status = Status()  # replaced whole, on the loop's thread only
@@ -143,6 +149,7 @@ class EvalController:
             if self.stopping.is_set():
                 break
             outcome = self._attempt(checkpoint)
+            self.merge()  # its own part may have been the last one in
             if isinstance(outcome, Retry):
                 self.retry_at = outcome.at  # files still arriving, or the work dir's trouble
                 break
@@ -156,6 +163,7 @@ class EvalController:
             if self.policy == "latest":
                 self.wake.set()
                 break
+        self.merge()  # what the other parts published meanwhile
         return seen
 
     def _due(self, seen: Look) -> list[Checkpoint]:
@@ -273,7 +281,7 @@ class EvalController:
         # Its evaluation may still be to come: the state file's rename (or, if it was evaluated
         # before the marker landed, the marker's own arrival) wakes the loop again.
         if not any(r.step == final["step"] and os.path.basename(r.checkpoint) == final["checkpoint"]
-                   for r in self.store.after(final["step"] - 1, run=self.status.run_id)):
+                   for r in self.records.after(final["step"] - 1, run=self.status.run_id)):
             return None
         return f"the trainer finished ({final.get('reason', '?')}) and its final checkpoint, step " \
                f"{final['step']}, is evaluated"

@@ -55,7 +55,7 @@ class EvalResult:
     # {features: reused|computed|extended|rebuilt|off, images_reused, images_computed, encoder,
     #  seconds: {restore, digest, features, decoder, scoring, intervals}}
     costs: dict = field(default_factory=lambda: {"seconds": {}})
-    # ``--shard I/N``: this part's images, unscored (``scoring.parts.SetPart``); None: a whole evaluation
+    # ``--shard I/N``: this part's images, unscored (``records.parts.SetPart``); None: a whole evaluation
     part: Any = field(default=None, repr=False)
 
 
@@ -69,3 +69,5 @@ class Evaluator(Protocol):
 
     def evaluate(self, path: str, step: int | None = None,
                  progress: Callable[[int, int], None] | None = None, images: Images = None) -> EvalResult: ...
+
+    def merge(self, parts: Any, path: str, step: int, train_seconds: float | None) -> EvalResult: ...

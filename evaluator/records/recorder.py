@@ -28,13 +28,15 @@ Action = Callable[[Record], None]  # told about each record stored (``evaluator/
 
 
 class Recorder:
-    def __init__(self, *, store: Store, work_root: Path) -> None:
+    def __init__(self, *, store: Store, work_root: Path, publish: Action | None = None) -> None:
         """
         Args:
           store: the durable history.
           work_root: the evaluator's work dir, named in a full-disk message.
+          publish: a part of a split evaluation: its part file, written before the history's row
+            (``records/parts_dir.py``) — a crash between them evaluates it again, never loses it.
         """
-        self.store, self.work_root = store, work_root
+        self.store, self.work_root, self.publish = store, work_root, publish
         self._lock = threading.Lock()
         self.closed = False
 
@@ -48,6 +50,8 @@ class Recorder:
                 log.info("step %d: not recorded, the evaluator is stopping (evaluated again after a restart)",
                          record.step)
                 return None
+            if self.publish is not None and not self.store.has(record.run, record.step, record.checkpoint):
+                self.publish(record)
             stored = self.store.add(record)
             if stored is not None:
                 for one in (stored, *stored.also):  # the default set's record, then the other sets'

@@ -27,6 +27,12 @@ class WorkDir:
         return self.root / "evaluations.sqlite"
 
     @property
+    def own_parts(self) -> Path:
+        """A part of a split evaluation (``--shard I/N``): its history of its own parts, what it has
+        published (part 0's merged records are in ``history``)."""
+        return self.root / "parts.sqlite"
+
+    @property
     def pins(self) -> Path:
         """Hard links (or copies) of the checkpoints being evaluated, so ``--keep`` cannot delete
         them mid-read (``evaluator/loop/pinning.py``)."""

@@ -34,10 +34,10 @@ from showtell.captioning.model.validation import Features, Validator
 from showtell.common.errors import ModelDirError
 from showtell.evaluator.config import EvalSet
 from showtell.evaluator.loop.result import COMPUTED, OFF, REUSED, EvalResult, Images
+from showtell.evaluator.records.parts import PartStats, SetPart
+from showtell.evaluator.records.parts import merge as merge_parts
 from showtell.evaluator.scoring import bootstrap
 from showtell.evaluator.scoring.bootstrap import Bootstrap
-from showtell.evaluator.scoring.parts import SetPart
-from showtell.evaluator.scoring.parts import merge as merge_parts
 from showtell.evaluator.scoring.scorers import CaptionScorer, score
 from showtell.metrics import Inputs
 
@@ -119,7 +119,7 @@ class CheckpointEvaluator:
         ``features``: where each set's encoder features are kept for checkpoints with the same
         encoder (``scoring/features.py``); None computes them from the images every time.
         ``shard`` (I, N): evaluate part I of N of every set and return it unscored (``part``), for
-        ``merge`` to score with the others (``scoring/parts.py``)."""
+        ``merge`` to score with the others (``records/parts.py``)."""
         self.model_dir, self.data_dir = model_dir, data_dir
         self.sets = [_Loaded(EvalSet(DEFAULT_SET, data_dir, max_examples)), *map(_Loaded, sets)]
         main = self.sets[0]
@@ -205,6 +205,8 @@ class CheckpointEvaluator:
         result.costs["seconds"] = checkpoint | result.costs["seconds"]
         result.others = [self._evaluate_set(other, path, step, seconds, time.monotonic(), digest)
                          for other in others]
+        if self.shard is not None:  # one part file for every set
+            result.stats, result.others = PartStats([r.part for r in (result, *result.others)]), []
         if self.features is not None:
             self.features.bound()
         return result

@@ -35,6 +35,7 @@ from showtell.evaluator.config import (
     ExportConfig,
     Finish,
     ServeConfig,
+    ShardConfig,
     WatchConfig,
 )
 from showtell.evaluator.records.workdir import WorkDir
@@ -57,6 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "<model-dir>-eval; with --once: none, unless given — then its features are kept)")
     for config_cls in (ServeConfig, WatchConfig, EvaluationConfig, ExportConfig, MonitoringConfig):
         add_config_flags(p, config_cls)
+    add_config_flags(p.add_argument_group("one evaluation split across evaluators"), ShardConfig)
     add_config_flags(p.add_argument_group("ending by itself (default: serve until SIGTERM)"), Finish)
     add_server_arguments(p)
     p.add_argument("--once", action="store_true", help="evaluate one checkpoint, print, exit")
@@ -76,7 +78,7 @@ def config_from_args(args: argparse.Namespace) -> EvaluatorConfig:
         evaluation=config_from_flags(EvaluationConfig, args), watch=config_from_flags(WatchConfig, args),
         serve=config_from_flags(ServeConfig, args), export=config_from_flags(ExportConfig, args),
         finish=config_from_flags(Finish, args), monitoring=config_from_flags(MonitoringConfig, args),
-        eval_sets=tuple(args.eval_set))
+        eval_sets=tuple(args.eval_set), sharding=config_from_flags(ShardConfig, args))
 
 
 def argument_problem(args: argparse.Namespace) -> str | None:
@@ -89,9 +91,35 @@ def argument_problem(args: argparse.Namespace) -> str | None:
     problem = eval_set_problem(args.eval_set)
     if problem:
         return problem
+    problem = shard_problem(args)
+    if problem:
+        return problem
     if args.once and args.max_eval_examples == "auto":
         return ("--max-eval-examples auto fits evaluations between the trainer's checkpoints; with --once "
                 "pass a number of images or leave it out (all)")
+    return None
+
+
+def shard_problem(args: argparse.Namespace) -> str | None:
+    """What ``--shard`` cannot go with (one line)."""
+    one = args.shard
+    if one is None or one.count == 1:
+        return "--parts-dir goes with --shard I/N, N > 1" if args.parts_dir else None
+    where = f"--shard {one}"
+    if args.once:
+        return f"{where} splits the service's evaluations; --once evaluates a whole checkpoint"
+    if args.parts_dir is None:
+        return f"{where} needs --parts-dir: a directory every part writes to, part 0 reads (shared storage)"
+    if args.policy != "all":
+        return (f"{where} needs --policy all: every part must evaluate the same checkpoints (with latest, a "
+                "part that fell behind would skip to another one and no checkpoint would have every part)")
+    if args.max_eval_examples == "auto":
+        return f"{where}: --max-eval-examples auto sizes one evaluator's evaluations; give a number or all"
+    if args.export_best:
+        return f"{where}: --export-best is not yet done for split evaluations; run one evaluator to export"
+    if args.until_step is not None or args.max_evaluations:
+        return (f"{where}: --until-step and --max-evaluations count one evaluator's evaluations; a split one "
+                "ends with --exit-when-trained")
     return None
 
 

@@ -10,12 +10,15 @@ from collections.abc import Iterable
 from pathlib import Path
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary sibling and a rename, so a reader — or a
-    crash — finds the old file or the new one, never half of one."""
+def write_atomic(path: Path, text: str | bytes) -> None:
+    """Write ``text`` (or bytes) to ``path`` through a temporary sibling and a rename, so a reader
+    — or a crash — finds the old file or the new one, never half of one."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_text(text)
+        if isinstance(text, bytes):
+            tmp.write_bytes(text)
+        else:
+            tmp.write_text(text)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

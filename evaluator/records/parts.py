@@ -47,6 +47,17 @@ class SetPart:
 
 
 @dataclass(frozen=True)
+class PartStats:
+    """A part's evaluation of every set, as an evaluation's per-image statistics: what its history
+    row keeps (``image_stats``) and its part file holds (``records/parts_dir.py``)."""
+
+    sets: Sequence[SetPart]
+
+    def to_bytes(self) -> bytes:
+        return to_bytes({}, self.sets)
+
+
+@dataclass(frozen=True)
 class Merged:
     """Several parts of one set as one evaluation's images, in the set's order."""
 

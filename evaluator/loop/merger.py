@@ -1,0 +1,108 @@
+"""Part 0 of a split evaluation: merge each checkpoint once every part has published it.
+
+Called on the evaluation thread — after part 0's own evaluations and whenever another part
+publishes (the parts dir's watcher wakes the loop) — so the one caption scorer (METEOR's JVM) is
+never shared.  A checkpoint's merged record is what one evaluator would have written: every part
+ok → its parts scored as one evaluation (``CheckpointEvaluator.merge``); a part that failed or
+skipped it → the checkpoint recorded failed or skipped, with that part's reason.  It goes through
+the same ``Recorder`` and actions as one evaluator's records (Watch, TensorBoard, Prometheus), and
+only then are the parts' files replaced by a marker.  A checkpoint some part has not published
+stays pending, listed by ``pending`` — never merged from fewer images.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Sequence
+
+from showtell.evaluator.loop.attempts import record_of
+from showtell.evaluator.loop.result import Evaluator
+from showtell.evaluator.records.parts import PartsMismatch
+from showtell.evaluator.records.parts_dir import Group, PartsDir, Published
+from showtell.evaluator.records.record import Record
+from showtell.evaluator.records.recorder import Action, Recorder
+
+log = logging.getLogger(__name__)
+
+
+class Merger:
+    def __init__(self, *, parts: PartsDir, evaluator: Evaluator, recorder: Recorder,
+                 actions: Sequence[Action] = ()) -> None:
+        """
+        Args:
+          parts: the parts dir, seen as part 0.
+          evaluator: part 0's, whose sets and scorer score the merged parts.
+          recorder: the merged history's (the one the service serves).
+          actions: told about each merged record, as one evaluator's actions are.
+        """
+        self.parts, self.evaluator, self.recorder, self.actions = parts, evaluator, recorder, list(actions)
+        self.pending: dict[tuple[str, int, str], list[int]] = {}  # (run, step, name) → parts not in
+        self._said: set[tuple[str, int, str]] = set()
+
+    def __call__(self) -> list[Record]:
+        """Merge every checkpoint all parts have published, in step order; the records stored."""
+        stored, pending = [], {}
+        try:
+            groups = self.parts.groups()
+        except OSError as exc:
+            log.error("--parts-dir %s: cannot list it (%s); merging again at the next change",
+                      self.parts.root, exc)
+            return []
+        for group in groups:
+            key = (group.run, group.step, group.name)
+            missing = self.parts.missing(group)
+            if missing:
+                pending[key] = missing
+                continue
+            try:
+                record = self._merge(group)
+            except (ValueError, OSError) as exc:  # a part file unreadable: left for a look after it is redone
+                if key not in self._said:
+                    log.error("step %d: not merged: %s", group.step, exc)
+                    self._said.add(key)
+                pending[key] = []
+                continue
+            except sqlite3.Error as exc:
+                log.error("step %d: not merged: %s", group.step, self.recorder.trouble(group.step, exc))
+                pending[key] = []
+                continue
+            if record is not None:
+                stored.append(record)
+        self.pending = pending
+        return stored
+
+    def _merge(self, group: Group) -> Record | None:
+        published = self.parts.read(group)
+        first = published[0].header
+        run, step, checkpoint = first["run"], first["step"], first["checkpoint"]
+        if self.recorder.store.has(run, step, checkpoint):  # merged before a crash removed its files
+            self.parts.merged(group)
+            return None
+        record = self._record(published)
+        kept = self.recorder.record(record, self.actions)
+        if kept is not None or self.recorder.store.has(run, step, checkpoint):
+            self.parts.merged(group)
+        return kept
+
+    def _record(self, published: list[Published]) -> Record:
+        first = published[0].header
+        run, step, checkpoint = first["run"], first["step"], first["checkpoint"]
+        mtime = first["checkpoint_mtime"]
+        for part in published:
+            header = part.header
+            if header["status"] != "ok":
+                index, count = header["shard"]
+                reason = f"part {index}/{count}: {header['reason']}"
+                if header["status"] == "skipped":
+                    return Record.skipped(step, checkpoint, reason, run=run, mtime=mtime)
+                return Record.failed(step, checkpoint, reason, run=run, mtime=mtime,
+                                     seconds=header["eval_seconds"])
+        sets = [s for part in published for s in part.sets]
+        try:
+            result = self.evaluator.merge(sets, checkpoint, step, first["train_seconds"])
+        except PartsMismatch as exc:
+            return Record.failed(step, checkpoint, f"its parts are not one evaluation's: {exc}", run=run,
+                                 mtime=mtime, seconds=0.0)
+        log.info("step %d: merged from %d parts", step, len(published))
+        return record_of(result, checkpoint, mtime, run)
