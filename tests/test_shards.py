@@ -168,3 +168,45 @@ def test_two_evaluator_processes_split_each_checkpoint_and_part_0_serves_the_mer
     [run_dir] = (parts_dir / "checkpoints").iterdir()  # one training run
     assert sorted(p.name for p in run_dir.iterdir()) == ["2-ckpt-2.merged", "4-ckpt-4.merged"]
     channel.close()
+
+
+def test_a_split_the_service_cannot_run_is_one_line_before_anything_starts(tiny_data: Path, tmp_path: Path,
+                                                                           showtell_main):
+    from tests.helpers import error_lines
+
+    base = ("evaluate", "--model-dir", str(tmp_path / "m"), "--data", str(tiny_data))
+    parts = ("--parts-dir", str(tmp_path / "parts"))
+    cases = {
+        ("--shard", "2/2"): "argument --shard: I must be 0 … N - 1 and N ≥ 1 (got 2/2)",
+        ("--shard", "a"): "argument --shard: expected I/N, e.g. 0/2 (got 'a')",
+        ("--parts-dir", "p"): "--parts-dir goes with --shard I/N, N > 1",
+        ("--shard", "1/2", "--policy", "all"): "--shard 1/2 needs --parts-dir: a directory every part writes "
+                                               "to, part 0 reads (shared storage)",
+        ("--shard", "1/2", *parts): "--shard 1/2 needs --policy all: every part must evaluate the same "
+                                    "checkpoints (with latest, a part that fell behind would skip to another "
+                                    "one and no checkpoint would have every part)",
+        ("--shard", "0/3", *parts, "--policy", "all", "--once"):
+            "--shard 0/3 splits the service's evaluations; --once evaluates a whole checkpoint",
+        ("--shard", "0/3", *parts, "--policy", "all", "--until-step", "4"):
+            "--shard 0/3: --until-step and --max-evaluations count one evaluator's evaluations; a split one "
+            "ends with --exit-when-trained",
+    }
+    for flags, expected in cases.items():
+        result = showtell_main(*base, *flags)
+        assert (result.returncode, error_lines(result.stderr)) == (
+            2, [f"showtell evaluate: error: {expected} (see --help)"]), flags
+
+
+def test_a_part_started_with_another_split_is_refused_by_the_plan(tmp_path: Path):
+    from showtell.common.errors import ShowtellError
+    from showtell.evaluator.records.parts_dir import PLAN, PartsDir
+
+    plan = {"sets": [["val", None]], "beam_size": 3}
+    PartsDir(tmp_path, 0, 2, plan).check_plan()
+    PartsDir(tmp_path, 1, 2, plan).check_plan()  # the same split: fine
+    with pytest.raises(ShowtellError) as refused:
+        PartsDir(tmp_path, 1, 3, plan).check_plan()
+    assert str(refused.value) == (
+        f"--shard 1/3: --parts-dir {tmp_path} is a split evaluation's with parts 2 (this part: 3); start "
+        "every part the same way, or give a new --parts-dir (a changed split starts afresh)")
+    assert (tmp_path / PLAN).read_text().count('"parts": 2') == 1  # never replaced
