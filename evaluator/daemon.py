@@ -223,7 +223,7 @@ def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.Abst
     watchers = [CheckpointWatcher(model_dir, controller.on_change, config.watch.poll_secs,
                                   also=(FINISHED, METADATA))]
     if merger is not None:  # another part published: merge
-        watchers.append(CheckpointWatcher(str(config.sharding.parts_dir), controller.wake.set,
+        watchers.append(CheckpointWatcher(str(config.sharding.parts_dir), controller.on_published,
                                           config.watch.poll_secs, also=merger.parts.signals))
     watcher = watchers[0]
     service = MetricsService(store=store, status=lambda: controller.status, broadcast=broadcast,

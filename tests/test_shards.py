@@ -50,12 +50,12 @@ def test_merged_parts_are_one_evaluators_record_for_1_2_and_3_parts(tiny_data: P
                 assert alone.part is None and alone.metrics["loss"] == one.metrics["loss"]
                 continue
             for result in results:
-                assert result.metrics == {} and not result.intervals  # a part is not scored
+                assert result.metrics == {} and not result.intervals and not result.others  # not scored
             sizes = [len(r.part.image_ids) for r in results]
             assert sum(sizes) == len(one.stats) and max(sizes) - min(sizes) <= 1
             # through the part file each part writes
             _, set_parts = part_files.from_bytes(part_files.to_bytes(
-                {"step": 4}, [x.part for r in results for x in (r, *r.others)]))
+                {"step": 4}, [s for r in results for s in r.stats.sets]))  # a part's every set: one file
             merged = whole.merge(set_parts, checkpoint, 4, one.train_seconds)
             for a, b in zip((one, *one.others), (merged, *merged.others), strict=True):
                 assert (b.eval_set, b.examples, b.samples, b.scoring) == (a.eval_set, a.examples, a.samples,

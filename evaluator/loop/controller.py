@@ -77,6 +77,7 @@ class EvalController:
         self.seen = SeenCheckpoints(store=store, skip=self._skip)
         self.status = Status()  # replaced whole, on the loop's thread only
         self.wake, self.stopping = threading.Event(), threading.Event()
+        self._published = threading.Event()  # another part published (a split evaluation's part 0)
         self.evaluations = 0  # by this process (ok or failed; a skipped checkpoint is not one)
         self.done: str | None = None  # why the loop ended by itself
         self.retry_at: float | None = None  # when to look again without being woken
@@ -100,6 +101,18 @@ class EvalController:
             if seen.run is not None and seen.named is not None:
                 self.seen.note(seen.named, seen.run)
         self.wake.set()
+
+    def on_published(self) -> None:
+        """Another part published (the parts dir's watcher): merge at this evaluation's next batch,
+        or at the next look — a merge does not wait for part 0's own evaluation to end."""
+        self._published.set()
+        self.wake.set()
+
+    def _progress(self, progress) -> None:
+        self._update(progress=progress)
+        if self._published.is_set():
+            self._published.clear()
+            self.merge()
 
     def stop(self) -> None:
         """Stop after the current evaluation (which is abandoned unrecorded if still running when
@@ -207,7 +220,7 @@ class EvalController:
         with self.seen.claim(checkpoint, run) as claimed:
             if not claimed:
                 return None
-            report = ProgressReport(checkpoint.step, publish=lambda p: self._update(progress=p),
+            report = ProgressReport(checkpoint.step, publish=self._progress,
                                     log_secs=self.progress_log_secs, clock=self.clock)
             self._update(evaluating_step=checkpoint.step, progress=None)
             try:
