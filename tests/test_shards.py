@@ -127,31 +127,54 @@ def test_parts_that_are_not_one_evaluations_are_refused():
 
 @pytest.mark.e2e
 def test_two_evaluator_processes_split_each_checkpoint_and_part_0_serves_the_merged_records(
-        tiny_data: Path, tiny_model: Path, tmp_path: Path, procs):
-    """Two real evaluators, ``--shard 0/2`` and ``--shard 1/2``, on a model dir with two checkpoints:
-    each checkpoint is recorded once, merged from both parts, in order, served by part 0 over gRPC
-    — the record one evaluator writes; the parts' files give way to markers; part 1 ends by itself
+        tiny_data: Path, tiny_model: Path, tmp_path: Path, procs, showtell_main):
+    """Two real evaluators, ``--shard 0/2`` and ``--shard 1/2``, on a model dir with two checkpoints.
+    Part 0 alone: its parts are published, nothing is recorded, and the status says which
+    checkpoints wait for which part.  Part 1 killed mid-evaluation and started again: each
+    checkpoint is recorded once, merged from both parts, in order, served by part 0 over gRPC —
+    the record one evaluator writes; the parts' files give way to markers; part 1 ends by itself
     (``--exit-when-trained``) once its part of the final checkpoint is published."""
+    from showtell.common.processes import kill_tree
     from showtell.v1 import metrics_pb2 as pb
     from tests.helpers import metrics_stub, start_evaluator, wait_for
 
     parts_dir = tmp_path / "parts"
     common = ("--policy", "all", "--parts-dir", str(parts_dir), "--tokenizer", "regex",
               "--eval-set", f"few={tiny_data}:7")
-    part1 = procs.start("evaluate", "--model-dir", str(tiny_model), "--data", str(tiny_data),
-                        "--work-dir", str(tmp_path / "work1"), "--meteor", "false", "--shard", "1/2",
-                        "--exit-when-trained", *common, log=tmp_path / "part1.log")
     _, port = start_evaluator(procs, tiny_model, tiny_data, tmp_path / "work0", tmp_path / "part0.log",
                               "--shard", "0/2", *common)
     channel, stub = metrics_stub(port)
 
+    def status() -> pb.EvaluatorStatus:
+        return stub.GetStatus(pb.GetStatusRequest(), timeout=10).status
+
     def merged() -> list:
         return list(stub.ListEvaluations(pb.ListEvaluationsRequest(page_size=10), timeout=10).evaluations)
 
+    waiting = wait_for(lambda: len(status().waiting_for_parts) == 2 and status().waiting_for_parts, 120,
+                       "part 0's own parts of both checkpoints")
+    assert [(w.step, list(w.missing_parts)) for w in waiting] == [(2, [1]), (4, [1])] and status().parts == 2
+    assert merged() == []  # never recorded from fewer images
+    shown = showtell_main("metrics", "status", "--server", f"127.0.0.1:{port}")
+    assert "split into 2 parts; waiting for parts: step 2 (part 1/2), step 4 (part 1/2)" in shown.stdout
+
+    def part1(log: str):
+        return procs.start("evaluate", "--model-dir", str(tiny_model), "--data", str(tiny_data),
+                           "--work-dir", str(tmp_path / "work1"), "--meteor", "false", "--shard", "1/2",
+                           "--exit-when-trained", *common, log=tmp_path / log)
+
+    first = part1("part1-killed.log")
+    wait_for(lambda: "building the model" in (tmp_path / "part1-killed.log").read_text(), 120,
+             "part 1 to start evaluating step 2")
+    kill_tree(first.pid)  # mid-evaluation: it builds the model, then evaluates (≈ 10 s here)
+    first.wait(timeout=30)
+    assert "this part published" not in (tmp_path / "part1-killed.log").read_text()  # it landed mid-way
+    again = part1("part1.log")
     records = wait_for(lambda: len(merged()) == 2 and merged(), 240, "both checkpoints merged")
     assert [(r.global_step, r.status) for r in records] == [
         (2, pb.Evaluation.STATUS_OK), (4, pb.Evaluation.STATUS_OK)]
-    assert part1.wait(timeout=60) == 0, (tmp_path / "part1.log").read_text()[-3000:]
+    assert again.wait(timeout=60) == 0, (tmp_path / "part1.log").read_text()[-3000:]
+    assert list(status().waiting_for_parts) == []
     whole = CheckpointEvaluator(str(tiny_model), tiny_data, scorer=lambda: CaptionScorer(meteor=False,
                                                                                           tokenizer="regex"))
     try:

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import tensorflow as tf
 
@@ -30,7 +31,7 @@ from showtell.evaluator.loop.result import Evaluator
 from showtell.evaluator.loop.schedule import Checkpoint, Retry, Skip
 from showtell.evaluator.loop.seen import SeenCheckpoints, recorded
 from showtell.evaluator.loop.sizing import RunSizes
-from showtell.evaluator.loop.status import ProgressReport, Status
+from showtell.evaluator.loop.status import ProgressReport, Status, WaitingForParts
 from showtell.evaluator.records.record import Record
 from showtell.evaluator.records.recorder import WORK_DIR_RETRY_SECS, Action, Recorder
 from showtell.evaluator.records.store import Store
@@ -41,12 +42,21 @@ log = logging.getLogger(__name__)
 WORK_DIR_ERRORS = (OSError, sqlite3.Error, tf.errors.ResourceExhaustedError)
 
 
+class Merge(Protocol):
+    """Part 0's merger of a split evaluation (``loop/merger.py``), as the loop calls it."""
+
+    parts_count: int
+    waiting: tuple[WaitingForParts, ...]  # as of the last call
+
+    def __call__(self) -> object: ...
+
+
 class EvalController:
     def __init__(self, *, model_dir: str, evaluator: Evaluator, store: Store, recorder: Recorder,
                  pins: Path, policy: str, actions: Sequence[Action] = (), finish: Finish | None = None,
                  arrival_timeout: float = 300.0, progress_log_secs: float = 30.0,
                  sizes: RunSizes | None = None, clock: Callable[[], float] = time.monotonic,
-                 merge: Callable[[], object] | None = None, records: Store | None = None) -> None:
+                 merge: Merge | None = None, records: Store | None = None) -> None:
         """
         Args:
           model_dir: the trainer's model directory (local path or ``tf.io.gfile`` URL).
@@ -72,10 +82,11 @@ class EvalController:
         self.model_dir, self.evaluator, self.store, self.recorder = model_dir, evaluator, store, recorder
         self.actions, self.policy, self.finish, self.clock = list(actions), policy, finish or Finish(), clock
         self.arrival_timeout, self.progress_log_secs, self.sizes = arrival_timeout, progress_log_secs, sizes
-        self.merge, self.records = merge or (lambda: None), records or store
+        self.records = records or store
         self.attempts = Attempts(evaluator=evaluator, pins=pins)
         self.seen = SeenCheckpoints(store=store, skip=self._skip)
         self.status = Status()  # replaced whole, on the loop's thread only
+        self.merge = self._merging(merge)
         self.wake, self.stopping = threading.Event(), threading.Event()
         self._published = threading.Event()  # another part published (a split evaluation's part 0)
         self.evaluations = 0  # by this process (ok or failed; a skipped checkpoint is not one)
@@ -101,6 +112,18 @@ class EvalController:
             if seen.run is not None and seen.named is not None:
                 self.seen.note(seen.named, seen.run)
         self.wake.set()
+
+    def _merging(self, merge: Merge | None) -> Callable[[], None]:
+        """``merge``, then the status of what waits for parts."""
+        if merge is None:
+            return lambda: None
+        self._update(parts=merge.parts_count)
+
+        def merged() -> None:
+            merge()
+            self._update(waiting_for_parts=merge.waiting)
+
+        return merged
 
     def on_published(self) -> None:
         """Another part published (the parts dir's watcher): merge at this evaluation's next batch,

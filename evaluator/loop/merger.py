@@ -7,7 +7,8 @@ ok → its parts scored as one evaluation (``CheckpointEvaluator.merge``); a par
 skipped it → the checkpoint recorded failed or skipped, with that part's reason.  It goes through
 the same ``Recorder`` and actions as one evaluator's records (Watch, TensorBoard, Prometheus), and
 only then are the parts' files replaced by a marker.  A checkpoint some part has not published
-stays pending, listed by ``pending`` — never merged from fewer images.
+stays waiting, listed in ``waiting`` (the status, Prometheus, ``metrics status``) — never merged
+from fewer images.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 
 from showtell.evaluator.loop.attempts import record_of
 from showtell.evaluator.loop.result import Evaluator
+from showtell.evaluator.loop.status import WaitingForParts
 from showtell.evaluator.records.parts import PartsMismatch
 from showtell.evaluator.records.parts_dir import Group, PartsDir, Published
 from showtell.evaluator.records.record import Record
@@ -37,12 +39,13 @@ class Merger:
           actions: told about each merged record, as one evaluator's actions are.
         """
         self.parts, self.evaluator, self.recorder, self.actions = parts, evaluator, recorder, list(actions)
-        self.pending: dict[tuple[str, int, str], list[int]] = {}  # (run, step, name) → parts not in
+        self.parts_count = parts.count
+        self.waiting: tuple[WaitingForParts, ...] = ()  # as of the last call
         self._said: set[tuple[str, int, str]] = set()
 
     def __call__(self) -> list[Record]:
         """Merge every checkpoint all parts have published, in step order; the records stored."""
-        stored, pending = [], {}
+        stored, waiting = [], []
         try:
             groups = self.parts.groups()
         except OSError as exc:
@@ -53,7 +56,7 @@ class Merger:
             key = (group.run, group.step, group.name)
             missing = self.parts.missing(group)
             if missing:
-                pending[key] = missing
+                waiting.append(WaitingForParts(group.run, group.step, group.name, tuple(missing)))
                 continue
             try:
                 record = self._merge(group)
@@ -61,15 +64,15 @@ class Merger:
                 if key not in self._said:
                     log.error("step %d: not merged: %s", group.step, exc)
                     self._said.add(key)
-                pending[key] = []
+                waiting.append(WaitingForParts(group.run, group.step, group.name, ()))
                 continue
             except sqlite3.Error as exc:
                 log.error("step %d: not merged: %s", group.step, self.recorder.trouble(group.step, exc))
-                pending[key] = []
+                waiting.append(WaitingForParts(group.run, group.step, group.name, ()))
                 continue
             if record is not None:
                 stored.append(record)
-        self.pending = pending
+        self.waiting = tuple(waiting)
         return stored
 
     def _merge(self, group: Group) -> Record | None:

@@ -44,6 +44,16 @@ class Progress:
 
 
 @dataclass(frozen=True)
+class WaitingForParts:
+    """A checkpoint of a split evaluation some parts have published and others not yet."""
+
+    run: str
+    step: int
+    checkpoint: str  # its file name
+    missing: tuple[int, ...]  # the parts not in
+
+
+@dataclass(frozen=True)
 class Status:
     """What the evaluator is doing: a snapshot the controller replaces whole (its only writer),
     so the service's thread always reads one consistent state."""
@@ -58,6 +68,8 @@ class Status:
     work_error: str = ""  # the work dir's trouble, until an evaluation is recorded again
     run_id: str = ""  # the model dir's current run
     trained_step: int = -1  # the step of the trainer's finished marker (-1: still training)
+    parts: int = 1  # a split evaluation's parts (``--shard I/N``'s N), as part 0 sees them
+    waiting_for_parts: tuple[WaitingForParts, ...] = ()
 
     @property
     def last_error(self) -> str:

@@ -106,6 +106,10 @@ class _Now(Collector):
         yield GaugeMetricFamily("showtell_evaluator_checkpoints_pending",
                                 "Checkpoints named by the trainer and due for evaluation.",
                                 value=len(status.pending_steps))
+        yield GaugeMetricFamily("showtell_evaluator_checkpoints_waiting_for_parts",
+                                "A split evaluation's checkpoints some part has not published yet (never "
+                                "recorded from fewer images; 0 when not split).",
+                                value=len(status.waiting_for_parts))
         newest = status.last_seen_step
         behind = 0 if newest < 0 else newest - (current if current is not None else 0)
         yield GaugeMetricFamily("showtell_evaluator_steps_behind",

@@ -325,7 +325,9 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
             last_error=status.last_error, best_export=best_export_proto(self.exporter),
             run_id=status.run_id, runs=self.store.runs(), eval_sets=self.eval_sets,
             last_costs=costs_proto(latest.costs) if latest is not None else None,
-            **_progress_fields(status.progress),
+            **_progress_fields(status.progress), parts=status.parts,
+            waiting_for_parts=[pb.WaitingForParts(run_id=w.run, step=w.step, checkpoint=w.checkpoint,
+                                                  missing_parts=w.missing) for w in status.waiting_for_parts],
         ))
 
     async def Watch(self, request, context):

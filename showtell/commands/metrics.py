@@ -242,6 +242,12 @@ def format_status(s: pb.EvaluatorStatus) -> str:
     if s.pending_steps:
         shown = ", ".join(str(step) for step in s.pending_steps[:10])
         lines.append(f"  pending: {shown}{' …' if len(s.pending_steps) > 10 else ''}")
+    if s.parts > 1:
+        waiting = [f"step {w.step} (part{'s' if len(w.missing_parts) > 1 else ''} "
+                   f"{', '.join(f'{i}/{s.parts}' for i in w.missing_parts) or 'unreadable'})"
+                   for w in s.waiting_for_parts]
+        lines.append(f"  split into {s.parts} parts; waiting for parts: "
+                     + (", ".join(waiting[:10]) + (" …" if len(waiting) > 10 else "") if waiting else "none"))
     if s.HasField("best_export"):
         b = s.best_export
         rule = f"{b.metric}:{'max' if b.maximize else 'min'}"
