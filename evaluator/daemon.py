@@ -167,9 +167,35 @@ def _parts_dir(config: EvaluatorConfig) -> PartsDir:
     return parts
 
 
+def _part_0(config: EvaluatorConfig, evaluator: CheckpointEvaluator, merged: Recorder,
+            actions: list) -> tuple[Recorder, Store, Merger, list]:
+    """Part 0 of a split evaluation: its own parts recorded in a history of their own and
+    published; the merger records every part's, merged, through ``merged`` and ``actions`` — the
+    history the service serves.  Its controller's recorder, own history, merger and actions."""
+    parts = _parts_dir(config)
+    own = Store(config.work.own_parts)
+    merger = Merger(parts=parts, evaluator=evaluator, recorder=merged, actions=actions)
+    return Recorder(store=own, work_root=config.work.root, publish=parts.publish), own, merger, [_log_part]
+
+
 def _log_part(record) -> None:
     log.info("step %d: this part %s%s", record.step, "published" if record.status == "ok" else record.status,
              f" ({record.reason})" if record.reason else "", extra={"run": record.run, "step": record.step})
+
+
+def _exporters(config: EvaluatorConfig, store: Store,
+               evaluator: CheckpointEvaluator) -> dict[str, BestExport]:
+    """``--export-best``'s exporter of each evaluation set ({} without it)."""
+    exporters: dict[str, BestExport] = {}
+    if config.export.export_best:
+        for name in (DEFAULT_SET, *(s.name for s in config.eval_sets)):
+            exporter = BestExport.parse(config.export.export_best, config.work.exports_of(name),
+                                        config.export.export_keep, when=config.export.export_best_when)
+            exporter.judge = export_judge(
+                lambda run, step, ckpt, name=name: store.image_stats_at(run, step, ckpt, name),
+                exporter.metric, exporter.maximize, evaluator.bootstrap)
+            exporters[name] = exporter
+    return exporters
 
 
 def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.AbstractEventLoop,
@@ -182,15 +208,7 @@ def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.Abst
         return _split_part(config, evaluator)
     store = Store(workdir.history)
     summaries = EvalSummaries(str(workdir.summaries), evaluator.files)
-    exporters: dict[str, BestExport] = {}  # each evaluation set's own
-    if config.export.export_best:
-        for name in (DEFAULT_SET, *(s.name for s in config.eval_sets)):
-            exporter = BestExport.parse(config.export.export_best, workdir.exports_of(name),
-                                        config.export.export_keep, when=config.export.export_best_when)
-            exporter.judge = export_judge(
-                lambda run, step, ckpt, name=name: store.image_stats_at(run, step, ckpt, name),
-                exporter.metric, exporter.maximize, evaluator.bootstrap)
-            exporters[name] = exporter
+    exporters = _exporters(config, store, evaluator)
     exporter = exporters.get(DEFAULT_SET)
     # Reading the newest version first also removes what a crashed export left.
     if exporter is not None and exporter.current() is not None:
@@ -207,11 +225,8 @@ def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.Abst
                                    sets=(DEFAULT_SET, *(s.name for s in config.eval_sets)))
         actions.append(figures.record)
     recorder, own, merger = Recorder(store=store, work_root=workdir.root), None, None
-    if config.sharding.split:  # part 0: its own parts in a history of their own; the merged ones served
-        parts = _parts_dir(config)
-        own = Store(workdir.own_parts)
-        merger = Merger(parts=parts, evaluator=evaluator, recorder=recorder, actions=actions)
-        recorder, actions = Recorder(store=own, work_root=workdir.root, publish=parts.publish), [_log_part]
+    if config.sharding.split:
+        recorder, own, merger, actions = _part_0(config, evaluator, recorder, actions)
     controller = EvalController(model_dir=model_dir, evaluator=evaluator, store=own or store,
                                 recorder=recorder, pins=workdir.pins,
                                 policy=config.watch.policy, actions=actions, finish=config.finish,

@@ -31,6 +31,7 @@ def _same(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
 
 
+@pytest.mark.slow
 def test_merged_parts_are_one_evaluators_record_for_1_2_and_3_parts(tiny_data: Path, tiny_model: Path,
                                                                     java: str, tmp_path: Path):
     checkpoint = str(tiny_model / "ckpt-4")
