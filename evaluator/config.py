@@ -97,7 +97,7 @@ class WatchConfig:
     """Which checkpoints are evaluated, and how they are noticed."""
 
     policy: str = option("latest", "latest: skip to the newest when behind; all: every checkpoint in order",
-                         choices=POLICIES)
+                         choices=POLICIES, env="SHOWTELL_EVAL_POLICY")
     poll_secs: float | None = option(
         None, "poll the state file every S seconds instead of inotify (network filesystems)",
         type=positive_float)
@@ -209,10 +209,10 @@ class ShardConfig:
         None, "evaluate part I (0 … N - 1) of N of every evaluation set, for every checkpoint: the images at "
               "positions I, I + N …; part 0 merges the parts' results into one record and serves it "
               "(Kubernetes: --shard $(JOB_COMPLETION_INDEX)/N); needs --parts-dir and --policy all",
-        type=shard, metavar="I/N")
+        type=shard, metavar="I/N", env="SHOWTELL_SHARD")
     parts_dir: Path | None = option(
         None, "with --shard: the directory every part writes its results to and part 0 reads (shared "
-              "storage: a volume all of them mount)", type=Path, metavar="DIR")
+              "storage: a volume all of them mount)", type=Path, metavar="DIR", env="SHOWTELL_PARTS_DIR")
 
     @property
     def split(self) -> bool:

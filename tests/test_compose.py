@@ -55,6 +55,7 @@ COMPOSE_FILES = {
     "gpu": ["docker-compose.yml", "deploy/compose.gpu.yml"],
     "cluster": ["docker-compose.yml", "deploy/compose.cluster.yml"],
     "evaluator": ["deploy/compose.evaluator.yml"],
+    "split": ["docker-compose.yml", "deploy/compose.split.yml"],
 }
 # One worker runs this module, first (tests/session_hooks.py): it installs the engine's tools with
 # apt and builds the images, which must not happen twice at once.
@@ -338,6 +339,36 @@ def test_overrides_change_only_what_differs(compose_tools):
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert base["trainer"]["image"] == f"showtell-trainer:{version}"
     assert base["evaluator"]["image"] == f"showtell-evaluator:{version}"
+
+
+def test_the_split_runs_the_base_evaluator_as_two_parts_that_meet_in_one_volume(compose_tools):
+    """deploy/compose.split.yml: both parts run the base evaluator's command, each told its part by
+    the environment; part 0 keeps the port, part 1 has none, its own work volume, and both the
+    parts volume; nothing else changes."""
+    from unittest import mock
+
+    from showtell.commands.evaluate import argument_problem
+    from showtell.evaluator.config import Shard
+
+    base = _config(COMPOSE_FILES["base"], {})["services"]
+    split = _config(COMPOSE_FILES["split"], {})["services"]
+    assert set(split) == {*base, "evaluator-1"}
+    for index, name in enumerate(("evaluator", "evaluator-1")):
+        service = split[name]
+        assert service["command"] == base["evaluator"]["command"], name
+        with mock.patch.dict(os.environ, {k: str(v) for k, v in service["environment"].items()}):
+            args = parse_cli("showtell.commands.evaluate", service["command"])
+        assert (args.shard, str(args.parts_dir), args.policy) == (Shard(index, 2), "/parts", "all"), name
+        assert argument_problem(args) is None, name
+        assert "parts:/parts:rw" in service["volumes"] and "checkpoints:/checkpoints:ro" in service["volumes"]
+    assert "evaluations-1:/work:rw" in split["evaluator-1"]["volumes"] and "ports" not in split["evaluator-1"]
+    assert split["evaluator"]["ports"] == base["evaluator"]["ports"]
+    def same(service: dict) -> dict:  # docker-compose 1.29's merge drops pull_policy and reorders volumes
+        return {**service, "pull_policy": "build", "volumes": sorted(service.get("volumes", []))}
+
+    for name in base:
+        if name != "evaluator":
+            assert same(split[name]) == same(base[name]), name
 
 
 def test_services_run_commands_our_clis_accept(compose_tools):
