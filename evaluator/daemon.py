@@ -141,9 +141,10 @@ class _Parts:
     own: Store | None = None  # a part's own history of its parts (a split evaluation)
 
 
-def _split_part(config: EvaluatorConfig, evaluator: CheckpointEvaluator) -> _Parts:
+def _split_part(config: EvaluatorConfig, evaluator: CheckpointEvaluator, security: LoadedSecurity) -> _Parts:
     """A part of a split evaluation that does not merge: it evaluates its images of every checkpoint
-    and publishes them (``--parts-dir``); part 0 records and serves."""
+    and publishes them (``--parts-dir``); part 0 records and serves.  It answers health alone
+    (probes, compose's health check)."""
     parts = _parts_dir(config)
     own = Store(config.work.own_parts)
     controller = EvalController(
@@ -153,7 +154,7 @@ def _split_part(config: EvaluatorConfig, evaluator: CheckpointEvaluator) -> _Par
         arrival_timeout=config.watch.arrival_timeout)
     watcher = CheckpointWatcher(config.model_dir, controller.on_change, config.watch.poll_secs,
                                 also=(FINISHED, METADATA))
-    return _Parts(evaluator, own, None, controller, [watcher], None)
+    return _Parts(evaluator, own, None, controller, [watcher], _server(None, config.serve, security))
 
 
 def _parts_dir(config: EvaluatorConfig) -> PartsDir:
@@ -205,7 +206,7 @@ def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.Abst
     evaluator = build_evaluator(config)  # its JVM starts in the evaluation thread, not before serving
     workdir.root.mkdir(parents=True, exist_ok=True)
     if config.sharding.split and not config.sharding.shard.merges:
-        return _split_part(config, evaluator)
+        return _split_part(config, evaluator, security)
     store = Store(workdir.history)
     summaries = EvalSummaries(str(workdir.summaries), evaluator.files)
     exporters = _exporters(config, store, evaluator)
@@ -247,13 +248,18 @@ def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.Abst
                              bootstrap=evaluator.bootstrap,
                              eval_sets=(DEFAULT_SET, *(s.name for s in config.eval_sets)))
     service.attach(loop)
+    return _Parts(evaluator, store, summaries, controller, watchers, _server(service, serving, security), own)
+
+
+def _server(service: MetricsService | None, serving, security: LoadedSecurity) -> MetricsServer:
+    """The gRPC server (``service`` None: health alone), its address taken since the CLI's check
+    one line."""
     try:
-        server = MetricsServer(service, serving.host, serving.port, security=security,
-                               health_port=serving.health_port)
-    except RuntimeError as exc:  # taken since the CLI's check: grpc's "Failed to bind to address …"
+        return MetricsServer(service, serving.host, serving.port, security=security,
+                             health_port=serving.health_port)
+    except RuntimeError as exc:  # grpc's "Failed to bind to address …"
         raise ShowtellError(f"--host {serving.host} --port {serving.port}: cannot listen there; is another "
                             "evaluator using it? pick another --port (0: any free one)") from exc
-    return _Parts(evaluator, store, summaries, controller, watchers, server, own)
 
 
 class _EvaluationThread:

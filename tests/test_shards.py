@@ -5,6 +5,7 @@ tiny model, with COCO's scorers (METEOR's JVM too)."""
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -162,6 +163,7 @@ def test_two_evaluator_processes_split_each_checkpoint_and_part_0_serves_the_mer
     def part1(log: str):
         return procs.start("evaluate", "--model-dir", str(tiny_model), "--data", str(tiny_data),
                            "--work-dir", str(tmp_path / "work1"), "--meteor", "false", "--shard", "1/2",
+                           "--host", "127.0.0.1", "--port", "0",
                            "--exit-when-trained", *common, log=tmp_path / log)
 
     first = part1("part1-killed.log")
@@ -171,11 +173,15 @@ def test_two_evaluator_processes_split_each_checkpoint_and_part_0_serves_the_mer
     first.wait(timeout=30)
     assert "this part published" not in (tmp_path / "part1-killed.log").read_text()  # it landed mid-way
     again = part1("part1.log")
+    health_port = wait_for(lambda: re.search(r"serving grpc.health.v1 alone .* on 127.0.0.1:(\d+)",
+                                             (tmp_path / "part1.log").read_text()), 120, "part 1's health")
+    answered = showtell_main("metrics", "health", "--server", f"127.0.0.1:{health_port.group(1)}")
+    assert answered.returncode == 0, answered.stderr  # its probes pass; part 0 serves its metrics
     records = wait_for(lambda: len(merged()) == 2 and merged(), 240, "both checkpoints merged")
     assert [(r.global_step, r.status) for r in records] == [
         (2, pb.Evaluation.STATUS_OK), (4, pb.Evaluation.STATUS_OK)]
     assert again.wait(timeout=60) == 0, (tmp_path / "part1.log").read_text()[-3000:]
-    assert list(status().waiting_for_parts) == []
+    wait_for(lambda: list(status().waiting_for_parts) == [], 30, "no checkpoint waiting for parts")
     whole = CheckpointEvaluator(str(tiny_model), tiny_data, scorer=lambda: CaptionScorer(meteor=False,
                                                                                           tokenizer="regex"))
     try:

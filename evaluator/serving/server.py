@@ -40,18 +40,21 @@ class MetricsServer:
 
     ``health_port``: the health service also alone on a second, plaintext port (no token, no
     TLS: it says SERVING or NOT_SERVING, nothing else) — Kubernetes' gRPC probes cannot do TLS.
+    ``service`` None: health alone (a split evaluation's part that part 0 answers for).
     """
 
-    def __init__(self, service: MetricsService, host: str = "127.0.0.1", port: int = 0,
+    def __init__(self, service: MetricsService | None, host: str = "127.0.0.1", port: int = 0,
                  security: LoadedSecurity | None = None, health_port: int | None = None) -> None:
         self.service = service
         self.security = security or LoadedSecurity()
         self.server = grpc.aio.server(interceptors=self.security.interceptors, options=SERVER_OPTIONS)
-        pb_grpc.add_MetricsServiceServicer_to_server(service, self.server)
+        self.names = (SERVICE_NAME,) if service is not None else ()
+        if service is not None:
+            pb_grpc.add_MetricsServiceServicer_to_server(service, self.server)
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
-            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            (*self.names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
              reflection.SERVICE_NAME),
             self.server,
         )
@@ -72,9 +75,11 @@ class MetricsServer:
         await self.server.start()
         if self.health_server is not None:
             await self.health_server.start()
-        for name in ("", SERVICE_NAME):
+        for name in ("", *self.names):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        log.info("serving %s (+ health, reflection) on %s:%d; %s%s", SERVICE_NAME, self.host, self.port,
+        log.info("serving %s on %s:%d; %s%s", f"{SERVICE_NAME} (+ health, reflection)" if self.names
+                 else "grpc.health.v1 alone (+ reflection; another evaluator serves the metrics)",
+                 self.host, self.port,
                  self.security.source.describe(),
                  "" if self.health_port is None else f"; health alone, plaintext, on port {self.health_port}")
         if self.security.source.clear_text_token:
@@ -83,7 +88,8 @@ class MetricsServer:
 
     async def stop(self, grace: float = 2.0) -> None:
         await self.health.enter_graceful_shutdown()
-        self.service.close()  # open Watch streams end UNAVAILABLE
+        if self.service is not None:
+            self.service.close()  # open Watch streams end UNAVAILABLE
         await self.server.stop(grace)
         if self.health_server is not None:
             await self.health_server.stop(grace)
