@@ -502,3 +502,56 @@ def test_the_network_policy_admits_named_clients_only_on_the_two_outside_ports(d
     ingress = [policy["spec"]["ingress"][0], {"ports": ports}]
     open_ports = {**policy, "spec": {**policy["spec"], "ingress": ingress}}
     assert _admits(open_ports, namespace, stranger, 50051) and _admits(open_ports, namespace, stranger, 9400)
+
+
+def test_the_split_evaluator_component_runs_indexed_parts_that_agree_and_serves_part_0(tmp_path: Path):
+    """``components/split-evaluator`` added to an overlay: the evaluator Job runs N pods whose
+    index (the Job controller's JOB_COMPLETION_INDEX) is their part of ``--shard I/N`` — with N
+    the Job's own parallelism and completions; each pod's work dir is its own, the parts dir
+    shared; the Service reaches index 0 only; everything else is the overlay's, and passes the
+    JobSet CRD, the API schema and Pod Security "restricted"."""
+    import os
+
+    import yaml
+
+    from showtell.commands.evaluate import argument_problem
+    from showtell.evaluator.config import Shard
+
+    user = tmp_path / "split"
+    user.mkdir()
+    (user / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(K8S / "overlays" / "cpu", user)],
+        "components": [os.path.relpath(K8S / "components" / "split-evaluator", user)]}))
+    documents, plain = render(user), render(K8S / "overlays" / "cpu")
+    for doc in documents:
+        if doc["kind"] in CUSTOM_KINDS:
+            assert crd_violations(doc) == [], doc["kind"]
+        else:
+            kubernetes_validate.validate(doc, desired_version=K8S_VERSION, strict=True)
+    [jobset] = [d for d in documents if d["kind"] == "JobSet"]
+    [before] = [d for d in plain if d["kind"] == "JobSet"]
+    jobs = {rj["name"]: rj for rj in jobset["spec"]["replicatedJobs"]}
+    assert {k: v for k, v in jobs.items() if k != "evaluator"} == {
+        rj["name"]: rj for rj in before["spec"]["replicatedJobs"] if rj["name"] != "evaluator"}
+    job = jobs["evaluator"]["template"]["spec"]
+    container = _container(jobs["evaluator"])
+    parts = job["parallelism"]
+    assert parts == job["completions"] == 2 and jobs["evaluator"]["replicas"] == 1
+    assert job.get("completionMode", "Indexed") == "Indexed"  # JobSet's default for its Jobs
+    assert restricted_violations(job["template"]["spec"]) == []
+    for index in range(parts):  # what the kubelet expands $(JOB_COMPLETION_INDEX) into
+        args = parse_cli("showtell.commands.evaluate",
+                         [a.replace("$(JOB_COMPLETION_INDEX)", str(index)) for a in container["args"]])
+        assert (args.shard, str(args.parts_dir), args.policy) == (Shard(index, parts), "/parts", "all")
+        assert argument_problem(args) is None and args.exit_when_trained
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts["/work"]["subPathExpr"] == "part-$(JOB_COMPLETION_INDEX)"  # each part's own work dir
+    assert mounts["/parts"]["name"] == mounts["/work"]["name"] and mounts["/parts"]["subPath"] == "parts"
+    [claim] = [d for d in documents if d["kind"] == "PersistentVolumeClaim"
+               and d["metadata"]["name"] == "showtell-eval"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]  # the parts may run on different nodes
+    [service] = [d for d in documents if d["kind"] == "Service" and "evaluator" in d["metadata"]["name"]]
+    pod_labels = {**job["template"]["metadata"]["labels"], "batch.kubernetes.io/job-completion-index": "0"}
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert service["spec"]["selector"]["batch.kubernetes.io/job-completion-index"] == "0"
