@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
 from collections.abc import Sequence
 
 from showtell.evaluator.loop.attempts import record_of
@@ -76,19 +77,23 @@ class Merger:
         return stored
 
     def _merge(self, group: Group) -> Record | None:
+        reading = time.monotonic()
         published = self.parts.read(group)
+        read = time.monotonic() - reading
         first = published[0].header
         run, step, checkpoint = first["run"], first["step"], first["checkpoint"]
         if self.recorder.store.has(run, step, checkpoint):  # merged before a crash removed its files
             self.parts.merged(group)
             return None
-        record = self._record(published)
+        record = self._record(published, read)
         kept = self.recorder.record(record, self.actions)
         if kept is not None or self.recorder.store.has(run, step, checkpoint):
             self.parts.merged(group)
         return kept
 
-    def _record(self, published: list[Published]) -> Record:
+    def _record(self, published: list[Published], read: float) -> Record:
+        """The merged record of a checkpoint's parts; ``read``: the seconds reading them took,
+        added to each set's merge seconds (the merge's own cost, beside its scoring)."""
         first = published[0].header
         run, step, checkpoint = first["run"], first["step"], first["checkpoint"]
         mtime = first["checkpoint_mtime"]
@@ -107,5 +112,7 @@ class Merger:
         except PartsMismatch as exc:
             return Record.failed(step, checkpoint, f"its parts are not one evaluation's: {exc}", run=run,
                                  mtime=mtime, seconds=0.0)
+        for one in (result, *result.others):
+            one.costs["seconds"]["merge"] = one.costs["seconds"].get("merge", 0.0) + read
         log.info("step %d: merged from %d parts", step, len(published))
         return record_of(result, checkpoint, mtime, run)

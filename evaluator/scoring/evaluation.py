@@ -265,7 +265,9 @@ class CheckpointEvaluator:
         self.open()
         results = []
         for loaded in self.sets:
+            merging = time.monotonic()
             merged = merge_parts([p for p in parts if p.eval_set == loaded.spec.name])
+            merged.costs["seconds"]["merge"] = time.monotonic() - merging  # the interleave (not scoring)
             results.append(self._scored(loaded, merged.image_ids, merged.captions, merged.image_losses,
                                         merged.loss, merged.examples, merged.unknown_words, path, step,
                                         train_seconds, started, merged.costs, parts_seconds=merged.seconds))
