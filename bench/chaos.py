@@ -15,6 +15,11 @@ Stops by itself; then checks, from the model dir, the evaluator's history and th
 A kill aimed at a save or an evaluation is counted as landing there only when that is read back
 after the signal (``Soak.landed``); one that missed says so ("…, finished before the signal").
 
+``--split`` runs the evaluator as two parts of every evaluation (``--shard 0/2`` and ``1/2``, their
+results meeting in a parts dir; the history checked is part 0's merged one), each killed and
+restarted like the evaluator; also checked: every evaluation recorded has the same images (none
+merged from fewer parts).
+
 ``--cluster ps`` runs the trainer as a parameter-server cluster (a ps, two workers and the chief
 that coordinates them, separate processes on 127.0.0.1) and kills any of them or the evaluator:
 
@@ -22,7 +27,8 @@ that coordinates them, separate processes on 127.0.0.1) and kills any of them or
 * a killed ps fails the chief with one line naming the ps (exit 1) — then the harness restarts
   the ps and the chief, which must resume at the newest named checkpoint like any trainer.
 
-    .venv/bin/python bench/chaos.py [--seconds 600] [--kills 20] [--seed 0] [--cluster single|ps] [--dir DIR]
+    .venv/bin/python bench/chaos.py [--seconds 600] [--kills 20] [--seed 0] [--cluster single|ps] [--split]
+        [--dir DIR]
 
 Prints one JSON line of figures; exit 1 if any invariant is violated.  ``tests/test_chaos.py``
 runs a short version.
@@ -63,6 +69,7 @@ class Soak:
     kills: int
     seed: int
     cluster: str = "single"
+    split: bool = False  # the evaluator as two parts (--shard 0/2 and 1/2): ``evaluator`` is part 0
     port: int = 0
     hosts: dict[str, str] = field(default_factory=dict)  # ps / worker0 / worker1 / chief → host:port
     named: dict[int, list[float]] = field(default_factory=dict)  # step → [first, last] seen named
@@ -96,12 +103,14 @@ class Soak:
     @property
     def roles(self) -> list[str]:
         """Who can be killed; 'trainer' is the process that writes checkpoints (the chief)."""
-        return ["trainer", "evaluator"] if self.cluster == "single" else \
+        roles = ["trainer", "evaluator"] if self.cluster == "single" else \
             ["trainer", "ps", "worker0", "worker1", "evaluator"]
+        return [*roles, "evaluator1"] if self.split else roles
 
     def start(self, role: str, n: int):
         with _unbroken():  # a harness's SIGTERM waits until the new process is one to stop
-            proc = self.start_evaluator(n) if role == "evaluator" else self.start_training(role, n)
+            proc = self.start_evaluator(n, int(role == "evaluator1")) if role.startswith("evaluator") \
+                else self.start_training(role, n)
             self.started.append(proc)  # each leads its own process group (processes.start)
         if role == "evaluator":
             self.replaced = True  # from here a SERVING answer is the new process's
@@ -121,11 +130,22 @@ class Soak:
         return processes.start([*common, "--steps", "1000000", "--save-every-steps", "5",
                                 "--save-every-secs", "0", "--keep", "2", "--log-every-steps", "10"], log)
 
-    def start_evaluator(self, n: int):
+    def start_evaluator(self, n: int, part: int = 0):
+        """The evaluator (with ``split``, its part ``part``: part 1 has a work dir of its own)."""
+        split = ["--shard", f"{part}/2", "--parts-dir", str(self.base / "parts")] if self.split else []
         return processes.start(["evaluate", "--model-dir", str(self.model), "--data", str(self.data),
-                                "--work-dir", str(self.work), "--port", str(self.port), "--policy", "all",
-                                "--max-eval-examples", "2", "--beam-size", "1", "--meteor", "false",
-                                "--threads", "1"], self.base / f"evaluator-{n:02d}.log")
+                                "--work-dir", str(self.work_of(part)),
+                                "--port", str(self.port if part == 0 else 0),
+                                "--policy", "all", "--max-eval-examples", "2", "--beam-size", "1",
+                                "--meteor", "false", "--threads", "1", *split],
+                               self.base / f"{('evaluator', 'evaluator1')[part]}-{n:02d}.log")
+
+    def work_of(self, part: int) -> Path:
+        return self.work if part == 0 else self.base / "eval-1"
+
+    def own_history(self, part: int) -> Path:
+        """Where part ``part`` records its own evaluations: the history, or, split, its parts'."""
+        return self.work_of(part) / ("parts.sqlite" if self.split else "evaluations.sqlite")
 
     # ---------------------------------------------------------------- observers
     def watch_state(self) -> None:
@@ -200,7 +220,8 @@ class Soak:
             return "during a save, finished before the signal"
         if when == "during an evaluation":
             begun = re.findall(r"evaluating \S+ \(step (\d+)\)", evaluator_log.read_text())
-            db = sqlite3.connect(f"file:{self.work / 'evaluations.sqlite'}?mode=ro", uri=True)
+            history = self.own_history(int("evaluator1-" in evaluator_log.name))
+            db = sqlite3.connect(f"file:{history}?mode=ro", uri=True)
             recorded = db.execute("SELECT 1 FROM evaluations WHERE step=?", (int(begun[-1]),)).fetchone()
             db.close()
             if recorded:
@@ -232,13 +253,15 @@ class Soak:
             for k in range(self.kills):
                 time.sleep(max(0.0, started + gap * (k + 1) * rng.uniform(0.8, 1.0) - time.monotonic()))
                 self.restart_the_fallen(procs, counts)
-                # The first two kills aim at the moments that matter, then they are drawn at random.
-                victim = ("trainer", "evaluator")[k] if k < 2 else rng.choice(self.roles)
+                # The first kills aim at the moments that matter, then they are drawn at random.
+                aimed = ("trainer", "evaluator", "evaluator1") if self.split else ("trainer", "evaluator")
+                victim = aimed[k] if k < len(aimed) else rng.choice(self.roles)
                 sig = rng.choice([signal.SIGKILL, signal.SIGKILL, signal.SIGTERM])
-                moment = {"trainer": ["save", "random"], "evaluator": ["evaluation", "random"]}.get(
-                    victim, ["save", "random"])
-                log = self.base / f"evaluator-{counts['evaluator']:02d}.log"
-                when = self.wait_moment(moment[0] if k < 2 else rng.choice(moment), log)
+                moment = {"trainer": ["save", "random"], "evaluator": ["evaluation", "random"],
+                          "evaluator1": ["evaluation", "random"]}.get(victim, ["save", "random"])
+                log = self.base / (f"evaluator1-{counts['evaluator1']:02d}.log" if victim == "evaluator1"
+                                   else f"evaluator-{counts['evaluator']:02d}.log")
+                when = self.wait_moment(moment[0] if k < len(aimed) else rng.choice(moment), log)
                 if victim == "evaluator":
                     self.serving, self.replaced = False, False
                     self.down.append([time.monotonic(), None])
@@ -294,7 +317,7 @@ class Soak:
         """A trainer or ps SIGTERMed is not finished: 143 (or -15, the signal itself, if it came
         before the handler was installed) — never 0, which Kubernetes reads as "done".  The
         evaluator, a service with no end of its own here, exits 0."""
-        expected = {0, -signal.SIGTERM} if role == "evaluator" else {143, -signal.SIGTERM}
+        expected = {0, -signal.SIGTERM} if role.startswith("evaluator") else {143, -signal.SIGTERM}
         if code not in expected:
             self.lost.append(f"{role}-{n:02d} exited {code} after SIGTERM (expected {sorted(expected)})")
 
@@ -368,7 +391,10 @@ class Soak:
         if integrity != "ok":
             violations.append(f"integrity_check: {integrity}")
         rows = db.execute("SELECT run, step, status, reason, recorded FROM evaluations").fetchall()
+        sizes = {n for (n,) in db.execute("SELECT num_examples FROM evaluations WHERE status='ok'")}
         db.close()
+        if len(sizes) > 1:  # split: a record merged from fewer parts would have fewer images
+            violations.append(f"evaluations of different sizes: {sorted(sizes)} examples")
         runs = {r[0] for r in rows}
         by_step: dict[int, list[tuple[str, str]]] = {}
         for _, step, status, reason, recorded in rows:
@@ -410,7 +436,7 @@ class Soak:
         if self.health_failures:
             violations.append(f"health unanswered {self.health_failures} times while serving")
         return {
-            "cluster": self.cluster, "seconds": self.seconds, "kills": len(self.events),
+            "cluster": self.cluster, "split": self.split, "seconds": self.seconds, "kills": len(self.events),
             "kills_by": _tally(f"{e['victim']} {e['signal']} {e['when']}" for e in self.events),
             "aimed_kills_missed": sum(1 for e in self.events if e["when"].startswith("missed")),
             "restarts": len(self.events), "checkpoints_named": len(self.named), "runs": len(runs),
@@ -466,6 +492,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cluster", choices=["single", "ps"], default="single",
                    help="the trainer as one process, or as a parameter-server cluster (ps, 2 workers, chief)")
+    p.add_argument("--split", action="store_true",
+                   help="the evaluator as two parts of every evaluation (--shard 0/2, 1/2), each killed "
+                        "at random")
     p.add_argument("--dir", type=Path, help="where the run's files go (default: a temporary directory)")
     add_out(p, "chaos")
     args = p.parse_args(argv)
@@ -474,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     base = args.dir or Path(tempfile.mkdtemp(prefix="showtell-chaos-"))
     base.mkdir(parents=True, exist_ok=True)
     result = Soak(base=base, seconds=args.seconds, kills=args.kills, seed=args.seed,
-                  cluster=args.cluster).run()
+                  cluster=args.cluster, split=args.split).run()
     publish({**result, "dir": str(base)}, args.out, argv, indent=None)
     return 1 if result["violations"] else 0
 

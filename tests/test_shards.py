@@ -240,3 +240,39 @@ def test_a_part_started_with_another_split_is_refused_by_the_plan(tmp_path: Path
         f"--shard 1/3: --parts-dir {tmp_path} is a split evaluation's with parts 2 (this part: 3); start "
         "every part the same way, or give a new --parts-dir (a changed split starts afresh)")
     assert (tmp_path / PLAN).read_text().count('"parts": 2') == 1  # never replaced
+
+
+def test_a_checkpoint_a_part_went_past_is_recorded_skipped_and_one_it_may_reach_waits(tmp_path: Path):
+    """Parts go in step order: once part 1 has published step 6 of a run, it never will publish
+    step 4 (deleted by --keep while it was down) — step 4 is recorded skipped, once, naming the
+    part; step 8, which part 1 has not reached, waits.  In-process: the merger on a real parts dir
+    and history."""
+    from showtell.evaluator.loop.merger import Merger
+    from showtell.evaluator.records.parts_dir import PartsDir
+    from showtell.evaluator.records.record import Record
+    from showtell.evaluator.records.recorder import Recorder
+    from showtell.evaluator.records.store import Store
+
+    plan = {"sets": [["val", None]], "beam_size": 3}
+    zero, one = PartsDir(tmp_path / "parts", 0, 2, plan), PartsDir(tmp_path / "parts", 1, 2, plan)
+
+    def published(parts: PartsDir, step: int) -> None:
+        parts.publish(Record(step, f"/m/ckpt-{step}", 1.0, 2.0, 3.0, 0, run="r", status="skipped",
+                             reason="not evaluated here"))
+
+    for step in (4, 6, 8):
+        published(zero, step)
+    published(one, 6)  # part 1 is past step 4, not yet at step 8
+    store = Store(tmp_path / "evaluations.sqlite")
+    told: list[Record] = []
+    merger = Merger(parts=zero, evaluator=None, recorder=Recorder(store=store, work_root=tmp_path),
+                    actions=[told.append])
+    for _ in range(2):  # a second look records nothing again
+        merger()
+    assert [(r.step, r.status) for r in told] == [(4, "skipped"), (6, "skipped")]
+    assert "part 1/2 went on to later checkpoints without it" in told[0].reason
+    assert told[1].reason == "part 0/2: not evaluated here"  # both parts in: the part's own reason
+    assert [(w.step, w.missing) for w in merger.waiting] == [(8, (1,))]
+    assert sorted(p.name for p in (tmp_path / "parts" / "checkpoints" / "run-r").iterdir()) == [
+        "4-ckpt-4.merged", "6-ckpt-6.merged", "8-ckpt-8"]
+    store.close()

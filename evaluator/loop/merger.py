@@ -56,6 +56,11 @@ class Merger:
         for group in groups:
             key = (group.run, group.step, group.name)
             missing = self.parts.missing(group)
+            if missing and all(self.parts.passed(i, group) for i in missing):
+                record = self._passed_by(group, missing)
+                if record is not None:
+                    stored.append(record)
+                continue
             if missing:
                 waiting.append(WaitingForParts(group.run, group.step, group.name, tuple(missing)))
                 continue
@@ -89,6 +94,25 @@ class Merger:
         kept = self.recorder.record(record, self.actions)
         if kept is not None or self.recorder.store.has(run, step, checkpoint):
             self.parts.merged(group)
+        return kept
+
+    def _passed_by(self, group: Group, missing: list[int]) -> Record | None:
+        """A checkpoint the ``missing`` parts went past without publishing — it was deleted
+        (``--keep``) while they were down, as a lone evaluator records one deleted before it was
+        pinned: recorded skipped, with which parts and why."""
+        first = self.parts.read_any(group)
+        run, step, checkpoint = first["run"], first["step"], first["checkpoint"]
+        if self.recorder.store.has(run, step, checkpoint):
+            self.parts.merged(group)
+            return None
+        parts = ", ".join(f"{i}/{self.parts.count}" for i in missing)
+        reason = (f"part {parts} went on to later checkpoints without it: deleted (--keep) before that "
+                  "part could evaluate it")
+        record = Record.skipped(step, checkpoint, reason, run=run, mtime=first["checkpoint_mtime"])
+        kept = self.recorder.record(record, self.actions)
+        if kept is not None or self.recorder.store.has(run, step, checkpoint):
+            self.parts.merged(group)
+        log.info("step %d: recorded skipped: %s", step, record.reason)
         return kept
 
     def _record(self, published: list[Published], read: float) -> Record:

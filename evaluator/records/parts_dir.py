@@ -16,6 +16,7 @@ before merging.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -133,6 +134,15 @@ class PartsDir:
         """The parts not published yet for ``group``."""
         return [i for i in range(self.count) if not (group.path / f"{i}-of-{self.count}.part").exists()]
 
+    def passed(self, index: int, group: Group) -> bool:
+        """Whether part ``index`` has published a later checkpoint of ``group``'s run: parts go in
+        step order, so it never will publish ``group``'s (deleted by ``--keep`` while it was down)."""
+        try:
+            last = json.loads((self.root / self._signal(index)).read_text())
+        except (OSError, ValueError):
+            return False
+        return _safe(str(last.get("run", ""))) == group.run and int(last.get("step", -1)) > group.step
+
     def read(self, group: Group) -> list[Published]:
         """Every part's file of a complete ``group``, part 0 first; ``ValueError`` names a bad one."""
         out = []
@@ -144,6 +154,13 @@ class PartsDir:
                 raise ValueError(f"{path}: {exc}") from exc
             out.append(Published(header, sets))
         return out
+
+    def read_any(self, group: Group) -> dict:
+        """The header of a part file ``group`` holds (the first published): which checkpoint it is."""
+        for path in sorted(group.path.glob(f"*-of-{self.count}.part")):
+            with contextlib.suppress(ValueError, OSError):
+                return parts.from_bytes(path.read_bytes())[0]
+        raise ValueError(f"{group.path}: no readable part file")
 
     def merged(self, group: Group) -> None:
         """``group`` is recorded: its files go, a marker stays (a part evaluating it again after a
