@@ -219,7 +219,7 @@ def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.Abst
     # follow on the same thread.
     actions = [broadcast.notify, log_record, WriteSummaries(summaries), HParamsSession(model_dir, summaries)]
     if exporters:
-        actions.append(ExportBest(exporters, evaluator))
+        actions.append(ExportBest(exporters, evaluator, merged=config.sharding.split))
     if endpoint is not None:
         figures = EvaluatorMetrics(registry=endpoint.registry, status=lambda: controller.status, store=store,
                                    streams=lambda: service.streams,

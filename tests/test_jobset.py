@@ -536,6 +536,8 @@ def test_the_split_evaluator_component_runs_indexed_parts_that_agree_and_serves_
         rj["name"]: rj for rj in before["spec"]["replicatedJobs"] if rj["name"] != "evaluator"}
     job = jobs["evaluator"]["template"]["spec"]
     container = _container(jobs["evaluator"])
+    [plain_evaluator] = [rj for rj in before["spec"]["replicatedJobs"] if rj["name"] == "evaluator"]
+    assert container["args"][:-6] == _container(plain_evaluator)["args"]  # the base's, and the split
     parts = job["parallelism"]
     assert parts == job["completions"] == 2 and jobs["evaluator"]["replicas"] == 1
     assert job.get("completionMode", "Indexed") == "Indexed"  # JobSet's default for its Jobs

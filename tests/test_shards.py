@@ -144,7 +144,7 @@ def test_two_evaluator_processes_split_each_checkpoint_and_part_0_serves_the_mer
     common = ("--policy", "all", "--parts-dir", str(parts_dir), "--tokenizer", "regex",
               "--eval-set", f"few={tiny_data}:7")
     _, port = start_evaluator(procs, tiny_model, tiny_data, tmp_path / "work0", tmp_path / "part0.log",
-                              "--shard", "0/2", *common)
+                              "--shard", "0/2", "--export-best", "loss:min", *common)
     channel, stub = metrics_stub(port)
 
     def status() -> pb.EvaluatorStatus:
@@ -195,6 +195,9 @@ def test_two_evaluator_processes_split_each_checkpoint_and_part_0_serves_the_mer
     assert few.global_step == 4 and few.num_examples == 7 * 3  # the second set merged: 7 images, 3 captions
     log0 = (tmp_path / "part0.log").read_text()
     assert log0.count("merged from 2 parts") == 2, log0[-3000:]  # each checkpoint once
+    best = stub.GetBest(pb.GetBestRequest(metric="loss"), timeout=10).evaluation
+    exported = sorted(p.name for p in (tmp_path / "work0" / "export" / "best").iterdir())
+    assert best.export_path and exported[-1] == str(best.global_step)  # the merged best, exported
     [run_dir] = (parts_dir / "checkpoints").iterdir()  # one training run
     assert sorted(p.name for p in run_dir.iterdir()) == ["2-ckpt-2.merged", "4-ckpt-4.merged"]
     channel.close()

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from showtell.api.contract import DEFAULT_SET, describe_costs
 from showtell.captioning.model.modeldir import read_run_record
+from showtell.common.errors import ShowtellError
 from showtell.common.intervals import with_interval
 from showtell.evaluator.records.record import Record
 from showtell.evaluator.records.summaries import EvalSummaries
@@ -89,17 +90,20 @@ class Exporter(Protocol):
 class ExportBest:
     """``--export-best``: consider the model just evaluated (still in the evaluator's memory)
     for each evaluation set's own export (``exporters``: set name → its ``BestExport``); a failed
-    export is logged and the previous one stays."""
+    export is logged and the previous one stays.  ``merged``: the records are a split evaluation's,
+    merged by part 0 after it may have moved on to another checkpoint — the record's own checkpoint
+    is restored into a model of its own first (``CheckpointEvaluator.model_at``)."""
 
-    def __init__(self, exporters: dict[str, Exporter], evaluator: Any) -> None:
-        self.exporters, self.evaluator = exporters, evaluator
+    def __init__(self, exporters: dict[str, Exporter], evaluator: Any, merged: bool = False) -> None:
+        self.exporters, self.evaluator, self.merged = exporters, evaluator, merged
 
     def __call__(self, record: Record) -> None:
         exporter = self.exporters.get(record.eval_set)
         if record.status != "ok" or exporter is None:
             return
         try:
-            exporter.consider(record, self.evaluator.model, self.evaluator.vocab)
-        except (OSError, ValueError, tf.errors.OpError) as exc:
+            model = self.evaluator.model_at(record.checkpoint) if self.merged else self.evaluator.model
+            exporter.consider(record, model, self.evaluator.vocab)
+        except (OSError, ValueError, tf.errors.OpError, ShowtellError) as exc:  # ShowtellError: gone (--keep)
             log.error("--export-best: exporting step %d failed (%s); the previous export stays",
                       record.step, exc)

@@ -134,12 +134,24 @@ class CheckpointEvaluator:
         self.scorer: CaptionScorer | None = None
         self._key: tuple | None = None
         self._model = None
+        self._exported = None  # ``model_at``'s own model
         self.vocab: Vocabulary | None = None  # the model's own, as of the last evaluation
 
     @property
     def model(self):
         """The model as of the last evaluation (its weights are that checkpoint's)."""
         return self._model
+
+    def model_at(self, path: str):
+        """A model holding checkpoint ``path``'s weights, apart from the one evaluations restore
+        into: a split evaluation's part 0 exports a merged checkpoint after it may have moved on
+        (even in the middle of its next evaluation)."""
+        config = read_model_config(self.model_dir)
+        if self._exported is None or self._exported.config != config:
+            self._exported = build_model(config)
+        restore(tf.train.Checkpoint(model=self._exported), path,
+                "the checkpoint is corrupt or from another model", partial=True)
+        return self._exported
 
     @property
     def unknown_words(self) -> list[str]:

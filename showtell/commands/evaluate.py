@@ -115,8 +115,6 @@ def shard_problem(args: argparse.Namespace) -> str | None:
                 "part that fell behind would skip to another one and no checkpoint would have every part)")
     if args.max_eval_examples == "auto":
         return f"{where}: --max-eval-examples auto sizes one evaluator's evaluations; give a number or all"
-    if args.export_best:
-        return f"{where}: --export-best is not yet done for split evaluations; run one evaluator to export"
     if args.until_step is not None or args.max_evaluations:
         return (f"{where}: --until-step and --max-evaluations count one evaluator's evaluations; a split one "
                 "ends with --exit-when-trained")
