@@ -80,10 +80,21 @@ def _tally(counts: dict[str, int]) -> str:
     return "; ".join(f"{kind} {n}" for kind, n in sorted(counts.items()))
 
 
+def _landings(kills_by: dict[str, int]) -> dict[str, int]:
+    """A soak's kills by victim and where they landed, SIGKILL and SIGTERM together (the results
+    file has them apart): "evaluator during an evaluation 24"."""
+    out: dict[str, int] = {}
+    for kind, n in kills_by.items():
+        victim, _signal, landing = kind.split(" ", 2)
+        out[f"{victim} {landing}"] = out.get(f"{victim} {landing}", 0) + n
+    return out
+
+
 def _soak(r: dict) -> tuple[str, ...]:
-    """A chaos soak's row: its kills by kind and landing, resumes, recovery, checkpoints, violations."""
+    """A chaos soak's row: its kills by victim and landing, resumes, recovery, checkpoints, violations."""
     trainer = "trainer" if r["cluster"] == "single" else "chief"
-    return (f"{r['kills']} kills: {_tally(r['kills_by'])}; aimed kills missed: {r['aimed_kills_missed']}",
+    return (f"{r['kills']} kills: {_tally(_landings(r['kills_by']))}; "
+            f"aimed kills missed: {r['aimed_kills_missed']}",
             f"{r['trainer_resumes_checked']} {trainer} resumes checked at the newest named checkpoint "
             f"({r['trainer_killed_before_restoring']} killed again before restoring)",
             f"the evaluator back to SERVING within {r['worst_evaluator_recovery_s']} s at worst",
