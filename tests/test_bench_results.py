@@ -57,13 +57,6 @@ def _by_round(rates: dict) -> str:
                       for side in ("showtell_1", "showtell_10", "keras_fit_10"))
 
 
-def _latency(r: dict, key: str, goal: str) -> str:
-    """inotify's median (bold) and p95 with its goal, and polling's: one row of the latency table."""
-    inotify, polling = r["inotify"][key], r["poll_1s"][key]
-    return (f"**{inotify['median']:.1f} ms** / {inotify['p95']:.1f} ms {goal}",
-            f"| {polling['median']:.0f} ms / {polling['p95']:.0f} ms |")
-
-
 def _times(figure: dict) -> str:
     """A large ratio as "**16.1×** (15.7–16.1)"."""
     return f"**{figure['median']:.1f}×** ({figure['min']:.1f}–{figure['max']:.1f})"
@@ -171,12 +164,6 @@ FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = 
                     "threads " + " → ".join(str(r[k]["threads"]) for k in STREAM_PHASES),
                     "fds " + " → ".join(str(r[k]["fds"]) for k in STREAM_PHASES))),
     ],
-    "evaluator_latency": [
-        ("detection (evaluation start − state-file write)",
-         lambda r: _latency(r, "detection_ms", "(goal: median ≤ 50 ms")),
-        ("freshness (arrival on a Watch stream − write − the evaluation's own time)",
-         lambda r: _latency(r, "freshness_minus_eval_ms", "(goal ≤ 100 ms")),
-    ],
     "input_pipeline": [
         ("input pipeline ÷ the same batches in memory",
          lambda r: (_range(r["ratio_pipeline_over_in_memory"]),
@@ -278,6 +265,18 @@ FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = 
     ],
     "chaos": [("single trainer, 2026-11-27", _soak)],
     "chaos.ps": [("PS cluster, 2026-11-27", _soak)],
+    "chaos.split": [("split evaluator, 2026-11-29", _soak)],
+    "split_eval": [
+        ("5,000 images, 2 parts ÷ 1 evaluator, checkpoint to record",
+         lambda r: (f"**{r['wall_ratio']:.3f}×**",
+                    f"{r['split']['seconds']:.1f} s vs {r['one']['seconds']:.1f} s")),
+        ("their CPU, 2 parts ÷ 1", lambda r: f"**{r['cpu_ratio']:.3f}**"),
+        ("the merge's own cost",
+         lambda r: f"{r['merge_seconds']:.3f} s: {r['merge_share_of_one_evaluation'] * 100:.3f} %"),
+        ("projected (evaluate ÷ N + scoring)",
+         lambda r: f"4 parts {r['projected']['4_parts_wall_ratio']:.2f}×, "
+                   f"8 parts {r['projected']['8_parts_wall_ratio']:.2f}×"),
+    ],
     "coco_prep": [
         ("`showtell data coco` ÷ read + decode of the same JPEGs",
          lambda r: f"**{_range(r['ratio_prep_over_read_decode'])}**; "
