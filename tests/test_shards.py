@@ -144,7 +144,8 @@ def test_two_evaluator_processes_split_each_checkpoint_and_part_0_serves_the_mer
     common = ("--policy", "all", "--parts-dir", str(parts_dir), "--tokenizer", "regex",
               "--eval-set", f"few={tiny_data}:7")
     _, port = start_evaluator(procs, tiny_model, tiny_data, tmp_path / "work0", tmp_path / "part0.log",
-                              "--shard", "0/2", "--export-best", "loss:min", *common)
+                              # loss:max: one export (step 2; a SavedModel costs ≈ 15 CPU-s here)
+                              "--shard", "0/2", "--export-best", "loss:max", *common)
     channel, stub = metrics_stub(port)
 
     def status() -> pb.EvaluatorStatus:
@@ -189,7 +190,8 @@ def test_two_evaluator_processes_split_each_checkpoint_and_part_0_serves_the_mer
     assert few.global_step == 4 and few.num_examples == 7 * 3  # the second set merged: 7 images, 3 captions
     log0 = (tmp_path / "part0.log").read_text()
     assert log0.count("merged from 2 parts") == 2, log0[-3000:]  # each checkpoint once
-    best = stub.GetBest(pb.GetBestRequest(metric="loss"), timeout=10).evaluation
+    highest = pb.GetBestRequest(metric="loss", mode=pb.GetBestRequest.MODE_MAX)
+    best = stub.GetBest(highest, timeout=10).evaluation
     exported = sorted(p.name for p in (tmp_path / "work0" / "export" / "best").iterdir())
     assert best.export_path and exported[-1] == str(best.global_step)  # the merged best, exported
     [run_dir] = (parts_dir / "checkpoints").iterdir()  # one training run
