@@ -29,8 +29,10 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -177,6 +179,9 @@ def main() -> int:
     add_out(parser, "split_eval")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname).1s %(name)s: %(message)s")
+    # A SIGTERM (a harness's timeout) ends through ``run``'s clean-up: the evaluators it started
+    # lead sessions of their own and would outlive the bench (one did, from a killed run).
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     if (os.cpu_count() or 1) < 2:
         raise SystemExit("needs 2 cores: one per part")
     common = ["--policy", "all", "--threads", "1", "--exit-when-trained"]

@@ -47,6 +47,29 @@ def replicated(jobset) -> dict[str, dict]:
     return {rj["name"]: rj for rj in jobset["spec"]["replicatedJobs"]}
 
 
+def _schema_valid(documents: list[dict]) -> None:
+    """Kubernetes' own objects against the API schema, the custom ones against their CRDs."""
+    for doc in documents:
+        if doc["kind"] in CUSTOM_KINDS:
+            assert crd_violations(doc) == [], doc["kind"]
+        else:
+            kubernetes_validate.validate(doc, desired_version=K8S_VERSION, strict=True)
+
+
+def _with_component(where: Path, component: str, **more) -> list[dict]:
+    """The cpu overlay with ``component`` added, from an overlay of a user's own in ``where``."""
+    import os
+
+    import yaml
+
+    where.mkdir()
+    (where / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(K8S / "overlays" / "cpu", where)],
+        "components": [os.path.relpath(K8S / "components" / component, where)], **more}))
+    return render(where)
+
+
 def _container(rj: dict) -> dict:
     [container] = rj["template"]["spec"]["template"]["spec"]["containers"]
     return container
@@ -56,11 +79,7 @@ def test_every_object_passes_its_schema_the_jobset_its_crd_at_the_installed_vers
     """Kubernetes' own objects against the API schema; the JobSet against the JobSet CRD of the
     release docs/deployment.md installs (v0.8.1, tests/crds/), whose embedded Job spec is
     Kubernetes 1.32's — stricter than 1.37's own Job (a pod condition pattern needs its status)."""
-    for doc in documents:
-        if doc["kind"] in CUSTOM_KINDS:
-            assert crd_violations(doc) == [], doc["kind"]
-        else:
-            kubernetes_validate.validate(doc, desired_version=K8S_VERSION, strict=True)
+    _schema_valid(documents)
     # the checks can fail: the condition pattern as it was (valid for 1.37's Job, not this CRD),
     # an unknown field, a failure rule's bad action
     [jobset] = [d for d in documents if d["kind"] == "JobSet"]
@@ -410,18 +429,10 @@ def test_the_prometheus_operator_component_monitors_the_pods_that_serve_metrics(
     """``components/prometheus-operator`` added to an overlay: its PodMonitor selects the chief's
     and the evaluator's pods (both serve port "metrics") and copies the labels the alerts select
     on; its PrometheusRule holds the rules Prometheus loads from deploy/monitoring/alerts.yml."""
-    import os
-
     import yaml
 
     def overlay(name: str, **more) -> list[dict]:
-        user = tmp_path / name
-        user.mkdir()
-        (user / "kustomization.yaml").write_text(yaml.safe_dump({
-            "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-            "resources": [os.path.relpath(K8S / "overlays" / "cpu", user)],
-            "components": [os.path.relpath(K8S / "components" / "prometheus-operator", user)], **more}))
-        return render(user)
+        return _with_component(tmp_path / name, "prometheus-operator", **more)
 
     documents = overlay("my-overlay")
     [monitor] = [d for d in documents if d["kind"] == "PodMonitor"]
@@ -510,25 +521,14 @@ def test_the_split_evaluator_component_runs_indexed_parts_that_agree_and_serves_
     the Job's own parallelism and completions; each pod's work dir is its own, the parts dir
     shared; the Service reaches index 0 only; everything else is the overlay's, and passes the
     JobSet CRD, the API schema and Pod Security "restricted"."""
-    import os
 
-    import yaml
 
     from showtell.commands.evaluate import argument_problem
     from showtell.evaluator.config import Shard
 
-    user = tmp_path / "split"
-    user.mkdir()
-    (user / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [os.path.relpath(K8S / "overlays" / "cpu", user)],
-        "components": [os.path.relpath(K8S / "components" / "split-evaluator", user)]}))
-    documents, plain = render(user), render(K8S / "overlays" / "cpu")
-    for doc in documents:
-        if doc["kind"] in CUSTOM_KINDS:
-            assert crd_violations(doc) == [], doc["kind"]
-        else:
-            kubernetes_validate.validate(doc, desired_version=K8S_VERSION, strict=True)
+    documents = _with_component(tmp_path / "split", "split-evaluator")
+    plain = render(K8S / "overlays" / "cpu")
+    _schema_valid(documents)
     [jobset] = [d for d in documents if d["kind"] == "JobSet"]
     [before] = [d for d in plain if d["kind"] == "JobSet"]
     jobs = {rj["name"]: rj for rj in jobset["spec"]["replicatedJobs"]}

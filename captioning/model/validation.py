@@ -56,6 +56,11 @@ class Features(Protocol):
     def add(self, image_ids, features, captions) -> None: ...
 
 
+def part_images(images: int, shard: tuple[int, int] | None) -> int:
+    """How many of a set's first ``images`` part ``shard`` (I, N) holds (all without one)."""
+    return len(range(shard[0], images, shard[1])) if shard else images
+
+
 @dataclass
 class Timings:
     """Where a pass's wall time went: waiting for features (reading the cache, or decoding images
@@ -89,7 +94,6 @@ class Validator:
         logits at every position, padding masked out)."""
         self.model, self.files, self.vocab = model, list(files), vocab
         self.batch_size, self.max_examples, self.id_map = batch_size, max_examples, id_map
-        self.shard: tuple[int, int] | None = None  # the pass's part (``run``)
         self._table = None if id_map is None else tf.constant(list(id_map), tf.int64)
 
         def encode(images):
@@ -131,12 +135,8 @@ class Validator:
         self._decode_fn = decode_batch
         self._decode: tf.types.experimental.PolymorphicFunction | None = None
 
-    def part_images(self, images: int) -> int:
-        """How many of a set's first ``images`` this validator's part holds (all without a shard)."""
-        return len(range(self.shard[0], images, self.shard[1])) if self.shard else images
-
     def _batches(self, cap: int | None, features: Features | None, timings: Timings,
-                 set_images: int | None = None) -> Iterator[dict]:
+                 set_images: int | None = None, shard: tuple[int, int] | None = None) -> Iterator[dict]:
         """The pass's batches, each with its ``features``: first the cached images', then the rest
         from the images (the encoder run on them, and ``features`` told of each batch).  ``cap``
         counts this part's images; ``set_images`` the set's, which a shard's part is taken from."""
@@ -149,7 +149,7 @@ class Validator:
         if cap and cached >= cap:
             return
         ds = inputs.eval_images(self.files, self.model.config.image_size, self.batch_size,
-                                max_images=cap - cached if cap else None, skip=cached, shard=self.shard,
+                                max_images=cap - cached if cap else None, skip=cached, shard=shard,
                                 set_images=set_images)
         for batch in inputs.checked(ds, self.files):
             batch["features"] = self._encode(batch.pop("image"))  # (timed by the caller's wait)
@@ -172,11 +172,10 @@ class Validator:
         restored; None if there was only one batch): the pass stops at the images it returns.
         ``shard`` (I, N): only part I of N of those images, positions I, I + N … (``part_images``).
         """
-        self.shard = shard
         cap = max_images if max_images is not None else self.max_examples
-        expected = self.part_images(min(split_images, cap) if cap else split_images)
-        set_images, cap = cap, self.part_images(cap) if cap else cap
-        if self.shard and limit is not None:
+        expected = part_images(min(split_images, cap) if cap else split_images, shard)
+        set_images, cap = cap, part_images(cap, shard) if cap else cap
+        if shard and limit is not None:
             raise ValueError("a part of a sharded evaluation has a fixed size: no limit")
         if set_images and not cap:  # a part holding none of the set's first images
             return Validation(loss=LossResult(0.0, 1.0, 0, 0), captions={}, images=0, timings=Timings())
@@ -185,7 +184,7 @@ class Validator:
         image_losses: dict[int, tuple[float, float]] = {}
         first: tuple[float, int] | None = None  # (when the first batch was done, its images)
         timings = Timings()
-        batches = self._batches(cap, features, timings, set_images)
+        batches = self._batches(cap, features, timings, set_images, shard)
         while True:
             waited = time.monotonic()
             batch = next(batches, None)
