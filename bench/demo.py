@@ -65,10 +65,10 @@ def pretraining(log: str) -> dict[str, object]:
 
 def final_evaluations(base: Path) -> dict[str, object]:
     """The current run's last evaluation of each set (the demo's history), with intervals."""
-    from showtell.captioning.model.modeldir import read_run_id
+    from showtell.common.model_dir import ModelDir
     from showtell.evaluator.records.store import Store
 
-    run = read_run_id(str(base / "model"))
+    run = ModelDir(base / "model").read_run_id()
     store = Store(base / "model-eval" / "evaluations.sqlite")
     try:
         out = {}

@@ -39,11 +39,11 @@ from showtell.captioning.data import synthetic
 from showtell.captioning.data.feature_cache import FeatureCache
 from showtell.captioning.model.network import build_encoder
 from showtell.captioning.weights.encoder import load_encoder_weights
+from showtell.trainer.assembly import build_task
 from showtell.trainer.config import OptimizerConfig
 from showtell.trainer.experiment import Source, TrainExperiment
 from showtell.trainer.step.task import CaptionTask
-from showtell.trainer.train_lib import build_task
-from showtell.trainer.training import open_data
+from showtell.trainer.trainer import open_data
 
 
 def trainer(data: Path, model_dir: Path, weights: Path, batch_size: int, cache: bool) -> CaptionTask:

@@ -50,8 +50,8 @@ from showtell.captioning.data import synthetic
 from showtell.captioning.data.manifest import MANIFEST, VOCAB, load_dataset
 from showtell.captioning.data.records import shard_files
 from showtell.captioning.data.vocab import Vocabulary
-from showtell.captioning.model.modeldir import write_metadata
 from showtell.captioning.model.network import build_model
+from showtell.common.model_dir import ModelDir
 from showtell.evaluator.scoring.bootstrap import Bootstrap
 from showtell.evaluator.scoring.evaluation import CheckpointEvaluator
 from showtell.evaluator.scoring.features import FeatureStore
@@ -80,7 +80,7 @@ def model_dir(root: Path, data: Path, image_size: int) -> dict[str, str]:
     config = ModelConfig(vocab_size=len(big), image_size=image_size)
     out = root / "model"
     out.mkdir()
-    write_metadata(out, config, {"dir": str(data)}, {})
+    ModelDir(out).begin(config.shape_fields(), {"dir": str(data)}, {})
     big.save(out / VOCAB)
     model = build_model(config)
     model((tf.zeros([1, image_size, image_size, 3]), tf.zeros([1, 2], tf.int32)))  # build the variables
@@ -110,7 +110,7 @@ def main() -> int:
         features = root / "work" / "features"
 
         def evaluator(store: FeatureStore) -> CheckpointEvaluator:
-            return CheckpointEvaluator(str(root / "model"), data, bootstrap=Bootstrap(),
+            return CheckpointEvaluator(ModelDir(root / "model"), data, bootstrap=Bootstrap(),
                                        scorer=lambda: CaptionScorer(meteor=True, tokenizer="auto"),
                                        features=store)
 

@@ -27,10 +27,10 @@ from rounds import add_out, alternate, publish, ratio, spread
 
 from showtell.captioning.config import InputConfig, SyntheticConfig
 from showtell.captioning.data import synthetic
+from showtell.trainer.assembly import build_task
 from showtell.trainer.config import OptimizerConfig
 from showtell.trainer.experiment import Source, TrainExperiment
-from showtell.trainer.train_lib import build_task
-from showtell.trainer.training import open_data
+from showtell.trainer.trainer import open_data
 
 
 def examples_per_sec(step_fn, dataset, steps: int, batch_size: int) -> float:

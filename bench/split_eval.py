@@ -47,9 +47,9 @@ from rounds import add_out, publish
 from showtell.captioning.config import ModelConfig
 from showtell.captioning.data.manifest import VOCAB, load_dataset
 from showtell.captioning.data.vocab import Vocabulary
-from showtell.captioning.model.modeldir import STATE_FILE, mark_finished, write_metadata
 from showtell.captioning.model.network import build_model
 from showtell.common import processes
+from showtell.common.model_dir import ModelDir
 
 log = logging.getLogger("split_eval")
 
@@ -68,14 +68,14 @@ def checkpoints(root: Path, data: Path, image_size: int) -> tuple[Path, list[Pat
         out = root / f"staged-{step}"
         out.mkdir()
         assert saver.save(str(out / "ckpt")).endswith(f"ckpt-{step}")  # as the trainer's manager names them
-        (out / STATE_FILE).write_text(f'model_checkpoint_path: "ckpt-{step}"\n'
+        (out / ModelDir.STATE_FILE).write_text(f'model_checkpoint_path: "ckpt-{step}"\n'
                                       f'all_model_checkpoint_paths: "ckpt-{step}"\n')
         staged.append(out)
         for w in model.encoder_weights[-4:]:  # the last block's BN: every feature moves
             w.assign(w + tf.random.uniform(w.shape, 0.0, 0.1, seed=step))
     model_dir = root / "template"
     model_dir.mkdir()
-    write_metadata(model_dir, config, {"dir": str(data)}, {})
+    ModelDir(model_dir).begin(config.shape_fields(), {"dir": str(data)}, {})
     big.save(model_dir / VOCAB)
     return model_dir, staged
 
@@ -83,10 +83,10 @@ def checkpoints(root: Path, data: Path, image_size: int) -> tuple[Path, list[Pat
 def publish_checkpoint(model_dir: Path, staged: Path) -> float:
     """Copy a checkpoint's files in, then its state file by a rename: when the evaluator may see it."""
     for f in staged.iterdir():
-        if f.name != STATE_FILE:
+        if f.name != ModelDir.STATE_FILE:
             shutil.copy(f, model_dir / f.name)
-    shutil.copy(staged / STATE_FILE, model_dir / f".{STATE_FILE}.tmp")
-    os.replace(model_dir / f".{STATE_FILE}.tmp", model_dir / STATE_FILE)
+    shutil.copy(staged / ModelDir.STATE_FILE, model_dir / f".{ModelDir.STATE_FILE}.tmp")
+    os.replace(model_dir / f".{ModelDir.STATE_FILE}.tmp", model_dir / ModelDir.STATE_FILE)
     return time.monotonic()
 
 
@@ -146,7 +146,8 @@ def run(config: str, root: Path, data: Path, template: Path, staged: list[Path],
         costs = _wait(lambda: recorded(history, 2), 7200, "ckpt-2's record", procs)
         seconds = time.monotonic() - t0
         cpu = sum(tree_cpu(p.pid) for p, _ in procs) - cpu_before
-        mark_finished(model_dir, 2, "ckpt-2", "bench")  # --exit-when-trained: each ends by itself
+        # --exit-when-trained: each ends by itself
+        ModelDir(model_dir).end(2, "ckpt-2", "bench", True, record=False)
         for p, _ in procs:
             p.wait(timeout=300)
     finally:

@@ -55,6 +55,7 @@ from rounds import MIN_ROUNDS, add_out, order, publish, ratio, spread
 from showtell.captioning.config import InputConfig, ModelConfig, SyntheticConfig
 from showtell.captioning.data import inputs, synthetic
 from showtell.captioning.model.network import masked_loss_sum
+from showtell.trainer.assembly import build_task
 from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig
 from showtell.trainer.experiment import Source, TrainExperiment
 from showtell.trainer.loop.actions import StepReport
@@ -64,8 +65,7 @@ from showtell.trainer.loop.runners import SynchronousRunner
 from showtell.trainer.loop.signals import StopRequest
 from showtell.trainer.loop.summaries import TrainSummaries
 from showtell.trainer.step.task import CaptionTask
-from showtell.trainer.train_lib import build_task
-from showtell.trainer.training import open_data, task_checkpoints
+from showtell.trainer.trainer import open_data, task_checkpoints
 
 OPTIMIZER = OptimizerConfig(name="sgd", learning_rate=0.5, epochs_per_decay=0, clip_gradients=5.0)
 

@@ -36,10 +36,10 @@ import tensorflow as tf  # noqa: E402
 
 from showtell.captioning.config import InputConfig, SyntheticConfig  # noqa: E402
 from showtell.captioning.data import synthetic  # noqa: E402
+from showtell.trainer.assembly import build_task  # noqa: E402
 from showtell.trainer.config import ComputeConfig, OptimizerConfig  # noqa: E402
 from showtell.trainer.experiment import Source, TrainExperiment  # noqa: E402
-from showtell.trainer.train_lib import build_task  # noqa: E402
-from showtell.trainer.training import open_data  # noqa: E402
+from showtell.trainer.trainer import open_data  # noqa: E402
 
 
 def runner(data: Path, model_dir: Path, strategy: tf.distribute.Strategy, batch: int,

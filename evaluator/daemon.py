@@ -23,11 +23,12 @@ from dataclasses import dataclass
 
 from showtell.api.contract import DEFAULT_SET
 from showtell.api.transport import LoadedSecurity, check_listen_address
-from showtell.captioning.model.modeldir import FINISHED, METADATA, latest_checkpoint
+from showtell.captioning.model.restoring import latest_checkpoint
 from showtell.common import exposition
 from showtell.common.errors import ShowtellError
 from showtell.common.exposition import MetricsEndpoint
 from showtell.common.locks import DirectoryLock
+from showtell.common.model_dir import ModelDir
 from showtell.common.processes import signal_exit_code
 from showtell.evaluator.config import EvaluatorConfig
 from showtell.evaluator.loop.controller import EvalController
@@ -53,14 +54,14 @@ from showtell.evaluator.serving.service import MetricsService
 log = logging.getLogger(__name__)
 
 
-def build_evaluator(config: EvaluatorConfig) -> CheckpointEvaluator:
+def build_evaluator(config: EvaluatorConfig, model_dir: ModelDir | None = None) -> CheckpointEvaluator:
     """The checkpoint evaluator ``config`` describes: its sets, scorers, bootstrap and kept features
     (in its work dir; none without one).  ``--max-eval-examples auto`` starts unlimited: the
-    controller sizes each evaluation."""
+    controller sizes each evaluation.  ``model_dir``: the one this process opened (default: here)."""
     evaluation, work = config.evaluation, config.work
     # METEOR's JVM takes seconds to start: the first evaluation starts it, not the constructor.
     return CheckpointEvaluator(
-        config.model_dir, config.data,
+        model_dir or ModelDir(config.model_dir), config.data,
         None if evaluation.max_eval_examples == AUTO else evaluation.max_eval_examples, evaluation.beam_size,
         scorer=lambda: CaptionScorer(meteor=evaluation.meteor, tokenizer=evaluation.tokenizer),
         jit_compile=evaluation.jit_compile, bootstrap=Bootstrap(evaluation.bootstrap, evaluation.confidence),
@@ -76,9 +77,10 @@ def evaluate_once(config: EvaluatorConfig, checkpoint: str | None = None) -> Eva
     _prepare(config)
     work = config.work
     with DirectoryLock(directory=work.root, role="evaluator", flag="--work-dir") if work else nullcontext():
-        evaluator = build_evaluator(config)
+        model_dir = ModelDir(config.model_dir)
+        evaluator = build_evaluator(config, model_dir)
         try:
-            return evaluator.evaluate(checkpoint or latest_checkpoint(config.model_dir))
+            return evaluator.evaluate(checkpoint or latest_checkpoint(model_dir))
         finally:
             evaluator.close()
 
@@ -141,19 +143,20 @@ class _Parts:
     own: Store | None = None  # a part's own history of its parts (a split evaluation)
 
 
-def _split_part(config: EvaluatorConfig, evaluator: CheckpointEvaluator, security: LoadedSecurity) -> _Parts:
+def _split_part(config: EvaluatorConfig, model_dir: ModelDir, evaluator: CheckpointEvaluator,
+                security: LoadedSecurity) -> _Parts:
     """A part of a split evaluation that does not merge: it evaluates its images of every checkpoint
     and publishes them (``--parts-dir``); part 0 records and serves.  It answers health alone
     (probes, compose's health check)."""
     parts = _parts_dir(config)
     own = Store(config.work.own_parts)
     controller = EvalController(
-        model_dir=config.model_dir, evaluator=evaluator, store=own, pins=config.work.pins,
+        model_dir=model_dir, evaluator=evaluator, store=own, pins=config.work.pins,
         recorder=Recorder(store=own, work_root=config.work.root, publish=parts.publish),
         policy=config.watch.policy, actions=[_log_part], finish=config.finish,
         arrival_timeout=config.watch.arrival_timeout)
-    watcher = CheckpointWatcher(config.model_dir, controller.on_change, config.watch.poll_secs,
-                                also=(FINISHED, METADATA))
+    watcher = CheckpointWatcher(model_dir.root, controller.on_change, config.watch.poll_secs,
+                                also=ModelDir.SIGNALS)
     return _Parts(evaluator, own, None, controller, [watcher], _server(None, config.serve, security))
 
 
@@ -201,12 +204,12 @@ def _exporters(config: EvaluatorConfig, store: Store,
 
 def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.AbstractEventLoop,
            endpoint: MetricsEndpoint | None) -> _Parts:
-    model_dir, workdir, serving = config.model_dir, config.work, config.serve
+    model_dir, workdir, serving = ModelDir(config.model_dir), config.work, config.serve
     auto = config.evaluation.max_eval_examples == AUTO
-    evaluator = build_evaluator(config)  # its JVM starts in the evaluation thread, not before serving
+    evaluator = build_evaluator(config, model_dir)  # its JVM starts in the evaluation thread
     workdir.root.mkdir(parents=True, exist_ok=True)
     if config.sharding.split and not config.sharding.shard.merges:
-        return _split_part(config, evaluator, security)
+        return _split_part(config, model_dir, evaluator, security)
     store = Store(workdir.history)
     summaries = EvalSummaries(str(workdir.summaries), evaluator.files)
     exporters = _exporters(config, store, evaluator)
@@ -236,14 +239,14 @@ def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.Abst
                                 records=store)
     # The finished marker ends --exit-when-trained; a new run id (a synced copy's record may
     # land after its checkpoints) changes which checkpoints are still to evaluate.
-    watchers = [CheckpointWatcher(model_dir, controller.on_change, config.watch.poll_secs,
-                                  also=(FINISHED, METADATA))]
+    watchers = [CheckpointWatcher(model_dir.root, controller.on_change, config.watch.poll_secs,
+                                  also=ModelDir.SIGNALS)]
     if merger is not None:  # another part published: merge
         watchers.append(CheckpointWatcher(str(config.sharding.parts_dir), controller.on_published,
                                           config.watch.poll_secs, also=merger.parts.signals))
     watcher = watchers[0]
     service = MetricsService(store=store, status=lambda: controller.status, broadcast=broadcast,
-                             policy=config.watch.policy, checkpoint_dir=model_dir, observer=watcher.kind,
+                             policy=config.watch.policy, model_dir=model_dir, observer=watcher.kind,
                              exporter=exporter, max_streams=serving.max_streams,
                              bootstrap=evaluator.bootstrap,
                              eval_sets=(DEFAULT_SET, *(s.name for s in config.eval_sets)))

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from showtell.captioning.model.modeldir import METADATA
 from showtell.common.errors import ShowtellError
+from showtell.common.model_dir import ModelDir
 from showtell.evaluator.config import Finish
 from showtell.evaluator.loop.controller import EvalController
 from showtell.evaluator.loop.result import EvalResult
@@ -65,13 +65,13 @@ class FakeEvaluator:
         return EvalResult(step=step, checkpoint=path, metrics={"loss": 10.0 / step}, examples=4, seconds=0.01)
 
 
-class ModelDir:
+class FakeModelDir:
     """A trainer's model dir as the evaluator sees it: checkpoint files and the state file."""
 
     def __init__(self, root: Path, run: str = "run-1") -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
-        (root / METADATA).write_text(json.dumps({"run_id": run}))
+        (root / ModelDir.METADATA).write_text(json.dumps({"run_id": run}))
 
     def prefix(self, step: int) -> str:
         return str(self.root / f"ckpt-{step}")
@@ -96,11 +96,11 @@ class ModelDir:
 
 def build(tmp_path: Path, policy: str = "all", finish: Finish | None = None,
           evaluator: FakeEvaluator | None = None, sizes: RunSizes | None = None,
-          actions: list[Action] | None = None) -> tuple[EvalController, ModelDir, Store, FakeClock]:
-    model, work, clock = ModelDir(tmp_path / "model"), WorkDir(tmp_path / "work"), FakeClock(1000.0)
+          actions: list[Action] | None = None) -> tuple[EvalController, FakeModelDir, Store, FakeClock]:
+    model, work, clock = FakeModelDir(tmp_path / "model"), WorkDir(tmp_path / "work"), FakeClock(1000.0)
     work.root.mkdir(exist_ok=True)
     store = Store(work.history)
-    controller = EvalController(model_dir=str(model.root), evaluator=evaluator or FakeEvaluator(),
+    controller = EvalController(model_dir=ModelDir(model.root), evaluator=evaluator or FakeEvaluator(),
                                 store=store,
                                 recorder=Recorder(store=store, work_root=work.root), pins=work.pins,
                                 policy=policy, actions=actions or [], finish=finish, arrival_timeout=60.0,

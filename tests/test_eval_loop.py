@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from showtell.captioning.model.modeldir import mark_finished
+from showtell.common.model_dir import ModelDir
 from showtell.evaluator.config import Finish
 from showtell.evaluator.loop.schedule import FIRST_RETRY_SECS
 from showtell.evaluator.records.recorder import WORK_DIR_RETRY_SECS
-from tests.fakes import FakeEvaluator, ModelDir, build, history
+from tests.fakes import FakeEvaluator, FakeModelDir, build, history
 from tests.helpers import wait_for
 
 
@@ -53,7 +53,7 @@ def test_exit_when_trained_with_policy_latest_ends_after_the_final_checkpoint(tm
     for step in (10, 20):
         model.save(step)
     model.name(10, 20)
-    mark_finished(model.root, 20, model.prefix(20), "steps")
+    ModelDir(model.root).end(20, model.prefix(20), "steps", True, record=False)
     done: list = []
     thread = threading.Thread(target=lambda: done.append(controller.run(poll_fallback_secs=0.05)))
     thread.start()
@@ -75,7 +75,7 @@ def test_the_status_says_when_the_trainer_finished_without_exit_when_trained(tmp
     try:
         wait_for(lambda: controller.evaluator.calls == [10], 30, "step 10's evaluation")
         assert controller.status.trained_step == -1
-        mark_finished(model.root, 10, model.prefix(10), "steps")
+        ModelDir(model.root).end(10, model.prefix(10), "steps", True, record=False)
         controller.on_change()
         wait_for(lambda: controller.status.trained_step == 10, 30, "the marker to be read")
     finally:
@@ -87,7 +87,8 @@ def test_exit_when_trained_waits_for_the_final_checkpoint(tmp_path: Path):
     controller, model, _, _ = build(tmp_path, policy="latest", finish=Finish(when_trained=True))
     model.save(10)
     model.name(10)
-    mark_finished(model.root, 20, model.prefix(20), "steps")  # its checkpoint is not named yet
+    # its checkpoint is not named yet
+    ModelDir(model.root).end(20, model.prefix(20), "steps", True, record=False)
     thread = threading.Thread(target=controller.run, kwargs={"poll_fallback_secs": 0.05})
     thread.start()
     try:
@@ -213,7 +214,7 @@ def test_a_new_run_in_the_model_dir_is_evaluated_afresh(tmp_path: Path):
     controller.look()
     for path in model.root.glob("ckpt-*"):
         path.unlink()
-    ModelDir(model.root, run="run-2")  # the dir wiped and trained again: steps start low
+    FakeModelDir(model.root, run="run-2")  # the dir wiped and trained again: steps start low
     model.save(10)
     model.name(10)
     controller.look()

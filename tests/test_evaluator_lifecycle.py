@@ -17,8 +17,9 @@ import pytest
 
 from showtell.api.client import WatchFollower
 from showtell.api.contract import ALL_RUNS
-from showtell.captioning.model.modeldir import checkpoint_step, read_run_id, read_state
+from showtell.captioning.model.restoring import read_state
 from showtell.common import processes
+from showtell.common.model_dir import ModelDir
 from showtell.common.processes import tree_cpu_seconds
 from showtell.v1 import metrics_pb2 as pb
 from tests.helpers import (
@@ -59,7 +60,7 @@ def test_every_observer_sleeps_while_idle_notices_and_tells_runs_apart(
     path, step numbers and file names), then replaced by a rename, is a new run each time — its
     checkpoints evaluated, the service answering for the current run unless asked for another."""
     model_dir = copy_model(tiny_model, tmp_path / "model")
-    run_a = read_run_id(str(model_dir))
+    run_a = ModelDir(model_dir).read_run_id()
     evaluators = {}
     for name, location in (("inotify", str(model_dir)), ("polling", str(model_dir)),
                            ("gfile-polling", f"file://{model_dir}")):
@@ -108,7 +109,7 @@ def test_every_observer_sleeps_while_idle_notices_and_tells_runs_apart(
     # wiped and trained again: same path, same step numbers, same file names
     shutil.rmtree(model_dir)
     train_more(tiny_data, model_dir, 4, "--save-every-steps", "2", "--keep", "10")
-    run_b = read_run_id(str(model_dir))
+    run_b = ModelDir(model_dir).read_run_id()
     assert run_b != run_a
     for name, stub in stubs.items():
         wait_for(lambda stub=stub: _list(stub) == [(run_b, 2, "OK"), (run_b, 4, "OK")], 240, f"{name}: run B")
@@ -116,7 +117,7 @@ def test_every_observer_sleeps_while_idle_notices_and_tells_runs_apart(
     # replaced by a rename (a new run trained elsewhere, moved into place)
     fresh = tmp_path / "fresh"
     train_more(tiny_data, fresh, 2, "--save-every-steps", "2", "--keep", "10")
-    run_c = read_run_id(str(fresh))
+    run_c = ModelDir(fresh).read_run_id()
     os.rename(model_dir, tmp_path / "old")
     os.rename(fresh, model_dir)
     run_a_list = [(run_a, 2, "OK"), (run_a, 4, "OK"), (run_a, 6, "OK")]
@@ -179,9 +180,9 @@ def test_the_evaluator_ends_with_the_job(tiny_data: Path, tmp_path: Path, procs)
 
 
 def _newest_step(model_dir: Path) -> int:
-    named = read_state(str(model_dir))
+    named = read_state(ModelDir(model_dir))
     assert named, "no checkpoint"
-    return checkpoint_step(named[-1])
+    return ModelDir.step_of(named[-1])
 
 
 def test_metrics_watch_prints_every_evaluation_once_across_a_restart(

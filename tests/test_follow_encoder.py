@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from showtell.captioning.config import pretrain_state
-from showtell.captioning.model.modeldir import METADATA
 from showtell.common.locks import LOCK_FILE
+from showtell.common.model_dir import ModelDir
 from showtell.common.processes import cpu_seconds
 from showtell.trainer.following import follow
 from showtell.trainer.loop.signals import StopRequest
@@ -25,7 +25,7 @@ from tests.helpers import TINY_SIZES, Procs, wait_for
 
 def _record(model_dir: Path, sha256: str) -> None:
     model_dir.mkdir(parents=True, exist_ok=True)
-    (model_dir / METADATA).write_text(json.dumps({"run_id": "r1", "model": {}, "data": {},
+    (model_dir / ModelDir.METADATA).write_text(json.dumps({"run_id": "r1", "model": {}, "data": {},
                                                   "encoder_init": {"kind": "keras", "sha256": sha256}}))
 
 
@@ -35,7 +35,7 @@ def test_a_run_on_other_bytes_is_set_aside_whole_and_the_lock_stays(tmp_path: Pa
     model = tmp_path / "model"
     _record(model, follow._sha256(encoder))
     (model / "checkpoint").write_text("model_checkpoint_path: 'ckpt-4'")
-    assert follow.set_aside_other_encoders_run(model, encoder) is None  # its own encoder: kept
+    assert follow.set_aside_other_encoders_run(ModelDir(model), encoder) is None  # its own encoder: kept
     assert (model / "checkpoint").exists()
 
     _record(model, "the sha256 of a first encoder")
@@ -45,10 +45,10 @@ def test_a_run_on_other_bytes_is_set_aside_whole_and_the_lock_stays(tmp_path: Pa
     (model / "runs" / "r1.json").write_text("{}")
     (tmp_path / "model-preview").mkdir()  # an older preview: replaced
     (tmp_path / "model-preview" / "stale").write_text("")
-    aside = follow.set_aside_other_encoders_run(model, encoder)
+    aside = follow.set_aside_other_encoders_run(ModelDir(model), encoder)
     assert aside == tmp_path / "model-preview"
     assert sorted(p.name for p in aside.iterdir()) == sorted(
-        ["checkpoint", "ckpt-4.index", "ckpt-4.data-00000-of-00001", METADATA, "runs"])
+        ["checkpoint", "ckpt-4.index", "ckpt-4.data-00000-of-00001", ModelDir.METADATA, "runs"])
     assert [p.name for p in model.iterdir()] == [LOCK_FILE.format(role="trainer")]  # the holder's lock
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no half-moved directory
 
@@ -197,7 +197,7 @@ def test_a_trainer_waits_for_the_encoder_then_starts_again_on_a_newer_one(tiny_d
 
     def run_on(model_dir: Path) -> dict:
         try:
-            return json.loads((model_dir / METADATA).read_text())["encoder_init"]
+            return json.loads((model_dir / ModelDir.METADATA).read_text())["encoder_init"]
         except (OSError, ValueError, KeyError):
             return {}
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from showtell.common.model_dir import ModelDir
 from showtell.v1 import metrics_pb2 as pb
 from tests import system_packages
 from tests.helpers import TINY_MODEL, error_lines, metrics_stub, start_evaluator, wait_for
@@ -150,7 +151,7 @@ def test_a_full_disk_stops_keeping_features_and_the_evaluation_lands(tiny_data: 
             while True:
                 f.write(b"\0" * 4096)
                 f.flush()
-        evaluator = CheckpointEvaluator(str(tiny_model), tiny_data, bootstrap=Bootstrap(100, 0.95),
+        evaluator = CheckpointEvaluator(ModelDir(tiny_model), tiny_data, bootstrap=Bootstrap(100, 0.95),
                                         features=FeatureStore(work / "features", 2),
                                         scorer=lambda: CaptionScorer(meteor=False, tokenizer="regex"))
         with caplog.at_level("WARNING", logger="showtell.evaluator.scoring.features"):

@@ -17,7 +17,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from showtell.captioning.model.modeldir import read_run_id
+from showtell.common.model_dir import ModelDir
 from showtell.common.processes import figures
 from showtell.evaluator.records.record import Record
 from showtell.evaluator.records.store import Store
@@ -83,7 +83,7 @@ def _raw(port: int, data: bytes) -> bytes:
 def test_the_service_survives_hostile_clients(tiny_data: Path, tiny_model: Path, tmp_path: Path, procs):
     work = tmp_path / "eval"
     store = Store(work / "evaluations.sqlite")  # a long history of this run, as after weeks of checkpoints
-    run = read_run_id(str(tiny_model))
+    run = ModelDir(tiny_model).read_run_id()
 
     def record(step: int) -> Record:
         return Record(step, f"old/ckpt-{step}", 0.0, float(step), 1.0, 4, metrics={"loss": 1.0},

@@ -14,6 +14,7 @@ from tensorboard.backend.event_processing import data_provider, plugin_event_mul
 from tensorboard.plugins import base_plugin
 from tensorboard.plugins.hparams import api_pb2, backend_context, get_experiment, list_session_groups
 
+from showtell.common.model_dir import ModelDir
 from showtell.evaluator.records.actions import HParamsSession, WriteSummaries, session_hparams
 from showtell.evaluator.records.record import Record
 from showtell.evaluator.records.summaries import EvalSummaries
@@ -62,7 +63,7 @@ def test_two_runs_in_one_work_dir_are_two_sessions_each_with_its_own_metrics(tmp
         (model_dir / "runs" / f"{run}.json").write_text(json.dumps({"run_id": run,
                                                                   "revisions": [_revision(rate, units)]}))
     summaries = EvalSummaries(str(work / "eval"))
-    actions = [WriteSummaries(summaries), HParamsSession(str(model_dir), summaries)]
+    actions = [WriteSummaries(summaries), HParamsSession(ModelDir(model_dir), summaries)]
     # the runs' evaluations interleaved, as an evaluator following a preview and a final run sees them
     for step, run, status in ((10, "run-1", "failed"), (20, "run-1", "ok"), (10, "run-2", "ok"),
                               (30, "run-1", "ok"), (20, "run-2", "ok"), (5, "", "ok")):

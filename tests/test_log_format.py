@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from showtell.captioning.model.modeldir import read_run_id
+from showtell.common.model_dir import ModelDir
 from tests.helpers import TINY_MODEL, run_showtell
 
 
@@ -32,7 +32,7 @@ def test_a_real_runs_stderr_is_json_lines(tiny_data: Path, tmp_path: Path):
                           "--save-every-steps", "2", "--log-format", "json")
     assert result.returncode == 0, result.stderr[-3000:]
     records = _records(result.stderr)
-    run = read_run_id(str(model_dir))
+    run = ModelDir(model_dir).read_run_id()
     logged = [r for r in records if r["message"].startswith("step 2/4")]
     assert logged and logged[0]["step"] == 2 and logged[0]["run"] == run
     saved = [r for r in records if r["message"].startswith("saved checkpoint")]

@@ -21,6 +21,7 @@ import pytest
 
 from showtell.api.contract import ALL_RUNS
 from showtell.common import processes
+from showtell.common.model_dir import ModelDir
 from showtell.evaluator.loop.status import Broadcast, Progress, Status
 from showtell.evaluator.records.record import Record
 from showtell.evaluator.records.store import Store
@@ -91,7 +92,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
     store.add(_record("cur", 8, 0, 0, status="failed"))
     broadcast, board = Broadcast(), Board(Status(run_id="cur", last_seen_step=8))
     service = MetricsService(store=store, status=lambda: board.status, broadcast=broadcast,
-                             policy="all", checkpoint_dir=str(model_dir), observer="inotify")
+                             policy="all", model_dir=ModelDir(model_dir), observer="inotify")
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()

@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from showtell.captioning.model.modeldir import read_model_config
 from showtell.captioning.model.network import build_model
+from showtell.captioning.model.restoring import read_model_config
 from showtell.captioning.weights.encoder import IMAGENET_FILE
 from showtell.common import processes
+from showtell.common.model_dir import ModelDir
 from tests import system_packages, weights_files
 from tests.helpers import ROOT, TINY_DATA, TINY_SIZES, error_lines, learning_rate
 
@@ -35,7 +36,7 @@ def pretrained(tmp_path_factory) -> dict:
 
 
 def restored(checkpoint: Path):
-    model = build_model(read_model_config(checkpoint.parent))
+    model = build_model(read_model_config(ModelDir(checkpoint.parent)))
     tf.train.Checkpoint(model=model).restore(str(checkpoint)).expect_partial().assert_existing_objects_matched()
     return model
 
@@ -135,7 +136,7 @@ def _features_reused_only_for_the_same_encoder(model_dir: Path, data: Path, work
 
     # One evaluator, traced once: with the store it keeps and reuses features, without it (None)
     # it computes them as before; the encoder's passes are counted where it is called.
-    evaluator = CheckpointEvaluator(str(model_dir), data, bootstrap=Bootstrap(200, 0.95),
+    evaluator = CheckpointEvaluator(ModelDir(model_dir), data, bootstrap=Bootstrap(200, 0.95),
                                     scorer=lambda: CaptionScorer(meteor=False, tokenizer="regex"))
     evaluator._prepare()
     passes, encode = [], evaluator.sets[0].validator._encode

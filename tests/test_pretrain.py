@@ -17,9 +17,10 @@ import pytest
 import tensorflow as tf
 
 from showtell.captioning.data import synthetic
-from showtell.captioning.model.modeldir import read_model_config
 from showtell.captioning.model.network import build_encoder, build_model
+from showtell.captioning.model.restoring import read_model_config
 from showtell.captioning.weights.encoder import load_encoder_weights
+from showtell.common.model_dir import ModelDir
 from tests.helpers import TINY_DATA, TINY_SIZES, error_lines
 
 # One worker: three tests share the module's pretraining (`encoder_file`), ≈ 40 s a worker —
@@ -117,7 +118,7 @@ def test_pretrained_encoder_is_a_weights_file_the_trainer_loads(encoder_file: Pa
     trained = showtell_main("train", "--data", str(tiny_data), "--model-dir", str(model_dir), *TINY_SIZES,
                             "--steps", "1", "--inception-weights", str(encoder_file))
     assert trained.returncode == 0, trained.stderr[-3000:]
-    model = build_model(read_model_config(model_dir))  # phase 1: the encoder is the file's, frozen
+    model = build_model(read_model_config(ModelDir(model_dir)))  # phase 1: the encoder is the file's, frozen
     tf.train.Checkpoint(model=model).restore(str(model_dir / "ckpt-1")).expect_partial()
     for got, want in zip(model.encoder.weights, fresh.weights, strict=True):
         np.testing.assert_array_equal(got.numpy(), want.numpy())

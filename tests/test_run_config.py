@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from showtell.captioning.model.modeldir import read_run_id
+from showtell.common.model_dir import ModelDir
 from tests.helpers import TINY_MODEL, error_lines, printed_settings
 
 pytestmark = pytest.mark.e2e
@@ -41,7 +41,7 @@ def _comparable(settings: dict) -> dict:
 
 
 def _revisions(model_dir: Path) -> list[dict]:
-    run = read_run_id(str(model_dir))
+    run = ModelDir(model_dir).read_run_id()
     return json.loads((model_dir / "runs" / f"{run}.json").read_text())["revisions"]
 
 
@@ -74,7 +74,7 @@ def test_the_run_records_its_configuration_and_each_change(tiny_data: Path, tmp_
     # The run repeats from its record, runs/<id>.yaml (or the history's .json), fed back as --config
     # with another model dir: the same settings exactly; trained, the same weights after the same
     # steps — the same seed, the same batches (planted: the record without its seed fails here).
-    run = read_run_id(str(model_dir))
+    run = ModelDir(model_dir).read_run_id()
     recorded = model_dir / "runs" / f"{run}.yaml"
     assert _comparable(_sections(recorded.read_text())["settings"]) == _comparable(first["settings"])
     assert _sections(recorded.read_text())["resolved"] == first["resolved"]
@@ -118,7 +118,7 @@ def test_the_run_records_its_configuration_and_each_change(tiny_data: Path, tmp_
         in resumed.logs
     # A run of two revisions is not repeated by either one's settings from step 0: refused in one
     # line naming the revision, from its record and from its YAML (written at the second start)
-    run = read_run_id(str(model_dir))
+    run = ModelDir(model_dir).read_run_id()
     for source in (model_dir / "runs" / f"{run}.json", model_dir / "runs" / f"{run}.yaml"):
         refused = showtell_main("train", "--config", str(source), "--model-dir", str(tmp_path / "r2"))
         assert refused.returncode == 2 and not (tmp_path / "r2").exists()
@@ -133,7 +133,7 @@ def test_an_unreadable_record_is_moved_aside_and_started_again(tiny_data: Path, 
                                                               showtell_main):
     model_dir = tmp_path / "model"
     _train(showtell_main, tiny_data, model_dir, "--steps", "1")
-    record = model_dir / "runs" / f"{read_run_id(str(model_dir))}.json"
+    record = model_dir / "runs" / f"{ModelDir(model_dir).read_run_id()}.json"
     record.write_text("{ half a reco")
     resumed = _train(showtell_main, tiny_data, model_dir, "--steps", "2")
     [aside] = list(record.parent.glob("*.unreadable-*"))
@@ -148,7 +148,7 @@ def test_showtell_runs_lists_shows_and_diffs_runs(tiny_data: Path, tmp_path: Pat
     a, b = tmp_path / "a", tmp_path / "b"
     _train(showtell_main, tiny_data, a, "--steps", "2")
     _train(showtell_main, tiny_data, b, "--steps", "1", "--learning-rate", "0.5")
-    run_a, run_b = read_run_id(str(a)), read_run_id(str(b))
+    run_a, run_b = ModelDir(a).read_run_id(), ModelDir(b).read_run_id()
     history = tmp_path / "work" / "evaluations.sqlite"  # what an evaluator of run a recorded
     store = Store(history)
     for step, exact, seconds in ((1, 0.3, 12.0), (2, 0.6, 75.0)):

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from showtell.common.model_dir import ModelDir
 from showtell.evaluator.config import EvalSet
 from showtell.evaluator.records import parts as part_files
 from showtell.evaluator.records.parts import PartsMismatch
@@ -23,7 +24,7 @@ SETS = (EvalSet("few", Path(), 7),)  # a second set of an odd size: parts of 3, 
 
 
 def _evaluator(model: Path, data: Path, features: Path, shard=None, scorer=None) -> CheckpointEvaluator:
-    return CheckpointEvaluator(str(model), data, bootstrap=Bootstrap(200, 0.95), scorer=scorer,
+    return CheckpointEvaluator(ModelDir(model), data, bootstrap=Bootstrap(200, 0.95), scorer=scorer,
                                sets=[EvalSet(s.name, data, s.max_examples) for s in SETS],
                                features=FeatureStore(features, 2), shard=shard)
 

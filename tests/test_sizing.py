@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from showtell.captioning.model.modeldir import METADATA
+from showtell.common.model_dir import ModelDir
 from showtell.evaluator.loop.sizing import RunSizes, Size, checkpoint_interval, choose
 from tests.fakes import FakeEvaluator, build
 
@@ -42,7 +42,7 @@ def test_the_loop_chooses_once_per_run_and_keeps_it(tmp_path: Path, caplog):
     evaluator = FakeEvaluator(rate=2.0)
     sizes = RunSizes(tmp_path / "work" / "auto-size.json")
     controller, model, _, _ = build(tmp_path, evaluator=evaluator, sizes=sizes)
-    os.utime(model.root / METADATA, (1000, 1000))
+    os.utime(model.root / ModelDir.METADATA, (1000, 1000))
     for step, saved in ((1, 1100), (2, 1200)):
         model.save(step)
         os.utime(model.prefix(step) + ".index", (saved, saved))
@@ -61,8 +61,8 @@ def test_the_loop_chooses_once_per_run_and_keeps_it(tmp_path: Path, caplog):
     controller.look()
     assert restarted.asked == [100]
     # A new run chooses again.
-    (model.root / METADATA).write_text(json.dumps({"run_id": "run-2"}))
-    os.utime(model.root / METADATA, (2000, 2000))
+    (model.root / ModelDir.METADATA).write_text(json.dumps({"run_id": "run-2"}))
+    os.utime(model.root / ModelDir.METADATA, (2000, 2000))
     for step in (1, 2, 3):
         model.delete(step)
     model.save(1)
@@ -82,7 +82,7 @@ def test_evaluations_that_reuse_features_are_sized_apart_from_those_that_compute
     path.write_text(json.dumps({"run-1": {"images": 100, "reason": "chosen before kinds"}}))
     evaluator = FakeEvaluator(rate=10.0)
     controller, model, _, _ = build(tmp_path, evaluator=evaluator, sizes=RunSizes(path))
-    os.utime(model.root / METADATA, (1000, 1000))
+    os.utime(model.root / ModelDir.METADATA, (1000, 1000))
     for step in (1, 2, 3):
         model.save(step)
         os.utime(model.prefix(step) + ".index", (1000 + 100 * step,) * 2)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from showtell.captioning.model.modeldir import checkpoint_steps
+from showtell.common.model_dir import ModelDir
 from tests.helpers import run_showtell
 
 pytestmark = pytest.mark.e2e
@@ -49,7 +49,7 @@ def test_n_steps_per_call_train_exactly_as_one_step_per_call(tiny_data: Path, tm
     assert max(float(np.max(np.abs(one[k] - looped[k]))) for k in one) < 1e-6
     assert max(float(np.max(np.abs(one[k] - towers[k]))) for k in one) < 1e-5
     for run in ("one", "looped", "towers"):
-        assert checkpoint_steps(tmp_path / run) == [6, 7], run  # the save interval, then the end
+        assert ModelDir(tmp_path / run).checkpoint_steps() == [6, 7], run  # the save interval, then the end
     logged = LOG_LINE.findall(looped_log)
     assert [int(step) for step, *_ in logged] == [6, 7]  # every log interval landed exactly
     assert all(rest.strip() == "" for *_, rest in logged)  # no input-wait figure: nothing measured it

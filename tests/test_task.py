@@ -33,13 +33,15 @@ def test_a_task_builds_alone_and_trains_a_step_with_no_model_dir(tiny_data: Path
         train=TrainConfig(seed=1), cache=CacheConfig(enabled=False)))
     assert isinstance(task, CaptionTask) and not task.phase.trains_encoder and task.model_config.vocab_size
     # the assembly's other parts, called alone: no cluster; no model dir, nothing resolved
-    from showtell.trainer.train_lib import cluster_and_strategy, resolved_sections
+    from showtell.trainer.assembly import resolved_sections
+    from showtell.trainer.distribution.placement import Site, locate
 
     experiment = TrainExperiment(source=Source(data=tiny_data))
-    assert cluster_and_strategy(experiment) == (None, "auto")  # auto: the devices decide, at choose()
+    site = locate(experiment.distribution, None)
+    assert site == Site(None, "auto") and site.is_chief and not site.serves  # auto: place() decides
     assert resolved_sections(experiment) == {}
     built = dict(vars(task))
-    assert not {"checkpoints", "scratch", "_cache"} & set(built)  # the trainer's, not the task's
+    assert not {"checkpoints", "scratch", "_cache", "is_chief"} & set(built)  # the trainer's, not the task's
     dataset = task.dataset()
     step = task.make_train_step(dataset.element_spec)
     task.make_train_loop()

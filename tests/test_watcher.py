@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from showtell.captioning.model.modeldir import read_state
+from showtell.captioning.model.restoring import read_state
 from showtell.common.errors import ShowtellError
+from showtell.common.model_dir import ModelDir
 from showtell.evaluator.loop.watcher import CheckpointWatcher
 
 STATE = 'model_checkpoint_path: "ckpt-2"\nall_model_checkpoint_paths: "ckpt-2"\n'
@@ -39,7 +40,7 @@ def test_reading_the_state_file_wakes_nobody_and_a_rename_onto_it_does(tmp_path:
         assert counter.event.wait(10)  # the initial look at what is already there
         baseline = counter.settle()
         for _ in range(200):  # the evaluator's own reads (open, read, close-no-write)
-            assert read_state(str(tmp_path)) == [str(tmp_path / "ckpt-2")]
+            assert read_state(ModelDir(tmp_path)) == [str(tmp_path / "ckpt-2")]
         (tmp_path / "ckpt-2.index").write_bytes(b"x")  # other files: not the state file
         assert counter.settle(1.0) == baseline
 
@@ -73,6 +74,6 @@ def test_an_empty_state_file_is_being_written_not_a_model_dir_without_checkpoint
     evaluator saw would be recorded deleted (the synced-copy test caught that)."""
     (tmp_path / "checkpoint").write_text("")
     with pytest.raises(ShowtellError, match="empty checkpoint state file"):
-        read_state(str(tmp_path))
+        read_state(ModelDir(tmp_path))
     (tmp_path / "checkpoint").write_text(STATE)
-    assert read_state(str(tmp_path)) == [str(tmp_path / "ckpt-2")]
+    assert read_state(ModelDir(tmp_path)) == [str(tmp_path / "ckpt-2")]

@@ -1,11 +1,11 @@
 """The trainer service as a library: ``run(experiment)`` trains a ``TrainExperiment`` (its
-assembly: ``train_lib``), with no command line — ``showtell train`` is one caller of it."""
+assembly: ``assembly``), with no command line — ``showtell train`` is one caller of it."""
 
 from showtell.common.errors import require_tensorflow
 
 require_tensorflow()
 
-_EXPORTS = {"run": "train_lib", "build_task": "train_lib", "TrainExperiment": "experiment"}
+_EXPORTS = {"run": "assembly", "build_task": "assembly", "TrainExperiment": "experiment"}
 
 
 def __getattr__(name: str):

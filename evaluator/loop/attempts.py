@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from showtell.captioning.model.modeldir import saved_at
 from showtell.common.errors import ModelDirIncomplete, ShowtellError
+from showtell.common.model_dir import ModelDir
 from showtell.evaluator.loop.pinning import Missing, files_state, pin, unpin
 from showtell.evaluator.loop.result import EvalResult, Evaluator, Images
 from showtell.evaluator.loop.schedule import Checkpoint
@@ -60,7 +60,7 @@ class Attempts:
                  images: Images = None) -> Record | NotArrived:
         """The checkpoint's record (not yet stored), or why its files are not all there."""
         step, prefix = checkpoint.step, checkpoint.prefix
-        started, mtime, before = time.time(), saved_at(prefix), files_state(prefix)
+        started, mtime, before = time.time(), ModelDir.saved_at(prefix), files_state(prefix)
         try:
             pinned = pin(prefix, self.pins)
         except Missing as exc:

@@ -22,7 +22,7 @@ from typing import Protocol
 
 import tensorflow as tf
 
-from showtell.captioning.model.modeldir import checkpoint_step, saved_at
+from showtell.common.model_dir import ModelDir
 from showtell.evaluator.config import Finish
 from showtell.evaluator.loop import schedule
 from showtell.evaluator.loop.attempts import Attempts, NotArrived
@@ -52,7 +52,7 @@ class Merge(Protocol):
 
 
 class EvalController:
-    def __init__(self, *, model_dir: str, evaluator: Evaluator, store: Store, recorder: Recorder,
+    def __init__(self, *, model_dir: ModelDir, evaluator: Evaluator, store: Store, recorder: Recorder,
                  pins: Path, policy: str, actions: Sequence[Action] = (), finish: Finish | None = None,
                  arrival_timeout: float = 300.0, progress_log_secs: float = 30.0,
                  sizes: RunSizes | None = None, clock: Callable[[], float] = time.monotonic,
@@ -218,8 +218,8 @@ class EvalController:
         newest_named = seen.newest_step
         changes = {}
         if newest_named is not None and newest_named != self.status.last_seen_step:
-            newest = max(seen.named, key=checkpoint_step)
-            changes = {"last_seen_step": newest_named, "newest_saved_at": saved_at(newest)}
+            newest = max(seen.named, key=ModelDir.step_of)
+            changes = {"last_seen_step": newest_named, "newest_saved_at": ModelDir.saved_at(newest)}
         self._update(state_error="", run_id=run, pending_steps=tuple(c.step for c in todo), **changes)
         return todo
 
@@ -304,8 +304,8 @@ class EvalController:
     def _settle_leftovers(self, named: set[str], run: str) -> None:
         """Pins a stopped evaluator left behind: recorded skipped if deleted since, then removed."""
         names = self.attempts.leftovers()
-        prefixes = [os.path.join(self.model_dir, n) for n in names]
-        for skip in schedule.leftover_pins(names, model_dir=self.model_dir, named=named,
+        prefixes = [self.model_dir.file(n) for n in names]
+        for skip in schedule.leftover_pins(names, model_dir=self.model_dir.root, named=named,
                                            recorded=recorded(self.store, run, prefixes)):
             self._skip(skip, run)
         self.attempts.clear(names)

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from showtell.captioning.model.modeldir import checkpoint_step, read_finished, read_run_id, read_state
+from showtell.captioning.model.restoring import read_state
 from showtell.common.errors import ShowtellError
+from showtell.common.model_dir import ModelDir
 
 
 @dataclass(frozen=True)
@@ -24,11 +25,12 @@ class Look:
 
     @property
     def newest_step(self) -> int | None:
-        return max((checkpoint_step(p) for p in self.named), default=None) if self.named else None
+        return max((ModelDir.step_of(p) for p in self.named), default=None) if self.named else None
 
 
-def look_at(model_dir: str, *, finished: bool = True) -> Look:
-    """Read the state file, the run id and (unless ``finished`` is False) the finished marker."""
+def look_at(model_dir: ModelDir, *, finished: bool = True) -> Look:
+    """Read the state file, the run id (afresh: a new run may have begun) and (unless
+    ``finished`` is False) the finished marker."""
     try:
         named, error = tuple(read_state(model_dir)), ""
     except ShowtellError as exc:
@@ -36,5 +38,5 @@ def look_at(model_dir: str, *, finished: bool = True) -> Look:
     except (OSError, tf.errors.OpError) as exc:  # replaced or removed between two calls
         named, error = None, f"{model_dir}: cannot read the checkpoint state file ({exc}); waiting for the " \
                              "next write"
-    return Look(named=named, state_error=error, run=read_run_id(model_dir),
-                finished=read_finished(model_dir) if finished else None)
+    return Look(named=named, state_error=error, run=model_dir.read_run_id(),
+                finished=model_dir.finished() if finished else None)

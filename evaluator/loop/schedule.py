@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from showtell.api.contract import POLICIES
-from showtell.common.run_records import CHECKPOINT_NAME, checkpoint_step
+from showtell.common.model_dir import ModelDir
 
 MAX_RETRY_SECS = 10.0  # longest wait between looks at a checkpoint whose files are still arriving
 FIRST_RETRY_SECS = 0.5  # the first look again; doubled each time up to MAX_RETRY_SECS
@@ -49,7 +49,7 @@ def to_evaluate(named: Iterable[str], *, recorded: Collection[Checkpoint], newes
     """
     if policy not in POLICIES:
         raise ValueError(f"policy {policy!r} is not one of {POLICIES}")
-    todo = sorted(c for c in {Checkpoint(checkpoint_step(p), p) for p in named} if c not in recorded)
+    todo = sorted(c for c in {Checkpoint(ModelDir.step_of(p), p) for p in named} if c not in recorded)
     if policy == "latest" and todo:
         newest = todo[-1]
         return [newest] if newest_recorded is None or newest.step > newest_recorded else []
@@ -90,8 +90,9 @@ def leftover_pins(names: Iterable[str], *, model_dir: str, named: Collection[str
     skips = []
     for name in sorted(names):
         prefix = os.path.join(model_dir, name)
-        checkpoint = Checkpoint(checkpoint_step(prefix), prefix)
-        if name.startswith(f"{CHECKPOINT_NAME}-") and prefix not in named and checkpoint not in recorded:
+        checkpoint = Checkpoint(ModelDir.step_of(prefix), prefix)
+        ours = name.startswith(f"{ModelDir.CHECKPOINT_NAME}-")
+        if ours and prefix not in named and checkpoint not in recorded:
             skips.append(Skip(checkpoint, f"{prefix}: its evaluation was cut short (the evaluator stopped) "
                                           "and the trainer deleted it since"))
     return skips

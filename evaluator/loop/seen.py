@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
-from showtell.common.run_records import checkpoint_step
+from showtell.common.model_dir import ModelDir
 from showtell.evaluator.loop import schedule
 from showtell.evaluator.loop.schedule import Checkpoint, Skip
 from showtell.evaluator.records.store import Store
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 def recorded(store: Store, run: str, prefixes: Iterable[str]) -> set[Checkpoint]:
     """The checkpoints among ``prefixes`` that have a record in ``run``."""
-    checkpoints = (Checkpoint(checkpoint_step(p), p) for p in prefixes)
+    checkpoints = (Checkpoint(ModelDir.step_of(p), p) for p in prefixes)
     return {c for c in checkpoints if store.has(run, c.step, c.prefix)}
 
 
@@ -46,7 +46,7 @@ class SeenCheckpoints:
         named = set(named)
         with self._lock:
             for prefix in named:
-                self._seen.setdefault(prefix, (checkpoint_step(prefix), run))
+                self._seen.setdefault(prefix, (ModelDir.step_of(prefix), run))
         try:
             self.vanished(named)
         except (sqlite3.Error, OSError) as exc:  # the loop reports the work dir's trouble

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from showtell.captioning.model.modeldir import run_started, saved_at
 from showtell.common.files import write_atomic
+from showtell.common.model_dir import ModelDir
 from showtell.evaluator.loop.result import COMPUTED
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class RunSizes:
         except (OSError, ValueError):
             self._sizes = {}
 
-    def for_run(self, run: str, named: Sequence[str], model_dir: str) -> Sizer:
+    def for_run(self, run: str, named: Sequence[str], model_dir: ModelDir) -> Sizer:
         """The run's sizes (``Sizer``): known ones as they are, an unknown one decided by the first
         evaluation of its kind once it has timed its own batches.  ``named``: the checkpoints the
         state file names (their save times give the interval)."""
@@ -105,7 +105,7 @@ class Sizer:
     """One run's ``--max-eval-examples auto``: ``known(kind)``, or ``sizer(rate, split_images,
     batch_size, kind)`` — the known size, or the one this rate fits, kept."""
 
-    def __init__(self, sizes: RunSizes, run: str, named: Sequence[str], model_dir: str) -> None:
+    def __init__(self, sizes: RunSizes, run: str, named: Sequence[str], model_dir: ModelDir) -> None:
         self.sizes, self.run, self.named, self.model_dir = sizes, run, list(named), model_dir
 
     def known(self, kind: str = COMPUTED) -> int | None:
@@ -118,7 +118,8 @@ class Sizer:
         if rate is None:
             size = Size(split_images, f"all {split_images} images: one batch, nothing to time")
         else:
-            interval = checkpoint_interval([saved_at(p) for p in self.named], run_started(self.model_dir))
+            saves = [ModelDir.saved_at(p) for p in self.named]
+            interval = checkpoint_interval(saves, self.model_dir.started())
             size = choose(rate=rate, interval=interval, split_images=split_images, batch_size=batch_size)
         self.sizes.set(self.run, size, kind)
         return size.images

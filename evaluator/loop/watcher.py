@@ -40,8 +40,8 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
-from showtell.captioning.model.modeldir import STATE_FILE
 from showtell.common.files import is_url
+from showtell.common.model_dir import ModelDir
 
 log = logging.getLogger(__name__)
 # Events that can carry new content.  Given to the observer as its filter too, so inotify
@@ -73,7 +73,7 @@ class CheckpointWatcher:
         self.model_dir = model_dir
         self.on_change = on_change
         self.poll_secs = poll_secs
-        self.names = frozenset((STATE_FILE, *also))
+        self.names = frozenset((ModelDir.STATE_FILE, *also))
         self._stop = threading.Event()
         self.ready = threading.Event()  # the first look at the model dir is done
         self._observer = None

@@ -10,9 +10,9 @@ from typing import Any, Protocol
 import tensorflow as tf
 
 from showtell.api.contract import DEFAULT_SET, describe_costs
-from showtell.captioning.model.modeldir import read_run_record
 from showtell.common.errors import ShowtellError
 from showtell.common.intervals import with_interval
+from showtell.common.model_dir import ModelDir
 from showtell.evaluator.records.record import Record
 from showtell.evaluator.records.summaries import EvalSummaries
 
@@ -48,7 +48,7 @@ class HParamsSession:
     evaluation: ``tensorboard --logdir`` over the work dirs compares runs' settings against their
     metrics in the HParams tab.  A run without a record (an import, an older trainer) gets none."""
 
-    def __init__(self, model_dir: str, summaries: EvalSummaries) -> None:
+    def __init__(self, model_dir: ModelDir, summaries: EvalSummaries) -> None:
         self.model_dir, self.summaries = model_dir, summaries
         self._written: set[str] = set()
 
@@ -56,7 +56,7 @@ class HParamsSession:
         if record.status != "ok" or record.run in self._written:
             return
         self._written.add(record.run)
-        run = read_run_record(self.model_dir, record.run)
+        run = self.model_dir.run_record(record.run)
         if run is not None:
             self.summaries.hparams(record.run, session_hparams(run["revisions"][-1]))
 

@@ -22,16 +22,11 @@ from showtell.captioning.data import inputs
 from showtell.captioning.data.manifest import VOCAB, load_dataset
 from showtell.captioning.data.records import shard_files
 from showtell.captioning.data.vocab import UNKNOWN, Vocabulary, same_ids
-from showtell.captioning.model.modeldir import (
-    TRAIN_SECONDS,
-    checkpoint_step,
-    model_vocabulary,
-    read_model_config,
-    restore,
-)
 from showtell.captioning.model.network import build_model
+from showtell.captioning.model.restoring import TRAIN_SECONDS, model_vocabulary, read_model_config, restore
 from showtell.captioning.model.validation import Features, Validator
 from showtell.common.errors import ModelDirError
+from showtell.common.model_dir import ModelDir
 from showtell.evaluator.config import EvalSet
 from showtell.evaluator.loop.result import COMPUTED, OFF, REUSED, EvalResult, Images
 from showtell.evaluator.records.parts import PartStats, SetPart
@@ -107,7 +102,7 @@ class _Loaded:
 
 
 class CheckpointEvaluator:
-    def __init__(self, model_dir: str, data_dir: Path, max_examples: int | None = None,
+    def __init__(self, model_dir: ModelDir, data_dir: Path, max_examples: int | None = None,
                  beam_size: int = 3, samples: int = 5,
                  scorer: Callable[[], CaptionScorer] | None = None, jit_compile: bool = False,
                  bootstrap: Bootstrap | None = None, sets: Sequence[EvalSet] = (),
@@ -171,7 +166,7 @@ class CheckpointEvaluator:
         config = read_model_config(self.model_dir)
         vocab = model_vocabulary(self.model_dir, (f"{self.data_dir}/{VOCAB}", self.data_vocab))
         if len(vocab) != config.vocab_size:
-            raise ModelDirError(f"{self.model_dir}/{VOCAB} has {len(vocab)} words, the model "
+            raise ModelDirError(f"{self.model_dir}/{ModelDir.VOCAB} has {len(vocab)} words, the model "
                                 f"{config.vocab_size}; it is not this model's vocabulary")
         if (config, vocab) == self._key:
             return
@@ -206,7 +201,7 @@ class CheckpointEvaluator:
         self._prepare()
         restore(tf.train.Checkpoint(model=self._model), path,
                 "the checkpoint is corrupt or from another model", partial=True)
-        step = checkpoint_step(path) if step is None else step
+        step = ModelDir.step_of(path) if step is None else step
         seconds = train_seconds(path)
         checkpoint = {"restore": time.monotonic() - started}
         digest = ""

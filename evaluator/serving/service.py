@@ -20,6 +20,7 @@ from showtell.api.contract import ALL_RUNS, ALL_SETS, DEFAULT_SET, STOPPING
 from showtell.common import run_records
 from showtell.common.files import is_url
 from showtell.common.locks import held
+from showtell.common.model_dir import ModelDir
 from showtell.evaluator.loop.status import Broadcast, Progress, Status
 from showtell.evaluator.records.record import Record
 from showtell.evaluator.records.store import Store
@@ -60,7 +61,7 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
       status: what the evaluator is doing now (the controller's latest snapshot; read only here).
       broadcast: each record as it is made (feeds ``Watch``, invalidates GetLatest's cache).
       policy: ``latest`` or ``all``, as reported by GetStatus.
-      checkpoint_dir: the model dir, as reported by GetStatus.
+      model_dir: the model dir: its runs' records (ListRuns, GetRun), its path for GetStatus.
       observer: how the model dir is watched (inotify, polling, gfile-polling).
       exporter: ``--export-best``, if any (GetBest names the export of the best evaluation).
       max_streams: concurrent ``Watch`` streams served; beyond it RESOURCE_EXHAUSTED.
@@ -69,14 +70,14 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
     """
 
     def __init__(self, *, store: Store, status: Callable[[], Status], broadcast: Broadcast, policy: str,
-                 checkpoint_dir: str, observer: str, exporter: ExportView | None = None,
+                 model_dir: ModelDir, observer: str, exporter: ExportView | None = None,
                  max_streams: int = 10_000, bootstrap: Bootstrap | None = None,
                  eval_sets: tuple[str, ...] = (DEFAULT_SET,)) -> None:
         self.store, self.status, self.broadcast, self.policy = store, status, broadcast, policy
         self.bootstrap = bootstrap or Bootstrap()
         self.eval_sets = eval_sets
         self.exporter = exporter
-        self.checkpoint_dir, self.observer = checkpoint_dir, observer
+        self.model_dir, self.checkpoint_dir, self.observer = model_dir, model_dir.root, observer
         self.max_streams = max_streams
         self.streams = 0
         self.feed: StreamFeed | None = None
@@ -192,7 +193,7 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         limit = request.page_size or 100
         maximize = metric not in registry.lower_is_better()
-        records = await asyncio.to_thread(self._recorded_runs)
+        records = await asyncio.to_thread(self.model_dir.runs)
         evaluated = {run: (count, newest) for run, count, newest in self.store.run_summaries()}
         order = list(evaluated) + sorted(set(records) - set(evaluated),
                                          key=lambda r: str(records[r]["revisions"][0].get("at", "")),
@@ -220,9 +221,7 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"run_id {request.run_id[:80]!r} is not a run id (letters, digits, . _ -)")
         run_id = request.run_id or self.status().run_id
-        from showtell.captioning.model.modeldir import read_run_record
-
-        record = await asyncio.to_thread(read_run_record, self.checkpoint_dir, run_id) if run_id else None
+        record = await asyncio.to_thread(self.model_dir.run_record, run_id) if run_id else None
         if record is None:
             await context.abort(grpc.StatusCode.NOT_FOUND,
                                 f"run {run_id or '(current)'}: not recorded in {self.checkpoint_dir} "
@@ -293,11 +292,6 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
         if records[0].status != "ok":
             return None, f"step {ref.step} of run {run} was {records[0].status}: {records[0].reason}"
         return records[0], None
-
-    def _recorded_runs(self) -> dict[str, dict]:
-        from showtell.captioning.model.modeldir import recorded_runs
-
-        return recorded_runs(self.checkpoint_dir)
 
     def _describe(self, summary: pb.RunSummary, record: dict) -> None:
         """The run's start, step, --steps and state, from its record (``showtell runs``' rules)."""

@@ -97,24 +97,25 @@ def _restore(args: argparse.Namespace):
 
     from showtell.captioning.data.manifest import VOCAB
     from showtell.captioning.data.vocab import Vocabulary
-    from showtell.captioning.model.modeldir import (
+    from showtell.captioning.model.network import build_model
+    from showtell.captioning.model.restoring import (
         latest_checkpoint,
         model_vocabulary,
         read_model_config,
         restore,
     )
-    from showtell.captioning.model.network import build_model
+    from showtell.common.model_dir import ModelDir
 
-    model_dir = Path(args.model_dir)
+    model_dir = ModelDir(args.model_dir)
     checkpoint = args.checkpoint or latest_checkpoint(model_dir)
     model = build_model(read_model_config(model_dir))
     restore(tf.train.Checkpoint(model=model), checkpoint, "pass another --checkpoint", partial=True)
     dataset = None
     if args.data:
         dataset = (str(args.data / VOCAB), Vocabulary.load(args.data / VOCAB))
-    vocab = model_vocabulary(str(model_dir), dataset)  # the model's own: ids mean its words
+    vocab = model_vocabulary(model_dir, dataset)  # the model's own: ids mean its words
     if len(vocab) != model.config.vocab_size:
-        raise ModelDirError(f"{model_dir}/{VOCAB}: {len(vocab)} words, the model has "
+        raise ModelDirError(f"{model_dir.file(ModelDir.VOCAB)}: {len(vocab)} words, the model has "
                             f"{model.config.vocab_size}; it is not this model's vocabulary")
     log.info("captioning with %s", checkpoint)
     return model, vocab

@@ -32,9 +32,8 @@ def run(args: argparse.Namespace) -> int:
 def _body(args: argparse.Namespace) -> int:
     import tensorflow as tf
 
-    from showtell.captioning.data.manifest import VOCAB
-    from showtell.captioning.model.modeldir import write_metadata
     from showtell.captioning.weights.im2txt import import_checkpoint
+    from showtell.common.model_dir import ModelDir
 
     if args.model_dir.exists() and any(args.model_dir.iterdir()):
         raise ModelDirError(f"--model-dir {args.model_dir}: not empty; import into a new directory")
@@ -42,8 +41,9 @@ def _body(args: argparse.Namespace) -> int:
     args.model_dir.mkdir(parents=True, exist_ok=True)
     data = {"dir": "", "builder": "im2txt", "vocab_size": len(imported.vocab), "image_size": args.image_size,
             "im2txt_checkpoint": args.im2txt_checkpoint, "im2txt_vocab": str(args.im2txt_vocab)}
-    imported.vocab.save(args.model_dir / VOCAB)
-    write_metadata(args.model_dir, imported.model.config, data, imported.encoder_init.metadata())
+    model_dir = ModelDir(args.model_dir)
+    imported.vocab.save(model_dir.path / ModelDir.VOCAB)
+    model_dir.begin(imported.model.config.shape_fields(), data, imported.encoder_init.metadata())
     step = tf.Variable(imported.step, dtype=tf.int64)
     checkpoint = tf.train.Checkpoint(step=step, model=imported.model)
     path = tf.train.CheckpointManager(checkpoint, str(args.model_dir), max_to_keep=1).save(

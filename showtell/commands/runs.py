@@ -20,6 +20,7 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Iterable
 from dataclasses import asdict
 from datetime import UTC
 from pathlib import Path
@@ -30,7 +31,8 @@ from showtell.common.errors import ShowtellError, UsageError
 from showtell.common.files import is_url
 from showtell.common.flags import add_verbose_flag, positive_float, run_command, start_command
 from showtell.common.locks import held
-from showtell.common.run_records import Run, diff, find
+from showtell.common.model_dir import ModelDir
+from showtell.common.run_records import Run, diff
 
 PROG = "showtell runs"
 
@@ -44,22 +46,33 @@ def runs_in(model_dir: Path) -> list[Run]:
                          "that follows it instead (showtell runs --server HOST:PORT)")
     if not model_dir.is_dir():  # a missing file, as in every command: exit 1
         raise ShowtellError(f"{model_dir}: no such model dir")
-    current = run_records.current_run_id(model_dir)
+    opened = ModelDir(model_dir)
+    current = opened.run_id
     found = []
-    for path in sorted((model_dir / run_records.RUNS).glob("*.json")):
+    for run_id in opened.run_ids():
         try:
-            record = run_records.load(path)
+            record = opened.load_run(run_id)
         except ShowtellError as exc:  # one bad file does not hide the other runs
             log.warning("%s", exc)
             continue
-        is_current = path.stem == current
-        newest = max(run_records.checkpoint_steps(model_dir), default=0) if is_current else None
-        run = run_records.summary(path.stem, record, str(model_dir), current=is_current,
+        is_current = run_id == current
+        newest = max(opened.checkpoint_steps(), default=0) if is_current else None
+        run = run_records.summary(run_id, record, str(model_dir), current=is_current,
                                   training=is_current and held(model_dir, "trainer"),
                                   newest_checkpoint=newest)
         if run is not None:
             found.append(run)
     return sorted(found, key=lambda r: r.started)
+
+
+def find(run_id: str, dirs: Iterable[str]) -> dict:
+    """A run's record from the first of ``dirs`` that holds it."""
+    dirs = list(dirs)
+    for d in dirs:
+        model_dir = ModelDir(d)
+        if run_id in model_dir.run_ids():
+            return model_dir.load_run(run_id)
+    raise UsageError(f"run {run_id}: not recorded in {', '.join(dirs)} (showtell runs DIR lists them)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

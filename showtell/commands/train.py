@@ -1,5 +1,5 @@
 """``showtell train`` (and ``python -m showtell.trainer``): flags → ``TrainExperiment`` →
-``train_lib.run``.
+``assembly.run``.
 
 Every flag is an ``option`` of one of the experiment's sections (``trainer/experiment.py`` and the
 config dataclasses), written once there with whether ``--help`` shows it; this module only makes
@@ -21,11 +21,10 @@ from showtell.common.flags import (
     start_command,
 )
 from showtell.common.setting_sources import settings_yaml
-from showtell.trainer import train_lib
+from showtell.trainer import assembly
 from showtell.trainer.experiment import SECTIONS, TrainExperiment, from_flags, keys, settings
 
 PROG = "showtell train"
-DESCRIPTION = "Train Show and Tell; checkpoints on a schedule."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
     exp = experiment(args)
     if args.print_config:
         return run_command(PROG, lambda: _print_config(exp))
-    code = run_command(PROG, lambda: train_lib.run(exp))
-    if code == train_lib.RESTART and exp.follow.enabled:
+    code = run_command(PROG, lambda: assembly.run(exp))
+    if code == assembly.RESTART and exp.follow.enabled:
         from showtell.trainer.following.follow import restart
 
         return restart()  # returns only if the exec failed
@@ -70,7 +69,7 @@ def _print_config(exp: TrainExperiment) -> int:
     sys.stdout.write(settings_yaml(
         settings(exp), f"{PROG}: its settings (feed this file back: --config FILE); "
         "resolved and environment are what they came to, read by people, passed over by --config",
-        train_lib.resolved_sections(exp), keys()))
+        assembly.resolved_sections(exp), keys()))
     return 0
 
 

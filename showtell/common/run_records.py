@@ -1,49 +1,16 @@
-"""A model dir's run records (``<model-dir>/runs/<run id>.json``, which ``showtell train`` writes:
-every setting as resolved, a revision per resume, each start's end), read without TensorFlow.
-
-The light client (``pip install '.[client]'``) lists, shows and diffs runs from a model dir with
-these; the evaluator serves the same facts over gRPC (``ListRuns``, ``GetRun``) from its own
-read-only view of the model dir.  The file names of a model dir live here too, so the model
-code (``captioning/model/modeldir.py``) and the client name them the same way.
+"""What a run's record says, read without TensorFlow: its status and row (``showtell runs``,
+``ListRuns``) and the settings two runs differ in.  The records themselves are read and written
+through ``ModelDir`` (``common/model_dir.py``), the one address of a model dir's files.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-from showtell.common.errors import ShowtellError, UsageError
+from showtell.common.errors import ShowtellError
+from showtell.common.model_dir import differences
 
-log = logging.getLogger(__name__)
-
-RUNS = "runs"  # <model-dir>/runs/<run id>.json: each run's whole configuration (trainer/run_config.py)
-METADATA = "showtell-model.json"  # the model's shape, its vocabulary's origin, the current run id
-CHECKPOINT_NAME = "ckpt"  # CheckpointManager's prefix: ckpt-<global step>
-
-# Flags that say where or how a process runs, not what it trains: not compared between runs.
-PLACEMENT = ("ps_hosts", "worker_hosts", "chief_host", "job_name", "task_index", "log_device_placement",
-             "verbose", "evaluator", "evaluator_ca", "evaluator_auth_token_file", "evaluator_tls_server_name",
-             "profile_steps", "print_config")
 VERSIONS = ("showtell", "tensorflow", "keras", "python")
-
-
-def checkpoint_step(path: str) -> int:
-    """``…/ckpt-1200`` → 1200 (CheckpointManager names checkpoints by global step); -1 otherwise."""
-    try:
-        return int(str(path).rsplit("-", 1)[1])
-    except (IndexError, ValueError):
-        return -1
-
-
-def checkpoint_steps(model_dir: Path) -> list[int]:
-    """Steps of the complete-looking checkpoints on disk (an ``.index`` file), whether the state
-    file names them or not; ascending."""
-    steps = (checkpoint_step(p.name[:-len(".index")]) for p in model_dir.glob(f"{CHECKPOINT_NAME}-*.index"))
-    return sorted(s for s in steps if s >= 0)
 
 
 @dataclass
@@ -90,46 +57,6 @@ def summary(run_id: str, record: dict, model_dir: str, *, current: bool, trainin
     return Run(run_id, model_dir, str(revisions[0].get("at", "")), step,
                (revisions[-1].get("settings") or {}).get("steps"),
                status(record, current=current, training=training))
-
-
-def load(path: Path) -> dict:
-    """A run record read from a local file; one line naming it when unreadable."""
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ShowtellError(f"{path}: unreadable run record ({exc}); move it aside") from exc
-    if not isinstance(record, dict):
-        raise ShowtellError(f"{path}: not a run record (a JSON object); move it aside")
-    return record
-
-
-def current_run_id(model_dir: Path) -> str | None:
-    """The run id ``showtell-model.json`` names (None: no record, or one being replaced)."""
-    try:
-        return str(json.loads((model_dir / METADATA).read_text()).get("run_id", ""))
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
-def find(run_id: str, dirs: Iterable[str]) -> dict:
-    """A run's record from the first of ``dirs`` that holds it."""
-    dirs = list(dirs)
-    for d in dirs:
-        path = Path(d) / RUNS / f"{run_id}.json"
-        if path.is_file():
-            return load(path)
-    raise UsageError(f"run {run_id}: not recorded in {', '.join(dirs)} (showtell runs DIR lists them)")
-
-
-def _shown(value: Any) -> str:
-    return "unset" if value is None else json.dumps(value) if not isinstance(value, str) else value
-
-
-def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """``--flag: old → new`` for every setting that differs (where the process runs aside)."""
-    keys = sorted((set(old) | set(new)) - set(PLACEMENT))
-    return [f"--{k.replace('_', '-')}: {_shown(old.get(k))} → {_shown(new.get(k))}"
-            for k in keys if old.get(k) != new.get(k)]
 
 
 def diff(a: dict, b: dict) -> list[str]:

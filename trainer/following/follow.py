@@ -27,6 +27,7 @@ from showtell.captioning.config import pretrained_encoder
 from showtell.common.errors import ShowtellError
 from showtell.common.files import sha256_of
 from showtell.common.locks import LOCK_FILE
+from showtell.common.model_dir import ModelDir
 
 log = logging.getLogger(__name__)
 
@@ -63,14 +64,13 @@ def wait_for_encoder(path: Path, stop, report_every: float = 30.0, poll: float =
     return True
 
 
-def set_aside_other_encoders_run(model_dir: Path, encoder: Path) -> Path | None:
-    """Move a run that started from other bytes than ``encoder``'s now out of ``model_dir`` into
+def set_aside_other_encoders_run(opened: ModelDir, encoder: Path) -> Path | None:
+    """Move a run that started from other bytes than ``encoder``'s now out of the model dir into
     ``<model-dir>-preview`` (replacing an older one); where it went, or None when there is none."""
-    from showtell.captioning.model.modeldir import recorded_encoder_init  # TensorFlow: not for --help
-
-    recorded = recorded_encoder_init(model_dir)
+    recorded = opened.encoder_init()
     if recorded is None or recorded.get("sha256") == _sha256(encoder):
         return None
+    model_dir = opened.path
     aside = model_dir.with_name(model_dir.name + PREVIEW_SUFFIX)
     moving = model_dir.with_name(f".{aside.name}.tmp-{os.getpid()}")
     lock = LOCK_FILE.format(role="trainer")
@@ -78,7 +78,7 @@ def set_aside_other_encoders_run(model_dir: Path, encoder: Path) -> Path | None:
         shutil.rmtree(moving, ignore_errors=True)
         moving.mkdir()
         # The state file first: from then on an evaluator sees no checkpoint here, never half a run.
-        for entry in sorted(model_dir.iterdir(), key=lambda p: p.name != "checkpoint"):
+        for entry in sorted(model_dir.iterdir(), key=lambda p: p.name != ModelDir.STATE_FILE):
             if entry.name != lock:
                 os.replace(entry, moving / entry.name)
         shutil.rmtree(aside, ignore_errors=True)

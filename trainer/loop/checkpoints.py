@@ -17,15 +17,9 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from showtell.captioning.model.modeldir import (
-    CHECKPOINT_NAME,
-    RESTORE_ERRORS,
-    TRAIN_SECONDS,
-    checkpoint_name,
-    checkpoint_step,
-    restore,
-)
+from showtell.captioning.model.restoring import RESTORE_ERRORS, TRAIN_SECONDS, restore
 from showtell.common.errors import ModelDirError, ShowtellError, first_line
+from showtell.common.model_dir import ModelDir
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +99,7 @@ class Checkpoints:
         self.checkpoint = tf.train.Checkpoint(**self.required, **self.optional)
         self.manager = tf.train.CheckpointManager(self.checkpoint, str(write_dir or model_dir),
                                                   max_to_keep=1 if write_dir else keep,
-                                                  checkpoint_name=CHECKPOINT_NAME)
+                                                  checkpoint_name=ModelDir.CHECKPOINT_NAME)
 
     def restore_latest(self) -> int | None:
         """Restore the newest checkpoint; None when the directory has none."""
@@ -128,7 +122,7 @@ class Checkpoints:
 
     def save(self) -> str:
         step = int(self.step.numpy())
-        if self.manager.latest_checkpoint and checkpoint_step(self.manager.latest_checkpoint) == step:
+        if self.manager.latest_checkpoint and ModelDir.step_of(self.manager.latest_checkpoint) == step:
             return self.manager.latest_checkpoint  # this step is already on disk
         started = time.monotonic()
         self.train_seconds.assign(self._trained_before + started - self._started)
@@ -147,7 +141,7 @@ class Checkpoints:
         """A save that hit a full disk: its partial files go (the state file never named them);
         the newest complete checkpoint stays what it was, and the error says so in one line."""
         directory = Path(self.manager.directory)
-        for partial in directory.glob(f"{checkpoint_name(step)}[._]*"):
+        for partial in directory.glob(f"{ModelDir.checkpoint_name(step)}[._]*"):
             if partial.is_dir():
                 shutil.rmtree(partial, ignore_errors=True)
             else:
@@ -155,7 +149,7 @@ class Checkpoints:
         usage = shutil.disk_usage(directory)
         kept = self.manager.latest_checkpoint
         return ShowtellError(
-            f"--model-dir {directory}: no space left on its device saving {checkpoint_name(step)} "
+            f"--model-dir {directory}: no space left on its device saving {ModelDir.checkpoint_name(step)} "
             f"({usage.free / 2**20:.0f} MB free of {usage.total / 2**20:.0f} MB); "
             f"{Path(kept).name + ' is still the newest complete checkpoint' if kept else 'nothing was saved'}"
             " — free space and start the trainer again: it resumes from there")

@@ -3,7 +3,7 @@
 ``CaptionTask`` builds everything a step needs — under the strategy's scope, in ``__init__``,
 so no state appears later — and defines one replica's step, the traced step and loop, and the
 datasets.  Like Model Garden's ``Task`` it only builds: the ``Trainer``
-(``showtell.trainer.training``) owns the checkpoints, the feature cache, scratch dirs and the
+(``showtell.trainer.trainer``) owns the checkpoints, the feature cache, scratch dirs and the
 learning rates a resume resets; the runners run its steps, the controller decides how many.
 """
 
@@ -20,7 +20,8 @@ import tensorflow as tf
 
 from showtell.captioning.config import CacheConfig, InputConfig, ModelConfig
 from showtell.captioning.data import inputs
-from showtell.captioning.data.manifest import Manifest
+from showtell.captioning.data.manifest import Manifest, load_dataset
+from showtell.captioning.data.records import shard_files
 from showtell.captioning.data.vocab import Vocabulary
 from showtell.captioning.model.network import ShowAndTell, build_model, masked_loss_sum
 from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig
@@ -39,6 +40,11 @@ class TrainData:
     manifest: Manifest
     vocab: Vocabulary
     files: list[str]
+
+    @classmethod
+    def read(cls, data_dir: Path) -> TrainData:
+        manifest, vocab = load_dataset(data_dir)
+        return cls(data_dir, manifest, vocab, shard_files(data_dir, "train"))
 
 
 @dataclass(frozen=True)
@@ -62,25 +68,24 @@ class FeatureSource(Protocol):
 
 class CaptionTask:
     """Show and Tell on one dataset under one ``tf.distribute`` strategy: built from its sections,
-    the data read and the phase decided (``train_lib.build_task`` does both, and the model dir's
+    the data read and the phase decided (``assembly.build_task`` does both, and the model dir's
     checks, and seeds the run) — it reads and decides nothing itself."""
 
     def __init__(self, sections: TaskSections, data: TrainData, phase: Phase,
-                 strategy: tf.distribute.Strategy | None = None, is_chief: bool = True) -> None:
+                 strategy: tf.distribute.Strategy | None = None) -> None:
         """
         Args:
           sections: model, input, optimizer, schedule, compute and cache (``TaskSections``).
           data: the dataset (``TrainData``).
           phase: which parts train, and whether from the feature cache (``transfer.decide_phase``).
           strategy: default the current (default) strategy — one device.
-          is_chief: whether this task's process writes the model dir (the trainer's concern).
         """
         self.data_dir, self.manifest, self.vocab, self.files = data.dir, data.manifest, data.vocab, data.files
         self.phase, self.uses_cache = phase, phase.uses_cache
         self.model_config, self.input_config = sections.model, sections.input
         self.optimizer_config, self.train_config = sections.optimizer, sections.train
         self.compute, self.cache_config = sections.compute, sections.cache
-        self.strategy, self.is_chief = strategy or tf.distribute.get_strategy(), is_chief
+        self.strategy = strategy or tf.distribute.get_strategy()
         # --batch-size is per replica; a step consumes batch × replicas examples (the global
         # batch).  Under parameter_server each worker step is one replica's batch.
         self.batch_size = self.input_config.batch_size * self.strategy.num_replicas_in_sync
@@ -242,7 +247,7 @@ class CaptionTask:
 
     def dataset(self, cache: FeatureSource | None = None) -> tf.data.Dataset:
         """Global batches: ``cache``'s encoder features while the encoder is frozen (the trainer
-        opens it: ``training.open_data``), else images."""
+        opens it: ``trainer.open_data``), else images."""
         return self.dataset_factory(self.batch_size, cache)()
 
     def dataset_factory(self, batch_size: int, cache: FeatureSource | None = None
@@ -253,7 +258,7 @@ class CaptionTask:
             files = self.files
             return lambda: inputs.train_dataset(files, size, config, batch_size)
         if cache is None:
-            raise RuntimeError("a task on the feature cache reads the cache training.open_data() opened")
+            raise RuntimeError("a task on the feature cache reads the cache trainer.open_data() opened")
         return lambda: cache.train_dataset(config, batch_size)
 
 

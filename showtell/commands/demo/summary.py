@@ -39,9 +39,9 @@ def run_id(model: Path) -> str:
 
 def newest_step(model: Path) -> int | None:
     """The step of the newest checkpoint on disk (the trainer has ended: its final save is done)."""
-    from showtell.captioning.model.modeldir import checkpoint_steps  # TensorFlow: only once, at the end
+    from showtell.common.model_dir import ModelDir
 
-    return max(checkpoint_steps(model), default=None)
+    return max(ModelDir(model).checkpoint_steps(), default=None)
 
 
 TARGET_EXACT_MATCH = 0.5  # the demo's summary says when its run reached this

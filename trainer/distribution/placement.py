@@ -1,4 +1,6 @@
-"""Which ``tf.distribute`` strategy trains, on which devices — and the servers of a cluster.
+"""Where this process trains, decided once by the assembly as one ``Placement``: the cluster and
+this task's place in it, the ``tf.distribute`` strategy and its devices — and the servers of a
+cluster, which train nothing themselves.
 
 * ``one_device``: one GPU (or the CPU).
 * ``mirrored``: synchronous towers, one replica per device (``--devices`` or every visible GPU;
@@ -13,7 +15,8 @@
   parameter_server if it has ps tasks, else multi_worker.
 
 Device setup (logical CPUs, soft placement) must happen before TensorFlow initialises its
-runtime, so ``configure_devices`` runs first thing in the trainer process.
+runtime, so ``locate`` configures the devices first thing in the trainer process; ``place`` builds
+the strategy afterwards (a parameter-server chief only once its servers answer).
 """
 
 from __future__ import annotations
@@ -21,21 +24,78 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
-from showtell.trainer.distribution.cluster import Cluster, ClusterError
+from showtell.trainer.distribution.cluster import (
+    Cluster,
+    ClusterError,
+    check_for_strategy,
+    from_flags,
+    from_tf_config,
+)
+
+if TYPE_CHECKING:
+    from showtell.trainer.experiment import Distribution
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Site:
+    """This process in its cluster, before any strategy exists: the cluster (None: one process)
+    and the strategy's name it resolves to (``auto`` without a cluster: the devices decide)."""
+
+    cluster: Cluster | None
+    name: str
+
+    @property
+    def serves(self) -> bool:
+        """A ps or worker task of a parameter-server cluster: it serves, the chief trains."""
+        return self.name == "parameter_server" and self.cluster.task_type != "chief"
+
+    @property
+    def is_chief(self) -> bool:
+        """The task that writes the model dir: the chief, worker 0 without one, or the one process."""
+        return self.cluster is None or self.cluster.is_chief
+
 
 @dataclass(frozen=True)
-class Chosen:
+class Placement:
+    """Where this process trains, decided once: nothing below the assembly derives it again."""
+
+    site: Site
     strategy: tf.distribute.Strategy
-    name: str
-    why: str
+    why: str  # the strategy in words: chosen how, on which devices
     coordinator: object | None = None  # ClusterCoordinator under parameter_server
+
+    @property
+    def name(self) -> str:
+        return self.site.name
+
+    @property
+    def is_chief(self) -> bool:
+        return self.site.is_chief
+
+    @property
+    def workers(self) -> int:
+        """Worker tasks stepping on their own (parameter_server); 1 otherwise."""
+        cluster = self.site.cluster
+        return cluster.count("worker") if cluster is not None and self.coordinator is not None else 1
+
+
+def locate(d: Distribution, tf_config: str | None) -> Site:
+    """This task's site, from the cluster flags or ``TF_CONFIG``, checked; the devices configured
+    (logical CPUs, placement logging) before TensorFlow starts."""
+    cluster = from_flags(d.ps_hosts, d.worker_hosts, d.chief_host, d.job_name, d.task_index) \
+        or from_tf_config(tf_config)
+    name = resolve_name(d.strategy, cluster)
+    check_for_strategy(cluster, name)
+    configure_devices(d.logical_cpus, d.log_device_placement)
+    if cluster is not None:
+        log.info("this task: %s", cluster.describe())
+    return Site(cluster, name)
 
 
 def configure_devices(logical_cpus: int | None, log_placement: bool = False) -> None:
@@ -64,14 +124,15 @@ def resolve_name(name: str, cluster: Cluster | None) -> str:
     return name
 
 
-def choose(name: str, devices: list[str] | None, cluster: Cluster | None) -> Chosen:
-    """Build the strategy ``name`` for this process (``auto``: by the GPUs visible).
+def place(site: Site, devices: tuple[str, ...] | None) -> Placement:
+    """Build the strategy of ``site`` for this process (``auto``: by the GPUs visible).
 
     Cluster strategies are created before anything lists devices: listing initialises the
     runtime, after which collective ops can no longer be configured.
     """
+    name = site.name
     if name in ("multi_worker", "parameter_server"):
-        return _cluster_strategy(name, cluster)
+        return _cluster_strategy(site)
     gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
     cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
     why = f"--strategy {name}"
@@ -82,23 +143,25 @@ def choose(name: str, devices: list[str] | None, cluster: Cluster | None) -> Cho
             name, why = "one_device", f"auto: {len(gpus) or 'no'} GPU{'' if len(gpus) == 1 else 's'} visible"
     if name == "one_device":
         device = _device(devices[0]) if devices else (gpus[0] if gpus else cpus[0])
-        return Chosen(tf.distribute.OneDeviceStrategy(device), name, f"{why}, on {device}")
+        return Placement(Site(None, name), tf.distribute.OneDeviceStrategy(device), f"{why}, on {device}")
     chosen = [_device(d) for d in devices] if devices else (gpus or cpus)
-    return Chosen(tf.distribute.MirroredStrategy(chosen), name, f"{why}, towers on {', '.join(chosen)}")
+    return Placement(Site(None, name), tf.distribute.MirroredStrategy(chosen),
+                     f"{why}, towers on {', '.join(chosen)}")
 
 
-def _cluster_strategy(name: str, cluster: Cluster | None) -> Chosen:
+def _cluster_strategy(site: Site) -> Placement:
+    name, cluster = site.name, site.cluster
     if cluster is None:
         raise ClusterError(f"--strategy {name} needs a cluster (TF_CONFIG or the --*-hosts flags)")
     why = f"--strategy {name}, cluster from {cluster.source}"
     resolver = cluster_resolver(cluster)
     if name == "multi_worker":
         strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
-        return Chosen(strategy, name, f"{why}, {cluster.count('worker') + cluster.count('chief')} workers")
+        return Placement(site, strategy, f"{why}, {cluster.count('worker') + cluster.count('chief')} workers")
     strategy = tf.distribute.ParameterServerStrategy(resolver)  # whole variables, round-robin
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-    return Chosen(strategy, name, f"{why}, {cluster.count('ps')} ps, {cluster.count('worker')} workers",
-                  coordinator)
+    return Placement(site, strategy, f"{why}, {cluster.count('ps')} ps, {cluster.count('worker')} workers",
+                     coordinator)
 
 
 def cluster_resolver(cluster: Cluster) -> tf.distribute.cluster_resolver.ClusterResolver:
@@ -120,7 +183,7 @@ def serve(cluster: Cluster) -> tf.distribute.Server:
                                 task_index=cluster.task_index, protocol="grpc", config=config, start=True)
 
 
-def placement(strategy: tf.distribute.Strategy, variables: list, workers: int | None = None) -> str:
+def variable_placement(strategy: tf.distribute.Strategy, variables: list, workers: int | None = None) -> str:
     """Where the replicas run and where the variables live (count and MB per device)."""
     per_device: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for variable in variables:
