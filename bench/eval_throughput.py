@@ -55,8 +55,8 @@ from rounds import add_out, alternate, publish, ratio, spread
 
 from showtell.captioning.config import ModelConfig, SyntheticConfig
 from showtell.captioning.data import inputs, synthetic
-from showtell.captioning.data.manifest import load_dataset
-from showtell.captioning.data.records import ShardedWriter, parse_example, shard_files
+from showtell.captioning.data.dataset import load_dataset, shard_files
+from showtell.captioning.data.records import ShardedWriter, parse_example
 from showtell.captioning.data.vocab import Vocabulary
 from showtell.captioning.model.network import build_model
 from showtell.captioning.model.validation import Validator

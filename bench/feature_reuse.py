@@ -47,8 +47,7 @@ from rounds import add_out, publish
 
 from showtell.captioning.config import ModelConfig, SyntheticConfig
 from showtell.captioning.data import synthetic
-from showtell.captioning.data.manifest import MANIFEST, VOCAB, load_dataset
-from showtell.captioning.data.records import shard_files
+from showtell.captioning.data.dataset import MANIFEST, VOCAB, load_dataset, shard_files
 from showtell.captioning.data.vocab import Vocabulary
 from showtell.captioning.model.network import build_model
 from showtell.common.model_dir import ModelDir

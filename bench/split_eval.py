@@ -45,7 +45,7 @@ from feature_reuse import dataset
 from rounds import add_out, publish
 
 from showtell.captioning.config import ModelConfig
-from showtell.captioning.data.manifest import VOCAB, load_dataset
+from showtell.captioning.data.dataset import VOCAB, load_dataset
 from showtell.captioning.data.vocab import Vocabulary
 from showtell.captioning.model.network import build_model
 from showtell.common import processes

@@ -28,7 +28,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from rounds import add_out, alternate, publish, ratio, spread
 
-from showtell.trainer.distribution.strategy import configure_devices
+from showtell.trainer.distribution.placement import configure_devices
 
 configure_devices(2)
 

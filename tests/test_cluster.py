@@ -13,7 +13,7 @@ from showtell.trainer.distribution.cluster import (
     Cluster,
     ClusterError,
     check_for_strategy,
-    from_flags,
+    cluster_from_flags,
     from_tf_config,
 )
 from tests.helpers import TINY_MODEL, error_lines
@@ -26,7 +26,8 @@ def tf_config(task_type: str, index: int, cluster: dict | None = None) -> str:
 
 
 def test_flags_and_tf_config_give_the_same_cluster():
-    by_flags = from_flags("10.0.0.4:2222", "10.0.0.2:2222,10.0.0.3:2222", "10.0.0.1:2222", "worker", 1)
+    by_flags = cluster_from_flags("10.0.0.4:2222", "10.0.0.2:2222,10.0.0.3:2222", "10.0.0.1:2222",
+                                  "worker", 1)
     by_env = from_tf_config(tf_config("worker", 1))
     assert by_flags.jobs == by_env.jobs == HOSTS
     assert (by_flags.task_type, by_flags.task_index) == (by_env.task_type, by_env.task_index) == ("worker", 1)
@@ -44,7 +45,7 @@ def test_evaluator_tasks_are_not_part_of_the_training_cluster():
 
 
 def test_no_cluster_at_all():
-    assert from_flags(None, None, None, None, None) is None
+    assert cluster_from_flags(None, None, None, None, None) is None
     assert from_tf_config(None) is None and from_tf_config("") is None
     assert from_tf_config(json.dumps({"task": {"type": "worker", "index": 0}})) is None
     check_for_strategy(None, "one_device")
@@ -57,15 +58,15 @@ def test_without_a_chief_worker_zero_writes():
 
 
 @pytest.mark.parametrize(("make", "message"), [
-    (lambda: from_flags("10.0.0.4:2222", "10.0.0.2:2222", "10.0.0.1:2222", "master", 0),
+    (lambda: cluster_from_flags("10.0.0.4:2222", "10.0.0.2:2222", "10.0.0.1:2222", "master", 0),
      "--job-name 'master': unknown job name (use chief, worker or ps)"),
-    (lambda: from_flags("10.0.0.4:2222", "10.0.0.2:2222", "10.0.0.1:2222", "worker", 2),
+    (lambda: cluster_from_flags("10.0.0.4:2222", "10.0.0.2:2222", "10.0.0.1:2222", "worker", 2),
      "--task-index 2 is out of range: the cluster has 1 worker task(s), indices 0…0"),
-    (lambda: from_flags("10.0.0.4:2222", "10.0.0.2", "10.0.0.1:2222", "worker", 0),
+    (lambda: cluster_from_flags("10.0.0.4:2222", "10.0.0.2", "10.0.0.1:2222", "worker", 0),
      "--worker-hosts: '10.0.0.2' is not host:port"),
-    (lambda: from_flags("10.0.0.4:99999", "10.0.0.2:2222", None, "worker", 0),
+    (lambda: cluster_from_flags("10.0.0.4:99999", "10.0.0.2:2222", None, "worker", 0),
      "--ps-hosts: '10.0.0.4:99999' is not host:port"),
-    (lambda: from_flags("10.0.0.4:2222", "10.0.0.2:2222", None, None, 0),
+    (lambda: cluster_from_flags("10.0.0.4:2222", "10.0.0.2:2222", None, None, 0),
      "--job-name is required with cluster flags"),
     (lambda: from_tf_config(tf_config("worker", 0, {"worker": ["a:1"], "master": ["b:2"]})),
      "TF_CONFIG: unknown job 'master'"),
@@ -73,7 +74,7 @@ def test_without_a_chief_worker_zero_writes():
     (lambda: from_tf_config("{not json"), "TF_CONFIG: not a JSON object"),
     (lambda: from_tf_config(tf_config("chief", 0, {"worker": ["a:1"]})),
      "TF_CONFIG task.type 'chief': the cluster has no chief hosts"),
-    (lambda: check_for_strategy(from_flags("10.0.0.4:2222", "10.0.0.2:2222", None, "worker", 0),
+    (lambda: check_for_strategy(cluster_from_flags("10.0.0.4:2222", "10.0.0.2:2222", None, "worker", 0),
                                 "parameter_server"),
      "the cluster has no chief (--chief-host); it needs a chief (the coordinator)"),
     (lambda: check_for_strategy(None, "parameter_server"), "--strategy parameter_server needs a cluster"),

@@ -11,8 +11,8 @@ import pytest
 
 from showtell.captioning.config import CocoConfig
 from showtell.captioning.data import coco
+from showtell.captioning.data.dataset import Manifest
 from showtell.captioning.data.inputs import load_references
-from showtell.captioning.data.manifest import Manifest
 from showtell.captioning.data.vocab import UNKNOWN, Vocabulary
 from showtell.evaluator.scoring.scorers import CaptionScorer
 from showtell.metrics.exact_match import exact_match

@@ -143,7 +143,7 @@ def test_the_chief_fills_the_data_path_that_every_task_reads(tfjob):
     assert built.if_missing
     [wait] = _pod(tfjob, "Evaluator")["initContainers"]
     assert f"{built.out}/dataset.json" in wait["command"][-1]  # the manifest a finished build writes last
-    from showtell.captioning.data.manifest import MANIFEST
+    from showtell.captioning.data.dataset import MANIFEST
 
     assert MANIFEST == "dataset.json"
     for role, module in (("Chief", "showtell.commands.train"), ("Worker", "showtell.commands.train"),

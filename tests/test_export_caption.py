@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from showtell.captioning.data.records import parse_example, shard_files
+from showtell.captioning.data.dataset import shard_files
+from showtell.captioning.data.records import parse_example
 from showtell.v1 import metrics_pb2 as pb
 from tests.helpers import (
     copy_model,

@@ -12,7 +12,7 @@ from showtell.captioning.config import CacheConfig, InputConfig, ModelConfig
 from showtell.commands import train as cli
 from showtell.common.flags import Parser, config_flags
 from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig
-from showtell.trainer.experiment import SECTIONS, Source, TrainExperiment, settings
+from showtell.trainer.experiment import SECTIONS, Source, TrainExperiment, from_flags, settings
 
 
 @pytest.fixture
@@ -23,7 +23,7 @@ def parser() -> Parser:
 
 
 def test_unset_flags_give_the_dataclass_defaults(parser):
-    built = cli.experiment(parser.parse_args(["--data", "d", "--model-dir", "m"]))
+    built = from_flags(vars(parser.parse_args(["--data", "d", "--model-dir", "m"])))
     assert built == TrainExperiment(source=Source(data=Path("d"), model_dir=Path("m")),
                                     input=InputConfig(seed=TrainConfig().seed))
     assert (built.train, built.model, built.optimizer, built.cache, built.compute) == (
@@ -31,10 +31,10 @@ def test_unset_flags_give_the_dataclass_defaults(parser):
 
 
 def test_each_flag_sets_exactly_its_field(parser):
-    built = cli.experiment(parser.parse_args([
+    built = from_flags(vars(parser.parse_args([
         "--data", "d", "--model-dir", "m", "--lstm-units", "7", "--save-every-secs", "0", "--cache-dir", "/c",
         "--optimizer", "adam", "--deterministic-input", "--feature-cache", "false", "--seed", "5",
-        "--devices", "CPU:0,CPU:1", "--follow-encoder", "true", "--inception-weights", "e.weights.h5"]))
+        "--devices", "CPU:0,CPU:1", "--follow-encoder", "true", "--inception-weights", "e.weights.h5"])))
     assert built.model == dataclasses.replace(ModelConfig(), lstm_units=7)
     assert built.train == dataclasses.replace(TrainConfig(), save_every_secs=None, seed=5)
     assert built.cache == CacheConfig(root="/c", enabled=False)

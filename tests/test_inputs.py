@@ -13,8 +13,8 @@ import tensorflow as tf
 
 from showtell.captioning.config import InputConfig
 from showtell.captioning.data import inputs
-from showtell.captioning.data.manifest import load_dataset
-from showtell.captioning.data.records import ShardedWriter, shard_files
+from showtell.captioning.data.dataset import load_dataset, shard_files
+from showtell.captioning.data.records import ShardedWriter
 from showtell.common.errors import DataError
 
 

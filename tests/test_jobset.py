@@ -19,7 +19,7 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
-from showtell.trainer.distribution.cluster import from_flags
+from showtell.trainer.distribution.cluster import cluster_from_flags
 from tests.helpers import K8S_VERSION, ROOT, parse_cli
 from tests.k8s import CUSTOM_KINDS, OVERLAYS, crd_violations, render, restricted_violations
 
@@ -156,7 +156,7 @@ def _assert_tasks_find_each_other(jobset: dict, replicated: dict, recipe: Path) 
             args = parse_cli("showtell.commands.train",
                              _expanded(container["args"], _pod_env(jobset, job, index), recipe))
             assert args.strategy == "parameter_server"
-            cluster = from_flags(args.ps_hosts, args.worker_hosts, args.chief_host, args.job_name,
+            cluster = cluster_from_flags(args.ps_hosts, args.worker_hosts, args.chief_host, args.job_name,
                                  args.task_index)
             assert (cluster.task_type, cluster.task_index) == (job, index)
             assert cluster.jobs == expected_hosts

@@ -15,8 +15,8 @@ from pycocoevalcap.rouge.rouge import Rouge
 from showtell import metrics as registry
 from showtell.captioning.config import ModelConfig
 from showtell.captioning.data import inputs
-from showtell.captioning.data.manifest import load_dataset
-from showtell.captioning.data.records import parse_example, shard_files
+from showtell.captioning.data.dataset import load_dataset, shard_files
+from showtell.captioning.data.records import parse_example
 from showtell.captioning.model.network import build_model
 from showtell.captioning.model.validation import Validator
 from showtell.common.errors import ShowtellError

@@ -12,8 +12,7 @@ import tensorflow as tf
 
 from showtell.captioning.config import InputConfig, ModelConfig
 from showtell.captioning.data import inputs
-from showtell.captioning.data.manifest import load_dataset
-from showtell.captioning.data.records import shard_files
+from showtell.captioning.data.dataset import load_dataset, shard_files
 from showtell.captioning.model.network import build_model, masked_loss_sum
 
 

@@ -14,8 +14,8 @@ import tensorflow as tf
 
 from showtell.captioning.config import SyntheticConfig
 from showtell.captioning.data import synthetic
-from showtell.captioning.data.manifest import load_dataset
-from showtell.captioning.data.records import parse_example, shard_files
+from showtell.captioning.data.dataset import load_dataset, shard_files
+from showtell.captioning.data.records import parse_example
 from showtell.common.errors import DataError
 
 SMALL = SyntheticConfig(train_images=30, val_images=6, image_size=75, seed=11, train_shards=3)

@@ -44,8 +44,8 @@ def test_another_vocabulary_order_gives_the_same_captions_and_metrics(
     ours, theirs = Vocabulary.load(tiny_data / "vocab.txt"), Vocabulary.load(reordered / "vocab.txt")
     assert set(ours.words) == set(theirs.words) and ours.words != theirs.words  # the premise
     # … and the same validation images and captions, word for word
+    from showtell.captioning.data.dataset import shard_files
     from showtell.captioning.data.inputs import load_references
-    from showtell.captioning.data.records import shard_files
 
     assert load_references(shard_files(tiny_data, "val"), ours) == \
         load_references(shard_files(reordered, "val"), theirs)
@@ -91,7 +91,7 @@ def test_another_vocabulary_order_gives_the_same_captions_and_metrics(
 def test_words_the_model_lacks_become_unknown_and_are_counted(tiny_data: Path):
     """References re-encoded into a smaller vocabulary: each word it lacks is ``<UNK>``, counted."""
     from showtell.captioning.data import inputs
-    from showtell.captioning.data.records import shard_files
+    from showtell.captioning.data.dataset import shard_files
     from showtell.captioning.data.vocab import UNKNOWN_ID
 
     full = Vocabulary.load(tiny_data / "vocab.txt")

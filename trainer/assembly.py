@@ -17,21 +17,21 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from showtell.captioning.config import InputConfig, ModelConfig
 from showtell.common import exposition
-from showtell.common.errors import DataError
 from showtell.common.locks import DirectoryLock
 from showtell.common.model_dir import RECORD_SECTIONS, ModelDir
-from showtell.trainer.config import ComputeConfig
-from showtell.trainer.experiment import EarlyStopSettings, TrainExperiment, keys, settings
+from showtell.trainer.experiment import TrainExperiment, keys
+from showtell.trainer.experiment import settings as recorded_settings
 from showtell.trainer.following import follow
 from showtell.trainer.loop.signals import StopRequest
 
+if TYPE_CHECKING:
+    from showtell.trainer.distribution.placement import Placement, Site
+    from showtell.trainer.step.task import CaptionTask
+
 log = logging.getLogger(__name__)
-XLA_CAPTION_MULTIPLE = 8  # words: a synthetic caption (≤ 20) meets 3 lengths, a COCO one (≤ 50) 7
 RESTART = follow.RESTART  # ``run``'s code when a newer encoder is there: run it again (the command execs)
 
 
@@ -50,11 +50,17 @@ def run(experiment: TrainExperiment, stop: StopRequest | None = None) -> int:
 
 
 def _train(experiment: TrainExperiment, stop: StopRequest) -> int:
-    from showtell.trainer.distribution.placement import locate
+    from showtell.trainer.distribution.placement import locate, serve
 
     site = locate(experiment.distribution, os.environ.get("TF_CONFIG"))
     if site.serves:
-        return _serve(site.cluster, stop)
+        # Never 0: a server is part of a job that is not done while it runs — a Kubernetes Job
+        # whose evicted worker exited 0 would count it complete and never replace it.
+        serve(site.cluster, stop)
+        code = stop.exit_code(finished=False)
+        log.info("stopping %s:%d (%s): exit %d", site.cluster.task_type, site.cluster.task_index, stop.reason,
+                 code)
+        return code
     model_dir = ModelDir(experiment.source.model_dir)
     if not site.is_chief:  # a multi-worker worker: writes scratch copies
         return _train_task(experiment, stop, site, model_dir)
@@ -74,36 +80,40 @@ def _train(experiment: TrainExperiment, stop: StopRequest) -> int:
         return _train_task(experiment, stop, site, model_dir)
 
 
-def _train_task(experiment: TrainExperiment, stop: StopRequest, site, model_dir: ModelDir) -> int:
-    from showtell.trainer.distribution.cluster import wait_for_ps
+def _train_task(experiment: TrainExperiment, stop: StopRequest, site: Site, model_dir: ModelDir) -> int:
     from showtell.trainer.distribution.placement import place
+    from showtell.trainer.following.early_stop import EarlyStop
     from showtell.trainer.loop.prometheus import TrainerMetrics
-    from showtell.trainer.trainer import Trainer
+    from showtell.trainer.trainer import Trainer, TrainerSettings
 
-    if site.name == "parameter_server" and not wait_for_ps(site.cluster, stop):
-        code = stop.exit_code(finished=False)
-        log.info("stopped (%s) while waiting for the parameter servers: nothing was trained, "
-                 "nothing to save; exit %d (not finished)", stop.reason, code)
-        return code
     # The chief's figures (a port in use: one line, before the model is built).
     endpoint = exposition.serve("trainer", experiment.monitoring) if site.is_chief else None
     try:
-        placement = place(site, experiment.distribution.devices)
+        placement = place(site, experiment.distribution.devices, stop)
+        if placement is None:
+            code = stop.exit_code(finished=False)
+            log.info("stopped (%s) while waiting for the parameter servers: nothing was trained, "
+                     "nothing to save; exit %d (not finished)", stop.reason, code)
+            return code
         task = build_task(experiment, placement, model_dir)
         stop.time_limit(experiment.train.max_seconds)  # counted from here, as before
         encoder = experiment.followed_encoder
-        trainer = Trainer(task, model_dir, trainer_settings(experiment), placement,
+        settings = TrainerSettings(inception_weights=experiment.source.inception_weights,
+                                   profile_steps=experiment.runtime.profile_steps,
+                                   recorded=recorded_settings(experiment), keys=keys())
+        trainer = Trainer(task, model_dir, settings, placement,
                           metrics=TrainerMetrics(endpoint.registry) if endpoint else None,
                           actions=[follow.EncoderWatch(encoder, stop, experiment.follow.preview_secs)]
                           if encoder is not None else [])
-        listener = _early_stop(experiment.early_stop, stop, model_dir) if site.is_chief else None
+        listener = (EarlyStop.listen(experiment.early_stop, stop, lambda: model_dir.run_id)
+                    if site.is_chief and experiment.early_stop.stop_when else None)
         try:
             result = trainer.run(stop)
         finally:
             if listener is not None:
                 listener.close()
         if result.stopped_by in (follow.ENCODER_REPLACED, follow.PREVIEW_DONE):
-            return _next_encoder(encoder, model_dir, stop, result)  # still scraped while it waits
+            return follow.next_encoder(encoder, model_dir, stop, result)  # still scraped while it waits
     finally:
         if endpoint is not None:
             endpoint.close()
@@ -117,37 +127,26 @@ def _train_task(experiment: TrainExperiment, stop: StopRequest, site, model_dir:
     return code
 
 
-def trainer_settings(experiment: TrainExperiment):
-    """What the ``Trainer`` reads of the experiment besides its task."""
-    from showtell.trainer.trainer import TrainerSettings
-
-    return TrainerSettings(inception_weights=experiment.source.inception_weights,
-                           profile_steps=experiment.runtime.profile_steps,
-                           recorded=settings(experiment), keys=keys())
-
-
-def build_task(experiment: TrainExperiment, placement=None, model_dir: ModelDir | None = None):
+def build_task(experiment: TrainExperiment, placement: Placement | None = None,
+               model_dir: ModelDir | None = None) -> CaptionTask:
     """The ``CaptionTask`` of ``experiment`` where ``placement`` puts it (default: the current
-    strategy), nothing written: the dataset read, the model dir's record checked, the phase
-    decided, the run seeded.  Parameter-server workers each build their own input pipeline and
-    must not share a seed (every worker would read the same examples)."""
+    strategy), nothing written: the dataset read, ``model_dir``'s record read and checked (None: a
+    task of no model dir — benches, tests), the phase decided, the run seeded.  Parameter-server
+    workers each build their own input pipeline and must not share a seed (every worker would
+    read the same examples)."""
     import tensorflow as tf
 
-    from showtell.captioning.model.restoring import check_model_dir, trained_vocabulary_size
-    from showtell.trainer.step.task import CaptionTask, TaskSections, TrainData
+    from showtell.captioning.data.dataset import TRAIN, read_split
+    from showtell.captioning.model.restoring import model_to_train
+    from showtell.trainer.step.task import CaptionTask, TaskSections, task_input
     from showtell.trainer.step.transfer import decide_phase
 
     source = experiment.source
-    if model_dir is None and source.model_dir is not None:
-        model_dir = ModelDir(source.model_dir)
-    data = TrainData.read(source.data)
+    data = read_split(source.data, TRAIN)
     phase = decide_phase(train_inception=source.train_inception, inception_weights=source.inception_weights,
                          recorded_init=model_dir.encoder_init() if model_dir else None,
                          cache_enabled=experiment.cache.enabled, optimizer=experiment.optimizer)
-    recorded = trained_vocabulary_size(model_dir, data.vocab, data.dir) if model_dir is not None else None
-    model = resolve_model_config(experiment.model, data.manifest, data.dir, source.image_size, recorded)
-    if model_dir is not None:
-        check_model_dir(model_dir, model, experiment.optimizer.name)
+    model = model_to_train(model_dir, experiment.model, data, source.image_size, experiment.optimizer.name)
     independent = placement is not None and placement.coordinator is not None
     sections = TaskSections(
         model=dataclasses.replace(model, train_inception=phase.trains_encoder),
@@ -158,34 +157,11 @@ def build_task(experiment: TrainExperiment, placement=None, model_dir: ModelDir 
     return CaptionTask(sections, data, phase, placement.strategy if placement else None)
 
 
-def resolve_model_config(config: ModelConfig, manifest, data_dir: Path, image_size: int | None,
-                         vocab_size: int | None = None) -> ModelConfig:
-    """Fill vocab and image size from the dataset (``vocab_size``: the model dir's, when it goes
-    on in its own vocabulary); refuse sizes the data cannot serve."""
-    size = image_size or manifest.image_size or config.image_size
-    if manifest.image_size and size > manifest.image_size:
-        raise DataError(
-            f"--image-size {size}: the images in {data_dir} are {manifest.image_size} px and would be "
-            f"upsampled; rebuild the data with --image-size {size} or pass --image-size {manifest.image_size}"
-        )
-    return dataclasses.replace(config, vocab_size=vocab_size or manifest.vocab_size, image_size=size)
-
-
-def task_input(config: InputConfig, compute: ComputeConfig, independent_workers: bool) -> InputConfig:
-    """Parameter-server workers read with no shared seed (each would read the same examples);
-    under XLA, caption lengths round up to a few sizes (it compiles once for each)."""
-    if independent_workers and config.seed is not None:
-        config = dataclasses.replace(config, seed=None)
-    if compute.jit_compile:
-        config = dataclasses.replace(config, caption_multiple=XLA_CAPTION_MULTIPLE)
-    return config
-
-
 def resolved_sections(experiment: TrainExperiment) -> dict[str, Any]:
     """What ``experiment`` resolves to on this machine (the phase, the strategy, the global batch,
     the steps per call) and the versions — ``--print-config``'s sections besides the settings;
     {} unless its model dir is named and its dataset exists.  Nothing is written."""
-    from showtell.captioning.data.manifest import MANIFEST
+    from showtell.captioning.data.dataset import MANIFEST
     from showtell.trainer import provenance
     from showtell.trainer.distribution.placement import locate, place
 
@@ -193,50 +169,8 @@ def resolved_sections(experiment: TrainExperiment) -> dict[str, Any]:
     if source.model_dir is None or source.data is None or not (source.data / MANIFEST).is_file():
         return {}
     placement = place(locate(experiment.distribution, os.environ.get("TF_CONFIG")),
-                      experiment.distribution.devices)
-    task = build_task(experiment, placement)
-    config = provenance.configuration(settings(experiment), task, placement.name,
+                      experiment.distribution.devices, StopRequest())
+    task = build_task(experiment, placement, ModelDir(source.model_dir))
+    config = provenance.configuration(recorded_settings(experiment), task, placement.name,
                                       task.compute.loop_steps(task.uses_cache), encoder=False)
     return {k: config[k] for k in RECORD_SECTIONS}
-
-
-def _next_encoder(encoder: Path, model_dir: ModelDir, stop: StopRequest, result) -> int:
-    """A run that ended for ``--follow-encoder``: ``RESTART`` once a newer encoder is there
-    (after a preview, the wait for it is asleep); a signal while waiting exits as a signal does."""
-    log.info("stopped at step %d (from %d) after %s", result.final_step, result.start_step, result.stopped_by)
-    if result.stopped_by == follow.PREVIEW_DONE:
-        started_from = (model_dir.encoder_init() or {}).get("sha256", "")
-        if not (stop.resume() and follow.wait_for_newer(encoder, started_from, stop)):
-            code = stop.exit_code(finished=False)
-            log.info("stopped (%s) while waiting for the final encoder: exit %d", stop.reason, code)
-            return code
-    log.info("starting again on the final encoder")
-    return RESTART
-
-
-def _early_stop(e: EarlyStopSettings, stop: StopRequest, model_dir: ModelDir):
-    """``--stop-when``'s listener to the evaluator, started; None without the flag."""
-    if not e.stop_when:
-        return None
-    from showtell.api.transport import ClientSecurity
-    from showtell.trainer.following.early_stop import EarlyStop, StopWhen
-
-    security = ClientSecurity(e.ca, e.auth_token_file, e.tls_server_name)
-    return EarlyStop(StopWhen.parse(e.stop_when, e.patience, e.by), e.evaluator, stop, security,
-                     run=lambda: model_dir.run_id).start()
-
-
-def _serve(cluster, stop: StopRequest) -> int:
-    """A ps or worker task of a parameter-server cluster: serve until SIGTERM/SIGINT, then exit
-    128 + the signal.  Never 0: a server is part of a job that is not done while it runs — a
-    Kubernetes Job whose evicted worker exited 0 would count it complete and never replace it."""
-    from showtell.trainer.distribution.placement import serve
-
-    stop.action = "stopping the server"
-    server = serve(cluster)
-    log.info("serving %s:%d at %s until stopped", cluster.task_type, cluster.task_index, server.target)
-    while not stop.wait(3600):  # sleeps until a signal sets it
-        pass
-    code = stop.exit_code(finished=False)
-    log.info("stopping %s:%d (%s): exit %d", cluster.task_type, cluster.task_index, stop.reason, code)
-    return code

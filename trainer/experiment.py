@@ -29,7 +29,7 @@ from showtell.common.logs import FORMATS
 from showtell.common.options import Invalid, boolean, check, config_flags, option, or_auto, positive_float
 from showtell.common.options import positive_int as _positive_int
 from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig
-from showtell.trainer.distribution.cluster import STRATEGIES
+from showtell.trainer.distribution.cluster import Distribution
 
 
 @check("image size")
@@ -38,14 +38,6 @@ def image_size(text: str) -> int:
     if value < MIN_IMAGE_SIZE:
         raise Invalid(f"must be ≥ {MIN_IMAGE_SIZE}, Inception v3's minimum (got {text})")
     return value
-
-
-@check("device list")
-def device_list(text: str) -> tuple[str, ...]:
-    devices = tuple(d.strip() for d in text.split(",") if d.strip())
-    if not devices:
-        raise Invalid(f"expected DEVICE[,DEVICE…] such as GPU:0,GPU:1 (got '{text}')")
-    return devices
 
 
 class StepRange(NamedTuple):
@@ -128,27 +120,6 @@ class EarlyStopSettings:
     tls_server_name: str | None = option(
         None, "the name the certificate was issued to, when it differs from the host you dial",
         flag="--evaluator-tls-server-name", env="SHOWTELL_TLS_SERVER_NAME")
-
-
-@dataclass(frozen=True)
-class Distribution:
-    """Distribution (tf.distribute)."""
-
-    strategy: str = option(
-        "auto", "auto: mirrored over several GPUs, else one_device; with a cluster, parameter_server if it "
-                "has ps tasks, else multi_worker", choices=STRATEGIES, env="SHOWTELL_STRATEGY", shown=True)
-    devices: tuple[str, ...] | None = option(
-        None, "towers for mirrored / the device for one_device, e.g. GPU:0,GPU:1 (default: all GPUs)",
-        type=device_list, shown=True)
-    logical_cpus: int | None = option(None, "split the CPU into N logical devices (towers without GPUs, "
-                                            "for tests)", type=_positive_int, shown=True)
-    ps_hosts: str | None = option(None, "h:p,… parameter servers (or TF_CONFIG)", shown=True)
-    worker_hosts: str | None = option(None, "h:p,… workers", shown=True)
-    chief_host: str | None = option(None, "h:p of the chief (parameter_server's coordinator)", shown=True)
-    job_name: str | None = option(None, "this task's job: chief, worker or ps", shown=True)
-    task_index: int | None = option(None, "this task's index in its job (default 0)", type=int, shown=True)
-    log_device_placement: bool = option(False, "log every op's device (TensorFlow's own, very verbose)",
-                                        action="store_true")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import hashlib
 import platform
 from typing import Any
 
-from showtell.captioning.data.manifest import MANIFEST
+from showtell.captioning.data.dataset import MANIFEST
 from showtell.common.versions import installed_version
 
 

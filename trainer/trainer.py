@@ -25,8 +25,8 @@ from typing import Any
 import tensorflow as tf
 
 from showtell.captioning.config import WEIGHTS_NONE
+from showtell.captioning.data.dataset import VOCAB
 from showtell.captioning.data.feature_cache import BuildStats, FeatureCache, cache_key, ensure_cache
-from showtell.captioning.data.manifest import VOCAB
 from showtell.captioning.weights.encoder import load_encoder_weights, weights_digest
 from showtell.common import logs
 from showtell.common.errors import DataError
@@ -106,12 +106,12 @@ class Trainer:
             self._revise(start_step)
         self._announce(start_step)
         self._log_shape()
-        summaries = TrainSummaries(self.model_dir.path if self.is_chief else None)
-        runner = profiler = None
+        runner = profiler = summaries = None
         try:
             cache, cache_build = open_data(task)
             runner = self._runner(cache)
             profiler = self._profiler()  # after the cache's build: the trace holds training steps
+            summaries = TrainSummaries(self.model_dir.path if self.is_chief else None)
             controller = Controller(
                 runner=runner, global_step=lambda: task.step, checkpoints=self.checkpoints,
                 save_schedule=SaveSchedule(cfg.save_every_secs, cfg.save_every_steps,
@@ -137,7 +137,8 @@ class Trainer:
         finally:
             if profiler is not None:
                 profiler.close()
-            summaries.close()
+            if summaries is not None:
+                summaries.close()
         path = self.checkpoints.save()
         keep_until_exit(runner)  # its tf.data iterator: destroying it can take half a minute
         if self.scratch is not None:

@@ -32,7 +32,7 @@ import tensorflow as tf
 from tqdm import tqdm
 
 from showtell.captioning.config import CocoConfig
-from showtell.captioning.data.manifest import VOCAB, Manifest, SplitInfo, existing_build
+from showtell.captioning.data.dataset import VOCAB, Manifest, SplitInfo, existing_build
 from showtell.captioning.data.records import make_example, shard_name
 from showtell.captioning.data.vocab import Vocabulary, read_vocabulary, tokenize
 from showtell.common import logs

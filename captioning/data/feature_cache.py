@@ -46,7 +46,7 @@ from tqdm import tqdm
 
 from showtell.captioning.config import InputConfig
 from showtell.captioning.data import inputs
-from showtell.captioning.data.manifest import MANIFEST
+from showtell.captioning.data.dataset import MANIFEST
 from showtell.captioning.data.records import (
     FEATURES,
     IMAGE_ID,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from showtell.common.errors import DataError, first_line
+from showtell.common.errors import first_line
 
 log = logging.getLogger(__name__)
 
@@ -117,17 +117,6 @@ class ShardedWriter:
             for writer, tmp in zip(self._writers, self._tmp, strict=True):
                 writer.close()
                 tmp.unlink(missing_ok=True)
-
-
-def shard_files(data_dir: Path, split: str) -> list[str]:
-    """The complete shards of ``split``, sorted; a clear error when there are none."""
-    files = sorted(str(p) for p in data_dir.glob(f"{split}-?????-of-?????"))
-    if not files:
-        raise DataError(
-            f"{data_dir}: no '{split}-NNNNN-of-NNNNN' shards; build data with "
-            f"`showtell data synthetic --out {data_dir}`"
-        )
-    return files
 
 
 def find_bad_record(files: Sequence[str]) -> str | None:

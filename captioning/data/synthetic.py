@@ -20,7 +20,7 @@ import numpy as np
 from tqdm import tqdm
 
 from showtell.captioning.config import MIN_IMAGE_SIZE, SyntheticConfig
-from showtell.captioning.data.manifest import VOCAB, Manifest, SplitInfo, existing_build
+from showtell.captioning.data.dataset import VOCAB, Manifest, SplitInfo, existing_build
 from showtell.captioning.data.vocab import Vocabulary
 from showtell.common import logs
 from showtell.common.errors import DataError

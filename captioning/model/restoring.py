@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Protocol
 
 import tensorflow as tf
 from google.protobuf import text_format
@@ -16,7 +17,7 @@ from google.protobuf import text_format
 from showtell.captioning.config import ModelConfig
 from showtell.captioning.data.vocab import VOCAB, Vocabulary, first_difference, same_ids
 from showtell.captioning.internals import checkpoint_state_proto
-from showtell.common.errors import ModelDirError, ModelDirIncomplete, first_line
+from showtell.common.errors import DataError, ModelDirError, ModelDirIncomplete, first_line
 from showtell.common.model_dir import ModelDir
 
 _FIELD_FLAGS = {
@@ -67,6 +68,35 @@ def trained_vocabulary_size(model_dir: ModelDir, data: Vocabulary, data_dir: Pat
     raise ModelDirError(f"--data {data_dir}: not in the vocabulary {model_dir} was trained with "
                         f"({first_difference(own, data)}); build the data in it (showtell data coco "
                         f"… --vocab {path}) or use a new --model-dir")
+
+
+class TrainingData(Protocol):
+    """What ``model_to_train`` reads of a training split (``splits.SplitData``)."""
+
+    dir: Path
+    vocab: Vocabulary
+
+    @property
+    def image_size(self) -> int: ...
+
+
+def model_to_train(model_dir: ModelDir | None, config: ModelConfig, data: TrainingData,
+                   image_size: int | None, optimizer: str) -> ModelConfig:
+    """The model a run trains on ``data``: vocabulary and image size filled in from the dataset —
+    or, where ``model_dir`` has checkpoints, the vocabulary it was trained in — sizes the data
+    cannot serve refused, and a model dir written by another shape or optimizer refused (None: no
+    model dir to read)."""
+    vocab_size = trained_vocabulary_size(model_dir, data.vocab, data.dir) if model_dir is not None else None
+    size = image_size or data.image_size or config.image_size
+    if data.image_size and size > data.image_size:
+        raise DataError(
+            f"--image-size {size}: the images in {data.dir} are {data.image_size} px and would be "
+            f"upsampled; rebuild the data with --image-size {size} or pass --image-size {data.image_size}"
+        )
+    model = dataclasses.replace(config, vocab_size=vocab_size or len(data.vocab), image_size=size)
+    if model_dir is not None:
+        check_model_dir(model_dir, model, optimizer)
+    return model
 
 
 def read_model_config(model_dir: ModelDir, base: ModelConfig | None = None) -> ModelConfig:

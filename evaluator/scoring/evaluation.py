@@ -19,8 +19,7 @@ import tensorflow as tf
 
 from showtell.api.contract import DEFAULT_SET
 from showtell.captioning.data import inputs
-from showtell.captioning.data.manifest import VOCAB, load_dataset
-from showtell.captioning.data.records import shard_files
+from showtell.captioning.data.dataset import EVAL, VOCAB, read_split
 from showtell.captioning.data.vocab import UNKNOWN, Vocabulary, same_ids
 from showtell.captioning.model.network import build_model
 from showtell.captioning.model.restoring import TRAIN_SECONDS, model_vocabulary, read_model_config, restore
@@ -77,8 +76,9 @@ class _Loaded:
 
     def __init__(self, spec: EvalSet) -> None:
         self.spec = spec
-        self.manifest, self.vocab = load_dataset(spec.data)
-        self.files = shard_files(spec.data, "val")
+        data = read_split(spec.data, EVAL)
+        self.manifest, self.vocab, self.files = data.manifest, data.vocab, data.files
+        self.split_images = data.images
         # References as text: scored against the model's captions word for word, whatever ids
         # either vocabulary gives the words.
         self.references = inputs.load_references(self.files, self.vocab)
@@ -94,11 +94,6 @@ class _Loaded:
                         len(self.unknown_references), len(self.references), UNKNOWN)
         self.validator: Validator | None = None
         self.unknown_words: list[str] = []
-
-    @property
-    def split_images(self) -> int:
-        split = self.manifest.splits.get("val")
-        return split.images if split else 0
 
 
 class CheckpointEvaluator:

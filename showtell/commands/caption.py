@@ -95,7 +95,7 @@ def _captioner(args: argparse.Namespace):
 def _restore(args: argparse.Namespace):
     import tensorflow as tf
 
-    from showtell.captioning.data.manifest import VOCAB
+    from showtell.captioning.data.dataset import VOCAB
     from showtell.captioning.data.vocab import Vocabulary
     from showtell.captioning.model.network import build_model
     from showtell.captioning.model.restoring import (

@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 from showtell.captioning.config import MIN_IMAGE_SIZE, CocoConfig, SyntheticConfig
-from showtell.captioning.data.manifest import MANIFEST
+from showtell.captioning.data.dataset import MANIFEST
 from showtell.common.flags import Parser, add_verbose_flag, positive_int, run_command, start_command
 
 PROG = "showtell data"

@@ -139,8 +139,7 @@ def eval_set_problem(sets: Sequence[EvalSet]) -> str | None:
     """What is wrong with ``--eval-set``s (one line), before anything starts: a name used twice
     or the default's, a path with no validation records."""
     from showtell.api.contract import DEFAULT_SET
-    from showtell.captioning.data.manifest import load_dataset
-    from showtell.common.errors import DataError
+    from showtell.captioning.data.dataset import evaluation_problem
 
     seen: set[str] = set()
     for spec in sets:
@@ -150,14 +149,9 @@ def eval_set_problem(sets: Sequence[EvalSet]) -> str | None:
         if spec.name in seen:
             return f"{where}: the name {spec.name!r} is given twice; each set needs its own"
         seen.add(spec.name)
-        try:
-            manifest, _ = load_dataset(spec.data)
-        except (DataError, OSError) as exc:
-            return f"{where}: {str(exc).splitlines()[0]}"
-        split = manifest.splits.get("val")
-        if split is None or not split.images or not list(spec.data.glob("val-?????-of-?????")):
-            return (f"{where}: no validation records (val-NNNNN-of-NNNNN shards) there; build one with "
-                    f"`showtell data synthetic --out {spec.data}` or point at a dataset directory")
+        problem = evaluation_problem(spec.data)
+        if problem:
+            return f"{where}: {problem}"
     return None
 
 

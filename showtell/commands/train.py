@@ -38,19 +38,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     hide_flags(p)  # --help is one screen: the options marked shown
 
 
-def experiment(args: argparse.Namespace) -> TrainExperiment:
-    """The run's configuration, built once from the parsed flags (defaults, ``--config`` files and
-    environment already applied); nothing past this module sees ``args``."""
-    return from_flags(vars(args))
-
-
 def run(args: argparse.Namespace) -> int:
     problem = argument_problem(args)
     if problem:
         sys.stderr.write(f"{PROG}: error: {problem} (see --help)\n")
         return 2
     start_command(args)
-    exp = experiment(args)
+    exp = from_flags(vars(args))  # defaults, --config files, environment applied: args stop here
     if args.print_config:
         return run_command(PROG, lambda: _print_config(exp))
     code = run_command(PROG, lambda: assembly.run(exp))

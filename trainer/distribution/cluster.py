@@ -1,6 +1,8 @@
 """The training cluster: from ``TF_CONFIG`` (what Kubeflow's TFJob sets) or from seed-style
 flags (``--ps-hosts``, ``--worker-hosts``, ``--chief-host``, ``--job-name``, ``--task-index``),
-turned into one ``Cluster`` and checked before TensorFlow starts anything.
+turned into one ``Cluster`` and checked before TensorFlow starts anything — and the experiment's
+``Distribution`` section, whose options are those flags.  No TensorFlow here: ``placement``
+builds the strategy.
 
 ``evaluator`` tasks in ``TF_CONFIG`` are not part of the training cluster (TensorFlow's own
 convention): they are dropped from the spec, and a process whose own task is the evaluator is
@@ -12,17 +14,46 @@ from __future__ import annotations
 import json
 import logging
 import re
-import socket
-import time
 from dataclasses import dataclass
 
 from showtell.common.errors import ShowtellError, first_line
+from showtell.common.options import Invalid, check, option
+from showtell.common.options import positive_int as _positive_int
 
 log = logging.getLogger(__name__)
 
 JOBS = ("chief", "worker", "ps")
 STRATEGIES = ("auto", "one_device", "mirrored", "parameter_server", "multi_worker")
 _HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
+
+
+@check("device list")
+def device_list(text: str) -> tuple[str, ...]:
+    devices = tuple(d.strip() for d in text.split(",") if d.strip())
+    if not devices:
+        raise Invalid(f"expected DEVICE[,DEVICE…] such as GPU:0,GPU:1 (got '{text}')")
+    return devices
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Distribution (tf.distribute)."""
+
+    strategy: str = option(
+        "auto", "auto: mirrored over several GPUs, else one_device; with a cluster, parameter_server if it "
+                "has ps tasks, else multi_worker", choices=STRATEGIES, env="SHOWTELL_STRATEGY", shown=True)
+    devices: tuple[str, ...] | None = option(
+        None, "towers for mirrored / the device for one_device, e.g. GPU:0,GPU:1 (default: all GPUs)",
+        type=device_list, shown=True)
+    logical_cpus: int | None = option(None, "split the CPU into N logical devices (towers without GPUs, "
+                                            "for tests)", type=_positive_int, shown=True)
+    ps_hosts: str | None = option(None, "h:p,… parameter servers (or TF_CONFIG)", shown=True)
+    worker_hosts: str | None = option(None, "h:p,… workers", shown=True)
+    chief_host: str | None = option(None, "h:p of the chief (parameter_server's coordinator)", shown=True)
+    job_name: str | None = option(None, "this task's job: chief, worker or ps", shown=True)
+    task_index: int | None = option(None, "this task's index in its job (default 0)", type=int, shown=True)
+    log_device_placement: bool = option(False, "log every op's device (TensorFlow's own, very verbose)",
+                                        action="store_true")
 
 
 class ClusterError(ShowtellError):
@@ -59,41 +90,6 @@ class Cluster:
                 f"(from {self.source})")
 
 
-def wait_for_ps(cluster: Cluster, stop, every: float = 1.0, first_say: float = 5.0,
-                say_every: float = 15.0) -> bool:
-    """Block until every parameter server accepts connections, saying who is awaited (after
-    ``first_say`` seconds — a ps a second late is a normal start — then every ``say_every``);
-    False if ``stop`` (a ``StopRequest``: SIGTERM, Ctrl-C) came first.
-
-    TensorFlow's own connect waits for an unreachable ps silently and without end, deaf to
-    SIGTERM; a chief started while its ps restarts (a rescheduled pod, a crashed task) then looks
-    hung.  This waits the same (the ps is usually coming back), but says so, sleeps between
-    probes, and stops when asked.
-    """
-    def answers(address: str) -> bool:
-        host, _, port = address.rpartition(":")
-        try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
-                return True
-        except OSError:
-            return False
-
-    started = last_said = time.monotonic()
-    said = False
-    while True:
-        missing = [f"ps:{i} ({a})" for i, a in enumerate(cluster.jobs.get("ps", [])) if not answers(a)]
-        if not missing:
-            if said:
-                log.info("every parameter server answers (waited %.0f s)", time.monotonic() - started)
-            return True
-        if time.monotonic() - last_said >= (say_every if said else first_say):
-            log.warning("waiting for %s to answer (%.0f s so far): training starts when it does",
-                        ", ".join(missing), time.monotonic() - started)
-            last_said, said = time.monotonic(), True
-        if stop.wait(every):
-            return False
-
-
 def host_port(text: str, what: str) -> str:
     match = _HOST_PORT.match(text.strip())
     if not match or not 0 < int(match.group(2)) < 65536:
@@ -101,7 +97,7 @@ def host_port(text: str, what: str) -> str:
     return text.strip()
 
 
-def from_flags(ps_hosts: str | None, worker_hosts: str | None, chief_host: str | None,
+def cluster_from_flags(ps_hosts: str | None, worker_hosts: str | None, chief_host: str | None,
                job_name: str | None, task_index: int | None) -> Cluster | None:
     """The seed-style flags as a cluster; None when none of them was given."""
     if not any(v is not None for v in (ps_hosts, worker_hosts, chief_host, job_name, task_index)):
@@ -186,6 +182,24 @@ def check_for_strategy(cluster: Cluster | None, strategy: str) -> None:
     elif cluster is not None and strategy in ("one_device", "mirrored"):
         raise ClusterError(f"--strategy {strategy} runs on one host; a cluster was given "
                            f"({cluster.source}) — use parameter_server or multi_worker")
+
+
+def resolve_name(name: str, cluster: Cluster | None) -> str:
+    """``auto`` with a cluster: parameter_server if it has ps tasks, else multi_worker.  Without
+    one, ``auto`` stays until the placement sees the devices."""
+    if name == "auto" and cluster is not None:
+        return "parameter_server" if cluster.count("ps") else "multi_worker"
+    return name
+
+
+def resolve(d: Distribution, tf_config: str | None) -> tuple[Cluster | None, str]:
+    """This task's cluster, from the cluster flags or ``TF_CONFIG`` (None: one process), and the
+    strategy's name it resolves to — checked against each other."""
+    cluster = (cluster_from_flags(d.ps_hosts, d.worker_hosts, d.chief_host, d.job_name, d.task_index)
+               or from_tf_config(tf_config))
+    name = resolve_name(d.strategy, cluster)
+    check_for_strategy(cluster, name)
+    return cluster, name
 
 
 class ClusterLost(ClusterError):

@@ -22,22 +22,15 @@ the strategy afterwards (a parameter-server chief only once its servers answer).
 from __future__ import annotations
 
 import logging
+import socket
+import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
-from showtell.trainer.distribution.cluster import (
-    Cluster,
-    ClusterError,
-    check_for_strategy,
-    from_flags,
-    from_tf_config,
-)
-
-if TYPE_CHECKING:
-    from showtell.trainer.experiment import Distribution
+from showtell.trainer.distribution.cluster import Cluster, ClusterError, Distribution, resolve
+from showtell.trainer.loop.signals import StopRequest
 
 log = logging.getLogger(__name__)
 
@@ -88,14 +81,11 @@ class Placement:
 def locate(d: Distribution, tf_config: str | None) -> Site:
     """This task's site, from the cluster flags or ``TF_CONFIG``, checked; the devices configured
     (logical CPUs, placement logging) before TensorFlow starts."""
-    cluster = from_flags(d.ps_hosts, d.worker_hosts, d.chief_host, d.job_name, d.task_index) \
-        or from_tf_config(tf_config)
-    name = resolve_name(d.strategy, cluster)
-    check_for_strategy(cluster, name)
     configure_devices(d.logical_cpus, d.log_device_placement)
-    if cluster is not None:
-        log.info("this task: %s", cluster.describe())
-    return Site(cluster, name)
+    site = Site(*resolve(d, tf_config))
+    if site.cluster is not None:
+        log.info("this task: %s", site.cluster.describe())
+    return site
 
 
 def configure_devices(logical_cpus: int | None, log_placement: bool = False) -> None:
@@ -116,21 +106,16 @@ def _device(name: str) -> str:
     return name if name.startswith("/") else "/" + name.lower()
 
 
-def resolve_name(name: str, cluster: Cluster | None) -> str:
-    """``auto`` with a cluster: parameter_server if it has ps tasks, else multi_worker.  Without
-    one, ``auto`` stays until ``choose`` sees the devices."""
-    if name == "auto" and cluster is not None:
-        return "parameter_server" if cluster.count("ps") else "multi_worker"
-    return name
-
-
-def place(site: Site, devices: tuple[str, ...] | None) -> Placement:
-    """Build the strategy of ``site`` for this process (``auto``: by the GPUs visible).
+def place(site: Site, devices: tuple[str, ...] | None, stop: StopRequest) -> Placement | None:
+    """Build the strategy of ``site`` for this process (``auto``: by the GPUs visible); a
+    parameter-server chief first waits for its servers (None: stopped while waiting).
 
     Cluster strategies are created before anything lists devices: listing initialises the
     runtime, after which collective ops can no longer be configured.
     """
     name = site.name
+    if name == "parameter_server" and not wait_for_ps(site.cluster, stop):
+        return None
     if name in ("multi_worker", "parameter_server"):
         return _cluster_strategy(site)
     gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
@@ -171,16 +156,56 @@ def cluster_resolver(cluster: Cluster) -> tf.distribute.cluster_resolver.Cluster
     )
 
 
-def serve(cluster: Cluster) -> tf.distribute.Server:
-    """Start this ps/worker task's server (parameter_server mode); the caller waits on it.
+def wait_for_ps(cluster: Cluster, stop, every: float = 1.0, first_say: float = 5.0,
+                say_every: float = 15.0) -> bool:
+    """Block until every parameter server accepts connections, saying who is awaited (after
+    ``first_say`` seconds — a ps a second late is a normal start — then every ``say_every``);
+    False if ``stop`` (a ``StopRequest``: SIGTERM, Ctrl-C) came first.
+
+    TensorFlow's own connect waits for an unreachable ps silently and without end, deaf to
+    SIGTERM; a chief started while its ps restarts (a rescheduled pod, a crashed task) then looks
+    hung.  This waits the same (the ps is usually coming back), but says so, sleeps between
+    probes, and stops when asked.
+    """
+    def answers(address: str) -> bool:
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+                return True
+        except OSError:
+            return False
+
+    started = last_said = time.monotonic()
+    said = False
+    while True:
+        missing = [f"ps:{i} ({a})" for i, a in enumerate(cluster.jobs.get("ps", [])) if not answers(a)]
+        if not missing:
+            if said:
+                log.info("every parameter server answers (waited %.0f s)", time.monotonic() - started)
+            return True
+        if time.monotonic() - last_said >= (say_every if said else first_say):
+            log.warning("waiting for %s to answer (%.0f s so far): training starts when it does",
+                        ", ".join(missing), time.monotonic() - started)
+            last_said, said = time.monotonic(), True
+        if stop.wait(every):
+            return False
+
+
+def serve(cluster: Cluster, stop: StopRequest) -> None:
+    """A ps or worker task of a parameter-server cluster: start its server and serve until
+    SIGTERM/SIGINT (``stop``).
 
     Workers get ``inter_op_parallelism_threads ≥ workers + 1``: with fewer, the coordinator's
     first scheduled step hangs on a 2-core machine (measured; TF's own test clusters do this).
     """
+    stop.action = "stopping the server"
     config = tf.compat.v1.ConfigProto()
     config.inter_op_parallelism_threads = cluster.count("worker") + 1
-    return tf.distribute.Server(tf.train.ClusterSpec(cluster.jobs), job_name=cluster.task_type,
-                                task_index=cluster.task_index, protocol="grpc", config=config, start=True)
+    server = tf.distribute.Server(tf.train.ClusterSpec(cluster.jobs), job_name=cluster.task_type,
+                                  task_index=cluster.task_index, protocol="grpc", config=config, start=True)
+    log.info("serving %s:%d at %s until stopped", cluster.task_type, cluster.task_index, server.target)
+    while not stop.wait(3600):  # sleeps until a signal sets it
+        pass
 
 
 def variable_placement(strategy: tf.distribute.Strategy, variables: list, workers: int | None = None) -> str:
@@ -191,8 +216,8 @@ def variable_placement(strategy: tf.distribute.Strategy, variables: list, worker
             entry = per_device[value.device or "(default)"]
             entry[0] += 1
             entry[1] += value.shape.num_elements() * value.dtype.size
-    replicas = [f"{workers} workers (one replica each)"] if workers else \
-        list(getattr(strategy.extended, "worker_devices", ()) or ())
+    replicas = ([f"{workers} workers (one replica each)"] if workers
+                else list(getattr(strategy.extended, "worker_devices", ()) or ()))
     where = ", ".join(f"{d}: {n} variables, {size / 2**20:.1f} MB"
                       for d, (n, size) in sorted(per_device.items()))
     return f"replicas on {', '.join(replicas) or 'the cluster workers'}; variables on {where}"

@@ -15,6 +15,7 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -24,6 +25,9 @@ from showtell.api.transport import ClientSecurity
 from showtell.common.errors import ShowtellError
 from showtell.trainer.loop.signals import StopRequest
 from showtell.v1 import metrics_pb2
+
+if TYPE_CHECKING:
+    from showtell.trainer.experiment import EarlyStopSettings
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +98,14 @@ class EarlyStop:
         self._follower = WatchFollower(target=address, security=self.security, persistent=True,
                                        on_retry=self._on_retry, max_backoff=MAX_BACKOFF_SECS)
         self._thread = threading.Thread(target=self._follow, name="early-stop", daemon=True)
+
+    @classmethod
+    def listen(cls, settings: EarlyStopSettings, stop: StopRequest,
+               run: Callable[[], str | None]) -> EarlyStop:
+        """``--stop-when``'s listener to ``--evaluator``, started."""
+        s = settings
+        return cls(StopWhen.parse(s.stop_when, s.patience, s.by), s.evaluator, stop,
+                   ClientSecurity(s.ca, s.auth_token_file, s.tls_server_name), run).start()
 
     def start(self) -> EarlyStop:
         log.info("early stop: when %s in %d consecutive evaluation(s) from %s", self.condition,

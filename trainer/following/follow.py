@@ -171,6 +171,20 @@ def wait_for_newer(path: Path, sha256: str, stop, report_every: float = 60.0, po
             reported = time.monotonic()
 
 
+def next_encoder(encoder: Path, model_dir: ModelDir, stop, result) -> int:
+    """A run that ended for ``--follow-encoder``: ``RESTART`` once a newer encoder is there
+    (after a preview, the wait for it is asleep); a signal while waiting exits as a signal does."""
+    log.info("stopped at step %d (from %d) after %s", result.final_step, result.start_step, result.stopped_by)
+    if result.stopped_by == PREVIEW_DONE:
+        started_from = (model_dir.encoder_init() or {}).get("sha256", "")
+        if not (stop.resume() and wait_for_newer(encoder, started_from, stop)):
+            code = stop.exit_code(finished=False)
+            log.info("stopped (%s) while waiting for the final encoder: exit %d", stop.reason, code)
+            return code
+    log.info("starting again on the final encoder")
+    return RESTART
+
+
 def restart() -> int:
     """Run this same command again in this process (``exec``): the new run starts on the new
     encoder.  Returns ``RESTART`` only if the exec fails — a supervisor restarts on that code."""

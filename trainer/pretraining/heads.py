@@ -12,9 +12,8 @@ import tensorflow as tf
 
 from showtell.captioning.config import InputConfig
 from showtell.captioning.data import synthetic
+from showtell.captioning.data.dataset import TRAIN, load_dataset, shard_files
 from showtell.captioning.data.inputs import eval_images, one_pass, preprocess_image
-from showtell.captioning.data.manifest import load_dataset
-from showtell.captioning.data.records import shard_files
 from showtell.captioning.model.network import build_encoder
 from showtell.common.errors import DataError
 
@@ -45,7 +44,7 @@ def train_images(data: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     size = manifest.image_size
     images, ids = [], []
     # eval_images yields each image once, resized only (to its own size here: a no-op).
-    for batch in eval_images(shard_files(data, "train"), size, 256):
+    for batch in eval_images(shard_files(data, TRAIN), size, 256):
         images.append((batch["image"].numpy() + 1.0) / 2.0)
         ids.extend(batch["image_id"].numpy().tolist())
     labels: dict[str, list[int]] = {head: [] for head in HEADS}

@@ -38,6 +38,13 @@ def build_optimizer(config: OptimizerConfig, steps_per_epoch: int) -> keras.opti
     raise ValueError(f"unknown optimizer {config.name!r}; choose one of {', '.join(OPTIMIZERS)}")
 
 
+def build_optimizers(decoder: OptimizerConfig, encoder: OptimizerConfig | None,
+                     steps_per_epoch: int) -> tuple[keras.Optimizer, keras.Optimizer | None]:
+    """The decoder's optimizer and, while the encoder trains (``encoder`` given), the encoder's."""
+    return (build_optimizer(decoder, steps_per_epoch),
+            build_optimizer(encoder, steps_per_epoch) if encoder is not None else None)
+
+
 def current_learning_rate(optimizer: keras.optimizers.Optimizer) -> float:
     """The rate the optimizer applies at its current iteration."""
     return float(keras.ops.convert_to_numpy(optimizer.learning_rate))

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import keras
@@ -20,31 +19,14 @@ import tensorflow as tf
 
 from showtell.captioning.config import CacheConfig, InputConfig, ModelConfig
 from showtell.captioning.data import inputs
-from showtell.captioning.data.manifest import Manifest, load_dataset
-from showtell.captioning.data.records import shard_files
-from showtell.captioning.data.vocab import Vocabulary
+from showtell.captioning.data.dataset import TRAIN, SplitData
 from showtell.captioning.model.network import ShowAndTell, build_model, masked_loss_sum
 from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig
-from showtell.trainer.step.optimizer import build_optimizer
+from showtell.trainer.step.optimizer import build_optimizers
 from showtell.trainer.step.transfer import Phase
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TrainData:
-    """The dataset a task trains on, as the assembly read it: its manifest fixes vocabulary and
-    image size; ``files`` are its training shards."""
-
-    dir: Path
-    manifest: Manifest
-    vocab: Vocabulary
-    files: list[str]
-
-    @classmethod
-    def read(cls, data_dir: Path) -> TrainData:
-        manifest, vocab = load_dataset(data_dir)
-        return cls(data_dir, manifest, vocab, shard_files(data_dir, "train"))
+XLA_CAPTION_MULTIPLE = 8  # words: a synthetic caption (≤ 20) meets 3 lengths, a COCO one (≤ 50) 7
 
 
 @dataclass(frozen=True)
@@ -60,6 +42,16 @@ class TaskSections:
     cache: CacheConfig = field(default_factory=CacheConfig)
 
 
+def task_input(config: InputConfig, compute: ComputeConfig, independent_workers: bool) -> InputConfig:
+    """Parameter-server workers read with no shared seed (each would read the same examples);
+    under XLA, caption lengths round up to a few sizes (it compiles once for each)."""
+    if independent_workers and config.seed is not None:
+        config = replace(config, seed=None)
+    if compute.jit_compile:
+        config = replace(config, caption_multiple=XLA_CAPTION_MULTIPLE)
+    return config
+
+
 class FeatureSource(Protocol):
     """What a task on the feature cache reads (``FeatureCache``, which the trainer opens)."""
 
@@ -71,12 +63,12 @@ class CaptionTask:
     the data read and the phase decided (``assembly.build_task`` does both, and the model dir's
     checks, and seeds the run) — it reads and decides nothing itself."""
 
-    def __init__(self, sections: TaskSections, data: TrainData, phase: Phase,
+    def __init__(self, sections: TaskSections, data: SplitData, phase: Phase,
                  strategy: tf.distribute.Strategy | None = None) -> None:
         """
         Args:
           sections: model, input, optimizer, schedule, compute and cache (``TaskSections``).
-          data: the dataset (``TrainData``).
+          data: the dataset's training split (``SplitData``).
           phase: which parts train, and whether from the feature cache (``transfer.decide_phase``).
           strategy: default the current (default) strategy — one device.
         """
@@ -92,7 +84,7 @@ class CaptionTask:
         # An epoch (of the learning-rate schedule) is one pass over the captions, as in im2txt:
         # with one caption per image visit, that is as many passes over the images as an image
         # has captions.
-        self.steps_per_epoch = max(1, self.manifest.splits["train"].captions // self.batch_size)
+        self.steps_per_epoch = max(1, self.manifest.splits[TRAIN].captions // self.batch_size)
         self._build()
 
     def _build(self) -> None:
@@ -106,19 +98,18 @@ class CaptionTask:
             # checkpointed: it re-adapts in a few steps), so checkpoints hold the same optimizer
             # state in every mode.
             self._appliers = []
-            self.optimizer = self._optimizer(build_optimizer(optimizer, self.steps_per_epoch),
-                                             self._decoder_variables())
+            config = self.phase.encoder_optimizer
+            decoder, encoder = build_optimizers(optimizer, config, self.steps_per_epoch)
+            self.optimizer = self._optimizer(decoder, self._decoder_variables())
             # (name, optimizer, config): what a resume sets back to the configured rate
             self.rates = [("learning rate", self.optimizer, optimizer)]
             self.encoder_optimizer = None
-            config = self.phase.encoder_optimizer
-            if config is not None:
-                self.encoder_optimizer = self._optimizer(build_optimizer(config, self.steps_per_epoch),
-                                                         self.model.encoder.trainable_weights)
+            if encoder is not None:
+                self.encoder_optimizer = self._optimizer(encoder, self.model.encoder.trainable_weights)
                 self.rates.append(("encoder learning rate", self.encoder_optimizer, config))
             # --jit-compile: the loss and gradients XLA compiles (no collectives in them)
-            self._gradient_fn = tf.function(self._loss_and_gradients, jit_compile=True, autograph=False) \
-                if self.compute.jit_compile else self._loss_and_gradients
+            self._gradient_fn = (tf.function(self._loss_and_gradients, jit_compile=True, autograph=False)
+                                 if self.compute.jit_compile else self._loss_and_gradients)
             self.global_step = tf.Variable(
                 0, dtype=tf.int64, trainable=False, name="global_step",
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,

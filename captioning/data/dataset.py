@@ -1,7 +1,10 @@
-"""``dataset.json``: what a dataset directory holds, written last by every builder.
+"""A dataset directory as the services read it: ``dataset.json`` (its manifest, written last by
+every builder), its vocabulary, and its splits — the one place that knows which split a training
+set and an evaluation set read and where a split's records are, so that adding a kind of set (a
+test split, say) touches this module.  No TensorFlow: the commands check their flags with it.
 
-Readers check it before touching shards, so a half-built or mismatched dataset fails with a
-message naming the directory instead of deep inside ``tf.data``.
+Readers check the manifest before touching shards, so a half-built or mismatched dataset fails
+with a message naming the directory instead of deep inside ``tf.data``.
 """
 
 from __future__ import annotations
@@ -98,3 +101,63 @@ def load_dataset(data_dir: Path) -> tuple[Manifest, Vocabulary]:
             "rebuild the dataset"
         )
     return manifest, vocab
+
+
+# -- splits: what training and evaluation read ----------------------------------------------
+
+TRAIN = "train"  # the split training reads (and pretraining's classifier heads)
+EVAL = "val"  # the split an evaluation set reads: --data's, and each --eval-set's
+SHARDS = "{split}-?????-of-?????"  # a split's records: train-00000-of-00016, …
+
+
+def shard_files(data_dir: Path, split: str) -> list[str]:
+    """The complete shards of ``split``, sorted; a clear error when there are none."""
+    files = sorted(str(p) for p in data_dir.glob(SHARDS.format(split=split)))
+    if not files:
+        raise DataError(
+            f"{data_dir}: no '{split}-NNNNN-of-NNNNN' shards; build data with "
+            f"`showtell data synthetic --out {data_dir}`"
+        )
+    return files
+
+
+@dataclass(frozen=True)
+class SplitData:
+    """One split of a dataset as read once: its manifest (which fixes vocabulary and image size),
+    vocabulary and shards."""
+
+    dir: Path
+    split: str
+    manifest: Manifest
+    vocab: Vocabulary
+    files: list[str]
+
+    @property
+    def image_size(self) -> int:
+        """The stored images' size in pixels (0: sizes vary)."""
+        return self.manifest.image_size
+
+    @property
+    def images(self) -> int:
+        """The split's images, as its manifest counts them (0 when it names none)."""
+        info = self.manifest.splits.get(self.split)
+        return info.images if info else 0
+
+
+def read_split(data_dir: Path, split: str) -> SplitData:
+    """``split`` of ``data_dir``: its manifest and vocabulary (checked against each other) and shards."""
+    manifest, vocab = load_dataset(data_dir)  # first: a missing dir is said as such
+    return SplitData(data_dir, split, manifest, vocab, shard_files(data_dir, split))
+
+
+def evaluation_problem(data_dir: Path) -> str | None:
+    """Why ``data_dir`` cannot be an evaluation set (one line), or None."""
+    try:
+        manifest, _ = load_dataset(data_dir)
+    except (DataError, OSError) as exc:
+        return str(exc).splitlines()[0]
+    info = manifest.splits.get(EVAL)
+    if info is None or not info.images or not list(data_dir.glob(SHARDS.format(split=EVAL))):
+        return (f"no validation records ({EVAL}-NNNNN-of-NNNNN shards) there; build one with "
+                f"`showtell data synthetic --out {data_dir}` or point at a dataset directory")
+    return None
