@@ -54,6 +54,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from showtell.common import processes  # noqa: E402
+from tests.measure import free_ports  # noqa: E402
 
 TINY = ["--embedding-size", "32", "--lstm-units", "32", "--batch-size", "4", "--shuffle-buffer", "64",
         "--train-inception", "false"]
@@ -236,10 +237,10 @@ class Soak:
         synthetic.build(self.data, SyntheticConfig(train_images=40, val_images=4, image_size=75, seed=3,
                                                    train_shards=4))
         if not self.port:
-            self.port = processes.free_ports(1)[0]
+            self.port = free_ports(1)[0]
         if self.cluster == "ps":
             self.hosts = dict(zip(["ps", "worker0", "worker1", "chief"],
-                                  (f"127.0.0.1:{p}" for p in processes.free_ports(4)), strict=True))
+                                  (f"127.0.0.1:{p}" for p in free_ports(4)), strict=True))
         counts = dict.fromkeys(self.roles, 0)
         try:
             procs = {role: self.start(role, 0) for role in self.roles if role != "trainer"}

@@ -27,9 +27,9 @@ sys.path.insert(0, str(ROOT))
 
 from rounds import add_out, publish  # noqa: E402
 
-from showtell.common.processes import free_ports  # noqa: E402
 from tests import docker_engine  # noqa: E402 - the tests' engine harness, from the checkout
 from tests.helpers import wait_for  # noqa: E402
+from tests.measure import free_ports  # noqa: E402
 
 
 def latest(port: int) -> dict | None:

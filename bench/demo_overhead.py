@@ -31,8 +31,10 @@ from pathlib import Path
 from rounds import add_out, alternate, publish, ratio, spread
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the tests' process measures, from the checkout
 from showtell.commands.demo.settings import TRAIN_FLAGS, evaluator_args  # noqa: E402
 from showtell.common import processes  # noqa: E402
+from tests.measure import tree_cpu_seconds  # noqa: E402
 
 WINDOW = re.compile(r"step (\d+)/\d+ .* ([0-9.]+) examples/s")
 SERVING = re.compile(r"serving \S+ \(\+ health, reflection\) on 127\.0\.0\.1:(\d+)")
@@ -92,7 +94,7 @@ def main() -> int:
         for setup in (processes.command("data", "synthetic", "--out", str(data)),
                       [sys.executable, "-c", "import sys; from showtell.captioning.model.network import "
                        "build_encoder; build_encoder(75).save_weights(sys.argv[1])", str(encoder)]):
-            done = processes.run_command(setup, cwd=ROOT, env=processes.environment(), timeout=600)
+            done = processes.run_process(setup, cwd=ROOT, env=processes.environment(), timeout=600)
             if done.returncode != 0:
                 raise SystemExit(done.stderr[-3000:])
         # The feature cache, once and untimed (as bench/batch_sweep.py builds it): on a slow machine
@@ -124,7 +126,7 @@ def main() -> int:
             waits: list[float] = []
             rates = alternate({"alone": lambda: idle_then_train(tmp_path / "alone"),
                                "beside": lambda: train(watched)}, rounds=args.rounds, warm=1)
-            cpu = processes.tree_cpu_seconds(evaluator.pid)
+            cpu = tree_cpu_seconds(evaluator.pid)
         finally:
             processes.stop(evaluator)
         evaluations = (tmp_path / "evaluator.log").read_text().count(": ok ")

@@ -14,19 +14,23 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 import tempfile
 from pathlib import Path
 
 from rounds import add_out, alternate, publish, ratio, spread
 
-from showtell.captioning.config import SyntheticConfig
-from showtell.captioning.data import synthetic
-from showtell.common import processes
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the tests' process measures, from the checkout
+from showtell.captioning.config import SyntheticConfig  # noqa: E402
+from showtell.captioning.data import synthetic  # noqa: E402
+from showtell.common import processes  # noqa: E402
+from tests.measure import free_ports  # noqa: E402
 
 
 def run_cluster(data: Path, model_dir: Path, workers: int, steps: int, batch: int, log_every: int) -> float:
     """Train ``steps`` steps on a fresh cluster; mean examples/s per window after the first."""
-    ports = processes.free_ports(2 + workers)
+    ports = free_ports(2 + workers)
     ps, chief, worker_hosts = f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}", \
         ",".join(f"127.0.0.1:{p}" for p in ports[2:])
     base = ["train", "--data", str(data), "--model-dir", str(model_dir),

@@ -28,10 +28,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from showtell.common import processes
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the tests' process measures, from the checkout
 from rounds import add_out, publish  # noqa: E402
 
 from showtell.v1 import metrics_pb2 as pb  # noqa: E402
 from showtell.v1 import metrics_pb2_grpc as pb_grpc  # noqa: E402
+from tests.measure import figures as process_figures  # noqa: E402
 
 TINY = ["--embedding-size", "32", "--lstm-units", "32", "--batch-size", "4", "--save-every-secs", "0",
         "--save-every-steps", "2", "--keep", "10"]
@@ -63,14 +65,14 @@ async def measure(port: int, pid: int, args: argparse.Namespace, data: Path, mod
             arrivals[i] = (time.time(), message.evaluation)
             return
 
-    figures = {"idle": processes.figures(pid)}
+    figures = {"idle": process_figures(pid)}
     t0 = time.perf_counter()
     tasks = [asyncio.create_task(follow(i)) for i in range(args.streams)]
     for _ in range(args.streams):
         await asyncio.wait_for(ready.acquire(), 120)
     figures["open_seconds"] = round(time.perf_counter() - t0, 2)
     await asyncio.sleep(2)
-    figures["streams_open"] = processes.figures(pid)
+    figures["streams_open"] = process_figures(pid)
 
     async with grpc.aio.insecure_channel(target) as side:
         health, metrics = health_pb2_grpc.HealthStub(side), pb_grpc.MetricsServiceStub(side)
@@ -125,7 +127,7 @@ def main() -> int:
             assert port, log.read_text()[-2000:]
             figures = asyncio.run(measure(port, proc.pid, args, data, model))
             time.sleep(3)
-            figures["after_close"] = processes.figures(proc.pid)
+            figures["after_close"] = process_figures(proc.pid)
         finally:
             processes.stop(proc)
     figures.update(streams=args.streams, connections=args.connections,

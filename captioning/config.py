@@ -1,10 +1,12 @@
-"""Configuration dataclasses: the one home for every default.
+"""The settings both services and the data builders share: model shape, input pipeline, feature
+cache, the dataset builders' — and the pretrained encoder's file conventions.
 
 Defaults follow im2txt (Show and Tell, Vinyals et al. 2016) so that a run on MSCOCO behaves
 like the paper's.  A field written with ``option(default, help, …)`` is also a command-line
-flag: ``showtell train`` derives its flags (name, type, default, help) from these classes and
-builds the configs back from them, so a new option is written once, here.
-The trainer's own settings (optimizer, schedule, compute) live in ``showtell.trainer.config``.
+flag: the commands derive their flags (name, type, default, help) from these classes and
+build the configs back from them, so a new option is written once, here.
+The trainer's own sections (optimizer, schedule, compute) live in ``showtell.trainer.config``,
+the evaluator's in ``showtell.evaluator.config``.
 Sizes that change a checkpoint's variables live in ``ModelConfig`` and are recorded in the
 model directory, so a restart with a different shape is refused instead of half-restored.
 """

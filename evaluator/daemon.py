@@ -26,14 +26,14 @@ from showtell.api.transport import LoadedSecurity, check_listen_address
 from showtell.captioning.model.restoring import latest_checkpoint
 from showtell.common import exposition
 from showtell.common.errors import ShowtellError
-from showtell.common.exposition import MetricsEndpoint
+from showtell.common.exposition import PrometheusEndpoint
 from showtell.common.locks import DirectoryLock
 from showtell.common.model_dir import ModelDir
 from showtell.common.processes import signal_exit_code
 from showtell.evaluator.config import EvaluatorConfig
 from showtell.evaluator.loop.controller import EvalController
 from showtell.evaluator.loop.merger import Merger
-from showtell.evaluator.loop.result import EvalResult
+from showtell.evaluator.loop.protocol import EvalResult
 from showtell.evaluator.loop.sizing import AUTO, RunSizes
 from showtell.evaluator.loop.status import Broadcast
 from showtell.evaluator.loop.watcher import CheckpointWatcher
@@ -47,7 +47,7 @@ from showtell.evaluator.scoring.bootstrap import Bootstrap, export_judge
 from showtell.evaluator.scoring.evaluation import CheckpointEvaluator
 from showtell.evaluator.scoring.features import FeatureStore
 from showtell.evaluator.scoring.scorers import CaptionScorer, resolve_tokenizer
-from showtell.evaluator.serving.prometheus import EvaluatorMetrics
+from showtell.evaluator.serving.prometheus import EvaluatorFigures
 from showtell.evaluator.serving.server import MetricsServer
 from showtell.evaluator.serving.service import MetricsService
 
@@ -113,7 +113,8 @@ def _prepare(config: EvaluatorConfig) -> None:
         tf.config.threading.set_inter_op_parallelism_threads(threads)
 
 
-def serve(config: EvaluatorConfig, security: LoadedSecurity, endpoint: MetricsEndpoint | None = None) -> int:
+def serve(config: EvaluatorConfig, security: LoadedSecurity,
+          endpoint: PrometheusEndpoint | None = None) -> int:
     """Run the service; its figures go to ``endpoint`` (``--prometheus-port``) when there is one."""
     exit_code, abandoned = asyncio.run(_serve(config, security, endpoint))
     if abandoned:
@@ -130,7 +131,7 @@ def serve(config: EvaluatorConfig, security: LoadedSecurity, endpoint: MetricsEn
 
 
 @dataclass
-class _Parts:
+class _Components:
     """The service's objects, made in one place: started in order, stopped in reverse.  A part of a
     split evaluation but part 0 serves nothing: it evaluates and publishes (``server`` None)."""
 
@@ -144,7 +145,7 @@ class _Parts:
 
 
 def _split_part(config: EvaluatorConfig, model_dir: ModelDir, evaluator: CheckpointEvaluator,
-                security: LoadedSecurity) -> _Parts:
+                security: LoadedSecurity) -> _Components:
     """A part of a split evaluation that does not merge: it evaluates its images of every checkpoint
     and publishes them (``--parts-dir``); part 0 records and serves.  It answers health alone
     (probes, compose's health check)."""
@@ -157,7 +158,7 @@ def _split_part(config: EvaluatorConfig, model_dir: ModelDir, evaluator: Checkpo
         arrival_timeout=config.watch.arrival_timeout)
     watcher = CheckpointWatcher(model_dir.root, controller.on_change, config.watch.poll_secs,
                                 also=ModelDir.SIGNALS)
-    return _Parts(evaluator, own, None, controller, [watcher], _server(None, config.serve, security))
+    return _Components(evaluator, own, None, controller, [watcher], _server(None, config.serve, security))
 
 
 def _parts_dir(config: EvaluatorConfig) -> PartsDir:
@@ -202,8 +203,8 @@ def _exporters(config: EvaluatorConfig, store: Store,
     return exporters
 
 
-def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.AbstractEventLoop,
-           endpoint: MetricsEndpoint | None) -> _Parts:
+def _components(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.AbstractEventLoop,
+           endpoint: PrometheusEndpoint | None) -> _Components:
     model_dir, workdir, serving = ModelDir(config.model_dir), config.work, config.serve
     auto = config.evaluation.max_eval_examples == AUTO
     evaluator = build_evaluator(config, model_dir)  # its JVM starts in the evaluation thread
@@ -224,7 +225,7 @@ def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.Abst
     if exporters:
         actions.append(ExportBest(exporters, evaluator, merged=config.sharding.split))
     if endpoint is not None:
-        figures = EvaluatorMetrics(registry=endpoint.registry, status=lambda: controller.status, store=store,
+        figures = EvaluatorFigures(registry=endpoint.registry, status=lambda: controller.status, store=store,
                                    streams=lambda: service.streams,
                                    sets=(DEFAULT_SET, *(s.name for s in config.eval_sets)))
         actions.append(figures.record)
@@ -251,7 +252,8 @@ def _parts(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.Abst
                              bootstrap=evaluator.bootstrap,
                              eval_sets=(DEFAULT_SET, *(s.name for s in config.eval_sets)))
     service.attach(loop)
-    return _Parts(evaluator, store, summaries, controller, watchers, _server(service, serving, security), own)
+    return _Components(evaluator, store, summaries, controller, watchers, _server(service, serving, security),
+                       own)
 
 
 def _server(service: MetricsService | None, serving, security: LoadedSecurity) -> MetricsServer:
@@ -288,10 +290,10 @@ class _EvaluationThread:
 
 
 async def _serve(config: EvaluatorConfig, security: LoadedSecurity,
-                 endpoint: MetricsEndpoint | None) -> tuple[int, bool]:
+                 endpoint: PrometheusEndpoint | None) -> tuple[int, bool]:
     """The service until it stops: (exit code, whether an evaluation was abandoned running)."""
     loop = asyncio.get_running_loop()
-    parts = _parts(config, security, loop, endpoint)
+    components = _components(config, security, loop, endpoint)
     stop, stopped_by = asyncio.Event(), []
 
     def on_signal(sig: signal.Signals) -> None:
@@ -301,51 +303,51 @@ async def _serve(config: EvaluatorConfig, security: LoadedSecurity,
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
-    evaluation = _EvaluationThread(parts.controller, loop, stop)
+    evaluation = _EvaluationThread(components.controller, loop, stop)
     try:
         # Watching before the health service says SERVING: a checkpoint named and deleted (--keep)
         # while the JVM starts is still seen, and recorded skipped (the chaos soak found the gap).
-        for watcher in parts.watchers:
+        for watcher in components.watchers:
             watcher.start()
             await asyncio.to_thread(watcher.ready.wait, 30)
-        if parts.server is not None:
-            await parts.server.start()
+        if components.server is not None:
+            await components.server.start()
         finish = config.finish.describe()
         shard = config.sharding.shard if config.sharding.split else None
         log.info("work dir %s; policy %s; observer %s%s%s", config.work.root, config.watch.policy,
-                 parts.watchers[0].kind, f"; ends when {finish}" if finish else "",
+                 components.watchers[0].kind, f"; ends when {finish}" if finish else "",
                  f"; part {shard} of every evaluation, results in --parts-dir {config.sharding.parts_dir}"
                  + ("" if shard.merges else ", merged and served by part 0") if shard else "")
         evaluation.thread.start()
         await stop.wait()
     finally:
-        await _shut_down(parts, evaluation.thread)
-    code = _exit_code(evaluation.exit_code, stopped_by, config, parts.controller)
+        await _shut_down(components, evaluation.thread)
+    code = _exit_code(evaluation.exit_code, stopped_by, config, components.controller)
     return code, evaluation.thread.is_alive()
 
 
-async def _shut_down(parts: _Parts, thread: threading.Thread) -> None:
+async def _shut_down(components: _Components, thread: threading.Thread) -> None:
     """In order: no new evaluation, no new RPC, no new event; an evaluation in progress is
     abandoned (no row: it runs again after a restart); then nothing recorded from here on."""
-    parts.controller.stop()
-    if parts.server is not None:
-        await parts.server.stop()
-    for watcher in parts.watchers:
+    components.controller.stop()
+    if components.server is not None:
+        await components.server.stop()
+    for watcher in components.watchers:
         watcher.stop()
     if thread.ident is not None:
         await asyncio.to_thread(thread.join, 2)
         if thread.is_alive():
             log.info("the evaluation in progress is abandoned (it runs again after a restart)")
-    await asyncio.to_thread(parts.controller.recorder.close)
-    merger = parts.controller.merge
+    await asyncio.to_thread(components.controller.recorder.close)
+    merger = components.controller.merge
     if isinstance(merger, Merger):
         await asyncio.to_thread(merger.recorder.close)
-    parts.evaluator.close()
-    if parts.summaries is not None:
-        parts.summaries.close()
-    parts.store.close()
-    if parts.own is not None:
-        parts.own.close()
+    components.evaluator.close()
+    if components.summaries is not None:
+        components.summaries.close()
+    components.store.close()
+    if components.own is not None:
+        components.own.close()
 
 
 def _exit_code(code: int, stopped_by: list[signal.Signals], config: EvaluatorConfig,

@@ -1,5 +1,6 @@
-"""``showtell {data,pretrain,train,evaluate,metrics,runs,caption,demo}`` — dispatch to each
-command's own module.
+"""``showtell COMMAND`` — dispatch to each command's own module under ``showtell/commands/``
+(``COMMANDS`` below lists them: data, pretrain, train, evaluate, metrics, runs, caption,
+import-im2txt, demo).
 
 Subcommand modules are imported only when chosen, so ``showtell --help`` is instant and
 the trainer and evaluator packages never import each other.

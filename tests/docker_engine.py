@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests import system_packages
+from tests.measure import cpu_seconds
 
 CACHE_DIR = Path(os.environ.get("SHOWTELL_DOCKER_CACHE", "/var/cache/showtell-docker"))
 BASE_IMAGE = "showtell-base:bookworm"
@@ -94,7 +95,6 @@ class Engine:
         dockerd puts them under (cgroup v1's cpuacct keeps a removed container's usage in its
         parent, and the cgroup outlives the engine: counted from the engine's start).  None when
         that cgroup is not where this machine's layout puts it."""
-        from showtell.common.processes import cpu_seconds
 
         containers = _containers_cpu_ns()
         if self.proc is None or self.proc.poll() is not None or containers is None:

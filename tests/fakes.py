@@ -11,7 +11,7 @@ from showtell.common.errors import ShowtellError
 from showtell.common.model_dir import ModelDir
 from showtell.evaluator.config import Finish
 from showtell.evaluator.loop.controller import EvalController
-from showtell.evaluator.loop.result import EvalResult
+from showtell.evaluator.loop.protocol import EvalResult
 from showtell.evaluator.loop.sizing import RunSizes
 from showtell.evaluator.records.recorder import Action, Recorder
 from showtell.evaluator.records.store import Store

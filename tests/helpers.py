@@ -14,8 +14,6 @@ from pathlib import Path
 from showtell.captioning.config import SyntheticConfig
 from showtell.common import processes
 
-free_ports = processes.free_ports
-
 ROOT = Path(__file__).resolve().parents[1]
 # Small decoder and batch so a CPU step takes milliseconds; 75 px is Inception's minimum.
 # The encoder stays frozen (phase 1, on the feature cache the first run builds in the session's

@@ -23,7 +23,7 @@ from tests.helpers import ROOT
 
 @pytest.mark.e2e
 def test_short_chaos_soak_violates_nothing(tmp_path: Path):
-    result = processes.run_command([sys.executable, str(ROOT / "bench" / "chaos.py"), "--seconds", "70",
+    result = processes.run_process([sys.executable, str(ROOT / "bench" / "chaos.py"), "--seconds", "70",
                                     "--kills", "4", "--seed", "3", "--dir", str(tmp_path / "soak")],
                                    timeout=900, cwd=ROOT)
     figures = json.loads(result.stdout.strip().splitlines()[-1])

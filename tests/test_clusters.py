@@ -25,9 +25,9 @@ import grpc
 import pytest
 import tensorflow as tf
 
-from showtell.common.processes import cpu_seconds
 from showtell.v1 import metrics_pb2
-from tests.helpers import Procs, error_lines, free_ports, metrics_stub, start_evaluator, wait_for
+from tests.helpers import Procs, error_lines, metrics_stub, start_evaluator, wait_for
+from tests.measure import cpu_seconds, free_ports
 
 pytestmark = pytest.mark.e2e
 

@@ -30,7 +30,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import ROOT, free_ports, parse_cli, wait_for
+from tests.helpers import ROOT, parse_cli, wait_for
+from tests.measure import free_ports
 from tests.session_hooks import UNWAITED_CPU_KEY
 
 RECIPE = "/etc/showtell/recipe.yaml"

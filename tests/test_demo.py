@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import error_lines, free_ports, run_showtell, wait_for
+from tests.helpers import error_lines, run_showtell, wait_for
+from tests.measure import free_ports
 
 pytestmark = pytest.mark.e2e
 

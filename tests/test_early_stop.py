@@ -13,7 +13,8 @@ import pytest
 
 from showtell.trainer.following.early_stop import StopWhen
 from showtell.v1 import metrics_pb2 as pb
-from tests.helpers import TINY_MODEL, error_lines, free_ports, metrics_stub, renice_session, wait_for
+from tests.helpers import TINY_MODEL, error_lines, metrics_stub, renice_session, wait_for
+from tests.measure import free_ports
 
 pytestmark = pytest.mark.e2e
 

@@ -20,7 +20,6 @@ from showtell.api.contract import ALL_RUNS
 from showtell.captioning.model.restoring import read_state
 from showtell.common import processes
 from showtell.common.model_dir import ModelDir
-from showtell.common.processes import tree_cpu_seconds
 from showtell.v1 import metrics_pb2 as pb
 from tests.helpers import (
     TINY_MODEL,
@@ -33,6 +32,7 @@ from tests.helpers import (
     train_more,
     wait_for,
 )
+from tests.measure import figures, tree_cpu_seconds
 
 pytestmark = pytest.mark.e2e
 IDLE_SECONDS = 20.0
@@ -92,7 +92,7 @@ def test_every_observer_sleeps_while_idle_notices_and_tells_runs_apart(
             for name, (proc, _) in evaluators.items()}
     print("idle CPU incl. children (the JVM), fraction of one core:",
           {k: round(v, 4) for k, v in used.items()},
-          "threads/fds/rss:", {k: processes.figures(proc.pid) for k, (proc, _) in evaluators.items()})
+          "threads/fds/rss:", {k: figures(proc.pid) for k, (proc, _) in evaluators.items()})
     assert all(fraction <= IDLE_CORE_FRACTION for fraction in used.values()), used
 
     train_more(tiny_data, model_dir, 6, "--save-every-steps", "2", "--keep", "10")

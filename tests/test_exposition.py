@@ -11,7 +11,7 @@ import urllib.request
 from prometheus_client import Gauge
 from prometheus_client.parser import text_string_to_metric_families
 
-from showtell.common.exposition import MetricsEndpoint, registry_with_build_info
+from showtell.common.exposition import PrometheusEndpoint, registry_with_build_info
 
 
 def test_a_scrape_during_shutdown_gets_the_whole_page_or_no_connection():
@@ -19,7 +19,7 @@ def test_a_scrape_during_shutdown_gets_the_whole_page_or_no_connection():
     big = Gauge("showtell_test_value", "A page of a few hundred KB.", ["n"], registry=registry)
     for n in range(5000):
         big.labels(str(n)).set(n)
-    endpoint = MetricsEndpoint(registry, "127.0.0.1", 0)
+    endpoint = PrometheusEndpoint(registry, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{endpoint.port}/metrics"
     outcomes: list[str] = []
     scraped = threading.Event()
@@ -69,7 +69,7 @@ def test_close_waits_for_a_slow_scrape_to_get_its_whole_page():
     big = Gauge("showtell_test_value", "A page of a few MB.", ["n"], registry=registry)
     for n in range(60_000):
         big.labels(f"{n:08d}" * 4).set(n)
-    endpoint = MetricsEndpoint(registry, "127.0.0.1", 0)
+    endpoint = PrometheusEndpoint(registry, "127.0.0.1", 0)
     reader = socket.socket()
     reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     reader.connect(("127.0.0.1", endpoint.port))

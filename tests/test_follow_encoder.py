@@ -15,12 +15,12 @@ import pytest
 from showtell.captioning.config import pretrain_state
 from showtell.common.locks import LOCK_FILE
 from showtell.common.model_dir import ModelDir
-from showtell.common.processes import cpu_seconds
 from showtell.trainer.following import follow
 from showtell.trainer.loop.signals import StopRequest
 from tests import weights_files
 from tests.fakes import FakeClock
 from tests.helpers import TINY_SIZES, Procs, wait_for
+from tests.measure import cpu_seconds
 
 
 def _record(model_dir: Path, sha256: str) -> None:

@@ -18,13 +18,13 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from showtell.common.model_dir import ModelDir
-from showtell.common.processes import figures
 from showtell.evaluator.records.record import Record
 from showtell.evaluator.records.store import Store
 from showtell.evaluator.serving.service import to_proto
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 from tests.helpers import ROOT, start_evaluator, wait_for
+from tests.measure import figures
 
 pytestmark = pytest.mark.e2e
 

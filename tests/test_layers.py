@@ -204,7 +204,7 @@ EVALUATOR_LAYERS = [  # bottom to top, as CONTRIBUTING.md draws them
 def test_the_evaluators_parts_import_downwards():
     """records ← config ← loop ← scoring ← serving ← daemon: each part may import its own folder
     and those below — the loop never the service (which reads only the loop's ``Status``), nor
-    the scoring: the loop owns what it asks of an evaluator and gets back (``loop/result.py``),
+    the scoring: the loop owns what it asks of an evaluator and gets back (``loop/protocol.py``),
     and the scoring implements it."""
     level = {part: i for i, parts in enumerate(EVALUATOR_LAYERS) for part in parts}
     wrong = []

@@ -16,12 +16,12 @@ from tests.helpers import (
     TINY_MODEL,
     copy_model,
     error_lines,
-    free_ports,
     renice_session,
     run_showtell,
     start_evaluator,
     wait_for,
 )
+from tests.measure import free_ports
 
 pytestmark = pytest.mark.e2e
 

@@ -19,7 +19,8 @@ import tensorflow as tf
 import yaml
 
 from tests import system_packages
-from tests.helpers import ROOT, TINY_MODEL, error_lines, free_ports, start_evaluator, wait_for
+from tests.helpers import ROOT, TINY_MODEL, error_lines, start_evaluator, wait_for
+from tests.measure import free_ports
 
 PROMETHEUS = {"prometheus": "prometheus", "promtool": "prometheus"}
 
@@ -218,12 +219,12 @@ def test_the_evaluator_says_when_the_trainer_finished(tmp_path: Path):
 
     from showtell.evaluator.loop.status import Status
     from showtell.evaluator.records.store import Store
-    from showtell.evaluator.serving.prometheus import EvaluatorMetrics
+    from showtell.evaluator.serving.prometheus import EvaluatorFigures
 
     status = Status()
     store = Store(tmp_path / "evaluations.sqlite")
     registry = CollectorRegistry()
-    EvaluatorMetrics(registry=registry, status=lambda: status, store=store, streams=lambda: 0)
+    EvaluatorFigures(registry=registry, status=lambda: status, store=store, streams=lambda: 0)
     assert "showtell_evaluator_trainer_finished 0.0" in generate_latest(registry).decode()
     status = Status(trained_step=1200)
     assert "showtell_evaluator_trainer_finished 1.0" in generate_latest(registry).decode()

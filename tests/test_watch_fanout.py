@@ -14,10 +14,10 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from showtell.common.processes import figures
 from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 from tests.helpers import copy_model, start_evaluator, train_more, wait_for
+from tests.measure import figures
 
 pytestmark = pytest.mark.e2e
 STREAMS = 200

@@ -83,7 +83,7 @@ def _train(experiment: TrainExperiment, stop: StopRequest) -> int:
 def _train_task(experiment: TrainExperiment, stop: StopRequest, site: Site, model_dir: ModelDir) -> int:
     from showtell.trainer.distribution.placement import place
     from showtell.trainer.following.early_stop import EarlyStop
-    from showtell.trainer.loop.prometheus import TrainerMetrics
+    from showtell.trainer.loop.prometheus import TrainerFigures
     from showtell.trainer.trainer import Trainer, TrainerSettings
 
     # The chief's figures (a port in use: one line, before the model is built).
@@ -102,7 +102,7 @@ def _train_task(experiment: TrainExperiment, stop: StopRequest, site: Site, mode
                                    profile_steps=experiment.runtime.profile_steps,
                                    recorded=recorded_settings(experiment), keys=keys())
         trainer = Trainer(task, model_dir, settings, placement,
-                          metrics=TrainerMetrics(endpoint.registry) if endpoint else None,
+                          figures=TrainerFigures(endpoint.registry) if endpoint else None,
                           actions=[follow.EncoderWatch(encoder, stop, experiment.follow.preview_secs)]
                           if encoder is not None else [])
         listener = (EarlyStop.listen(experiment.early_stop, stop, lambda: model_dir.run_id)

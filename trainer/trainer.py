@@ -39,7 +39,7 @@ from showtell.trainer.distribution.placement import Placement, variable_placemen
 from showtell.trainer.loop.actions import ProfileSteps, StepReport, WeightHistograms
 from showtell.trainer.loop.checkpoints import Checkpoints, SaveSchedule
 from showtell.trainer.loop.controller import Action, Controller
-from showtell.trainer.loop.prometheus import TrainerMetrics
+from showtell.trainer.loop.prometheus import TrainerFigures
 from showtell.trainer.loop.runners import ParameterServerRunner, SynchronousRunner
 from showtell.trainer.loop.signals import StopRequest
 from showtell.trainer.loop.summaries import TrainSummaries
@@ -80,7 +80,7 @@ class Trainer:
     """Trains ``task`` to its ``TrainConfig.steps`` where ``placement`` puts it."""
 
     def __init__(self, task: CaptionTask, model_dir: ModelDir, settings: TrainerSettings,
-                 placement: Placement, *, metrics: TrainerMetrics | None = None,
+                 placement: Placement, *, figures: TrainerFigures | None = None,
                  actions: Sequence[Action] = ()) -> None:
         """
         Args:
@@ -88,11 +88,11 @@ class Trainer:
           model_dir: where the run writes its checkpoints and — the chief — its record.
           settings: the run's own settings (``TrainerSettings``).
           placement: the strategy, why, this task's cluster and (parameter_server) its coordinator.
-          metrics: the Prometheus figures to keep (``--prometheus-port``), or None.
+          figures: the Prometheus figures to keep (``--prometheus-port``), or None.
           actions: more controller actions, after the trainer's own (``--follow-encoder``'s watch).
         """
         self.task, self.model_dir, self.settings, self.placement = task, model_dir, settings, placement
-        self.metrics, self.extra_actions = metrics, list(actions)
+        self.figures, self.extra_actions = figures, list(actions)
         self.is_chief = placement.is_chief
         self.checkpoints, self.scratch = task_checkpoints(task, model_dir.path, self.is_chief)
 
@@ -119,10 +119,10 @@ class Trainer:
                 actions=[
                     StepReport(summaries=summaries, optimizer=task.optimizer, every=cfg.log_every_steps,
                                steps=cfg.steps, encoder_optimizer=task.encoder_optimizer,
-                               publish=self.metrics.report if self.metrics else None),
+                               publish=self.figures.report if self.figures else None),
                     WeightHistograms(summaries=summaries, model=task.model, every=cfg.histogram_every_steps),
                     *([profiler] if profiler else []),
-                    *([self.metrics] if self.metrics else []),
+                    *([self.figures] if self.figures else []),
                     *self.extra_actions,
                 ],
                 boundaries=[cfg.log_every_steps, cfg.save_every_steps, cfg.histogram_every_steps],
@@ -169,9 +169,9 @@ class Trainer:
         """Where the run is, for what reads it from outside: the run id in every JSON log record,
         the step and each save's figures for Prometheus (``--prometheus-port``)."""
         logs.CONTEXT["run"] = self.model_dir.run_id or ""
-        if self.metrics is not None:
-            self.metrics.start(step, self.task.batch_size, logs.CONTEXT["run"])
-            self.checkpoints.on_save = self.metrics.saved
+        if self.figures is not None:
+            self.figures.start(step, self.task.batch_size, logs.CONTEXT["run"])
+            self.checkpoints.on_save = self.figures.saved
 
     def _log_shape(self) -> None:
         task, replicas, workers = self.task, self.task.strategy.num_replicas_in_sync, self.placement.workers

@@ -20,7 +20,7 @@ from pathlib import Path
 from showtell.common.errors import ModelDirIncomplete, ShowtellError
 from showtell.common.model_dir import ModelDir
 from showtell.evaluator.loop.pinning import Missing, files_state, pin, unpin
-from showtell.evaluator.loop.result import EvalResult, Evaluator, Images
+from showtell.evaluator.loop.protocol import EvalResult, Evaluator, Images
 from showtell.evaluator.loop.schedule import Checkpoint
 from showtell.evaluator.records.record import Record
 

@@ -27,7 +27,7 @@ from showtell.evaluator.config import Finish
 from showtell.evaluator.loop import schedule
 from showtell.evaluator.loop.attempts import Attempts, NotArrived
 from showtell.evaluator.loop.look import Look, look_at
-from showtell.evaluator.loop.result import Evaluator
+from showtell.evaluator.loop.protocol import Evaluator
 from showtell.evaluator.loop.schedule import Checkpoint, Retry, Skip
 from showtell.evaluator.loop.seen import SeenCheckpoints, recorded
 from showtell.evaluator.loop.sizing import RunSizes

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 
 from showtell.evaluator.loop.attempts import record_of
-from showtell.evaluator.loop.result import Evaluator
+from showtell.evaluator.loop.protocol import Evaluator
 from showtell.evaluator.loop.status import WaitingForParts
 from showtell.evaluator.records.parts import PartsMismatch
 from showtell.evaluator.records.parts_dir import Group, PartsDir, Published

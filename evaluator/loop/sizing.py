@@ -23,7 +23,7 @@ from pathlib import Path
 
 from showtell.common.files import write_atomic
 from showtell.common.model_dir import ModelDir
-from showtell.evaluator.loop.result import COMPUTED
+from showtell.evaluator.loop.protocol import COMPUTED
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,10 @@
-"""Evaluate checkpoints of one model dir against one dataset's validation split.
+"""Evaluate checkpoints of one model dir on its evaluation sets: ``--data``'s validation split
+and each ``--eval-set`` (``dataset.EVAL``), whole or — one part of a split evaluation — every
+N-th image, returned unscored for part 0 to merge.
 
 The model is rebuilt from the model dir's ``showtell-model.json`` (no model flags on the
 evaluating machine) once, and every checkpoint is restored into the same model, so the
-traced graphs are reused.  References are read once.
+traced graphs are reused.  References are read once per set.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from showtell.captioning.model.validation import Features, Validator
 from showtell.common.errors import ModelDirError
 from showtell.common.model_dir import ModelDir
 from showtell.evaluator.config import EvalSet
-from showtell.evaluator.loop.result import COMPUTED, OFF, REUSED, EvalResult, Images
+from showtell.evaluator.loop.protocol import COMPUTED, OFF, REUSED, EvalResult, Images
 from showtell.evaluator.records.parts import PartStats, SetPart
 from showtell.evaluator.records.parts import merge as merge_parts
 from showtell.evaluator.scoring import bootstrap

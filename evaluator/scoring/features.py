@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from showtell.captioning.config import InputConfig
 from showtell.captioning.data.feature_cache import INFO, Appender, CacheDamaged, FeatureCache, Part, cache_key
-from showtell.evaluator.loop.result import COMPUTED, EXTENDED, OFF, REBUILT, REUSED
+from showtell.evaluator.loop.protocol import COMPUTED, EXTENDED, OFF, REBUILT, REUSED
 
 log = logging.getLogger(__name__)
 

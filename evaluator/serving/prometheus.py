@@ -27,7 +27,7 @@ STATUSES = ("ok", "failed", "skipped")
 DURATION_BUCKETS = (1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
 
 
-class EvaluatorMetrics:
+class EvaluatorFigures:
     """The registry ``--prometheus-port`` serves; ``record`` is an action of the controller."""
 
     def __init__(self, *, registry: CollectorRegistry, status: Callable[[], Status], store: Store,

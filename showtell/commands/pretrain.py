@@ -70,13 +70,13 @@ def run(args: argparse.Namespace) -> int:
         # The figures a trainer serves (a port in use: one line, before TensorFlow loads).
         endpoint = exposition.serve("pretrain", config_from_flags(MonitoringConfig, args))
         try:
-            from showtell.trainer.loop.prometheus import TrainerMetrics
+            from showtell.trainer.loop.prometheus import TrainerFigures
             from showtell.trainer.pretraining.pretrain import pretrain
 
             result = pretrain(data=args.data, out=args.out, seconds=args.seconds, steps=args.steps,
                               batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed,
                               first_save_after=args.first_save_after, fresh=args.fresh,
-                              metrics=TrainerMetrics(endpoint.registry) if endpoint else None)
+                              figures=TrainerFigures(endpoint.registry) if endpoint else None)
         finally:
             if endpoint is not None:
                 endpoint.close()

@@ -135,8 +135,8 @@ def _ask(args: argparse.Namespace, verb: str | None, run_ids: list[str]) -> int:
     import grpc
 
     from showtell.api.client import MetricsClient
+    from showtell.api.replies import explain
     from showtell.api.transport import ClientSecurity
-    from showtell.commands.metrics import explain
 
     security = ClientSecurity.from_args(args)
     with MetricsClient(args.server, security=security, timeout=args.timeout) as client:
@@ -167,7 +167,7 @@ def _best_compared(client, run_ids: list[str], metric: str) -> str:
     mislead, where a run with nothing to compare merely has no answer."""
     import grpc
 
-    from showtell.commands.metrics import format_comparison
+    from showtell.api.replies import format_comparison
     from showtell.v1 import metrics_pb2 as pb
 
     a, b = (pb.EvaluationRef(run_id=run, best=metric) for run in run_ids)

@@ -47,7 +47,7 @@ class _QuietHandler(WSGIRequestHandler):
         """No line per scrape (one every 15 s for as long as the service runs)."""
 
 
-class MetricsEndpoint:
+class PrometheusEndpoint:
     """``registry`` served on ``host:port`` until ``close``."""
 
     def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
@@ -92,11 +92,11 @@ def registry_with_build_info(component: str) -> CollectorRegistry:
     return registry
 
 
-def serve(component: str, config: MonitoringConfig) -> MetricsEndpoint | None:
+def serve(component: str, config: MonitoringConfig) -> PrometheusEndpoint | None:
     """The endpoint ``config`` asks for, serving a registry with the build info to which the
     service adds its figures; None when ``--prometheus-port`` is not given.  Started first, before
     TensorFlow loads: a port in use fails in one line, at once."""
     if config.prometheus_port is None:
         return None
     registry = registry_with_build_info(component)
-    return MetricsEndpoint(registry, config.prometheus_host, config.prometheus_port)
+    return PrometheusEndpoint(registry, config.prometheus_host, config.prometheus_port)

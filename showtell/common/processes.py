@@ -13,7 +13,6 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -69,10 +68,10 @@ def run(*args: str, timeout: float | None = None, **kwargs) -> subprocess.Comple
     """Run a showtell command to its end, output captured as text.  On a timeout (or any error
     while waiting) the command and everything it started are killed (``kill_tree``) before the
     error is raised: a demo's children would otherwise run on."""
-    return run_command(command(*args), timeout=timeout, env=kwargs.pop("env", environment()), **kwargs)
+    return run_process(command(*args), timeout=timeout, env=kwargs.pop("env", environment()), **kwargs)
 
 
-def run_command(args: list[str], timeout: float | None = None, **kwargs) -> subprocess.CompletedProcess:
+def run_process(args: list[str], timeout: float | None = None, **kwargs) -> subprocess.CompletedProcess:
     """``subprocess.run`` with output captured as text, in a session of its own, whose whole tree
     is killed if it does not end by itself (``subprocess.run`` kills only the direct child)."""
     with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -149,39 +148,3 @@ def stop(proc: subprocess.Popen, grace: float = 60.0) -> int:
     code = proc.wait()
     kill_group(proc.pid)
     return code
-
-
-def free_ports(n: int = 1) -> list[int]:
-    """Ports free on 127.0.0.1 right now (held together, so they differ): for local clusters."""
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (``/proc/PID/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """CPU time of a process and of every process it started that is still running (a JVM the
-    evaluator's scorer keeps: its cost is the evaluator's)."""
-    total = cpu_seconds(pid)
-    for child in descendants(pid):
-        with contextlib.suppress(OSError):
-            total += cpu_seconds(child)
-    return total
-
-
-def figures(pid: int) -> dict[str, float]:
-    """Threads, open file descriptors and resident memory (MB) of a process."""
-    pairs = (line.partition(":") for line in Path(f"/proc/{pid}/status").read_text().splitlines())
-    field = {key: value.split()[0] for key, _, value in pairs if value.split()}
-    return {"threads": int(field["Threads"]), "fds": len(os.listdir(f"/proc/{pid}/fd")),
-            "rss_mb": round(int(field["VmRSS"]) / 1024, 1)}

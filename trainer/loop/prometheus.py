@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Info
 from showtell.trainer.loop.controller import StepLogs
 
 
-class TrainerMetrics:
+class TrainerFigures:
     """Set by the trainer's own actions: after every chunk of steps (the global step, the examples
     counted), at each log line (``report``: input wait) and after each save (``saved``).
     Throughput is a counter (``showtell_trainer_examples_total``): ``rate()`` over any window is

@@ -30,7 +30,7 @@ from showtell.common.errors import ShowtellError
 from showtell.common.files import sha256_of
 from showtell.trainer.loop.checkpoints import SaveSchedule
 from showtell.trainer.loop.controller import Controller, StepLogs
-from showtell.trainer.loop.prometheus import TrainerMetrics
+from showtell.trainer.loop.prometheus import TrainerFigures
 from showtell.trainer.loop.signals import StopRequest
 from showtell.trainer.pretraining.heads import (
     HELD_OUT,
@@ -57,7 +57,7 @@ class PretrainResult:
 def pretrain(*, data: Path, out: Path, seconds: float | None = None, steps: int | None = None,
              batch_size: int = 32, learning_rate: float = 1e-3, seed: int = 0,
              report_every_secs: float = 20.0, first_save_after: float | None = None,
-             fresh: bool = False, metrics: TrainerMetrics | None = None) -> PretrainResult:
+             fresh: bool = False, figures: TrainerFigures | None = None) -> PretrainResult:
     """Train the encoder on ``data``'s scene labels for ``steps`` or ``seconds`` more, from where
     the last run left it (``pretrain_state(out)``) unless ``fresh``; write ``out``.
 
@@ -78,7 +78,7 @@ def pretrain(*, data: Path, out: Path, seconds: float | None = None, steps: int 
         an early encoder that phase 1 can start from while pretraining continues (the demo's
         preview); the end writes it again.
       fresh: start from random weights even when a state from an earlier run is there.
-      metrics: the Prometheus figures to keep (``pretrain --prometheus-port``), as a trainer's.
+      figures: the Prometheus figures to keep (``pretrain --prometheus-port``), as a trainer's.
     """
     if not out.name.endswith(".weights.h5"):
         raise ShowtellError(f"--out {out}: the file name must end in .weights.h5 (Keras' weights format)")
@@ -90,7 +90,7 @@ def pretrain(*, data: Path, out: Path, seconds: float | None = None, steps: int 
     started = time.monotonic()
     try:
         return _pretrain(data, out, stop, Budget(seconds, steps, started), batch_size,
-                         learning_rate, seed, report_every_secs, first_save_after, fresh, metrics)
+                         learning_rate, seed, report_every_secs, first_save_after, fresh, figures)
     finally:
         stop.restore()
 
@@ -115,7 +115,7 @@ class Budget:
 
 def _pretrain(data: Path, out: Path, stop: StopRequest, budget: Budget, batch_size: int,
               learning_rate: float, seed: int, report_every_secs: float, first_save_after: float | None,
-              fresh: bool, metrics: TrainerMetrics | None) -> PretrainResult:
+              fresh: bool, figures: TrainerFigures | None) -> PretrainResult:
     keras.utils.set_random_seed(seed)
     images, labels = train_images(data)
     n_fit = round(len(images) * (1 - HELD_OUT))
@@ -136,9 +136,9 @@ def _pretrain(data: Path, out: Path, stop: StopRequest, budget: Budget, batch_si
     runner = PretrainRunner(step_fn, fit_dataset(images[:n_fit], {h: v[:n_fit] for h, v in labels.items()},
                                                  config, batch_size, skip_steps=first), first, batch_size)
     preview = EncoderPreview(encoder, out, state, runner)
-    if metrics is not None:
-        metrics.start(first, batch_size, "pretrain")
-        preview.on_save = metrics.saved
+    if figures is not None:
+        figures.start(first, batch_size, "pretrain")
+        preview.on_save = figures.saved
     remaining = None if first_save_after is None else max(1e-3, budget.started + first_save_after
                                                              - time.monotonic())
     controller = Controller(
@@ -146,7 +146,7 @@ def _pretrain(data: Path, out: Path, stop: StopRequest, budget: Budget, batch_si
         save_schedule=SaveSchedule(None, None, first_secs=remaining), stop=stop,
         actions=[TimeLimit(stop, budget),
                  PretrainProgress(held_out, report_every_secs, budget, batch_size, first),
-                 *([metrics] if metrics is not None else [])])
+                 *([figures] if figures is not None else [])])
     stopped_by = controller.train(first + budget.steps if budget.steps is not None else 2**62)
     if stop.final and preview.saved_step == runner.step:
         # The time limit fell on the first encoder's step (a slow machine's first step, tracing,
@@ -163,8 +163,8 @@ def _pretrain(data: Path, out: Path, stop: StopRequest, budget: Budget, batch_si
     state.save(step, accuracy)
     _save(encoder, out, "the pretrained encoder")
     state.encoder_written(step, out, final=finished)
-    if metrics is not None:
-        metrics(step)
+    if figures is not None:
+        figures(step)
     code = stop.exit_code(finished)
     if code:  # as the trainer says it: a scheduler must not read a preempted pretraining as done
         log.info("stopped after %d steps by %s before finishing: exit %d — not done; the encoder so far "
