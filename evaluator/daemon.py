@@ -54,14 +54,15 @@ from showtell.evaluator.serving.service import MetricsService
 log = logging.getLogger(__name__)
 
 
-def build_evaluator(config: EvaluatorConfig, model_dir: ModelDir | None = None) -> CheckpointEvaluator:
-    """The checkpoint evaluator ``config`` describes: its sets, scorers, bootstrap and kept features
-    (in its work dir; none without one).  ``--max-eval-examples auto`` starts unlimited: the
-    controller sizes each evaluation.  ``model_dir``: the one this process opened (default: here)."""
+def build_evaluator(config: EvaluatorConfig, model_dir: ModelDir) -> CheckpointEvaluator:
+    """The checkpoint evaluator ``config`` describes, of ``model_dir`` (``config.model_dir`` as this
+    process opened it): its sets, scorers, bootstrap and kept features (in its work dir; none
+    without one).  ``--max-eval-examples auto`` starts unlimited: the controller sizes each
+    evaluation."""
     evaluation, work = config.evaluation, config.work
     # METEOR's JVM takes seconds to start: the first evaluation starts it, not the constructor.
     return CheckpointEvaluator(
-        model_dir or ModelDir(config.model_dir), config.data,
+        model_dir, config.data,
         None if evaluation.max_eval_examples == AUTO else evaluation.max_eval_examples, evaluation.beam_size,
         scorer=lambda: CaptionScorer(meteor=evaluation.meteor, tokenizer=evaluation.tokenizer),
         jit_compile=evaluation.jit_compile, bootstrap=Bootstrap(evaluation.bootstrap, evaluation.confidence),

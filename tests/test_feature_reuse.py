@@ -24,6 +24,7 @@ from tests.helpers import TINY_DATA
 def traced(tiny_model: Path, tiny_data: Path, tmp_path_factory):
     """One evaluator for the module, its encoder and decoder traced once — built as the service and
     ``--once`` build theirs, from one typed config (``daemon.build_evaluator``)."""
+    from showtell.common.model_dir import ModelDir
     from showtell.evaluator.config import EvaluationConfig, EvaluatorConfig
     from showtell.evaluator.daemon import build_evaluator
     from showtell.evaluator.records.workdir import WorkDir
@@ -31,7 +32,7 @@ def traced(tiny_model: Path, tiny_data: Path, tmp_path_factory):
     work = WorkDir(tmp_path_factory.mktemp("work"))
     made = build_evaluator(EvaluatorConfig(
         model_dir=str(tiny_model), data=tiny_data, work=work,
-        evaluation=EvaluationConfig(bootstrap=100, meteor=False, tokenizer="regex")))
+        evaluation=EvaluationConfig(bootstrap=100, meteor=False, tokenizer="regex")), ModelDir(tiny_model))
     assert made.bootstrap == Bootstrap(100, 0.95) and made.features.root == work.features
     made.open()  # the scorer, as the config says
     assert made.scorer.scoring.startswith("tokenizer=regex scorers=") and "meteor" not in made.scorer.scoring

@@ -21,7 +21,7 @@ from showtell.evaluator.records.summaries import EvalSummaries
 
 
 def _revision(learning_rate: float, lstm_units: int) -> dict:
-    """A trainer's run record revision, as ``trainer/run_config.py`` writes it (abridged)."""
+    """A trainer's run record revision, as the trainer's ``ModelDir.revise`` writes it (abridged)."""
     return {"settings": {"learning_rate": learning_rate, "log_format": "json", "prometheus_host": "0.0.0.0",
                          "model_dir": "/checkpoints/model", "evaluator": "evaluator:50051"},
             "resolved": {"model": {"vocab_size": 24, "lstm_units": lstm_units, "train_inception": False},

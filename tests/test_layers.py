@@ -168,7 +168,7 @@ def dispatched(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 # The controllers depend on protocols — the trainer's on Saver, Schedule, Stop and StepTask, the
 # task on a FeatureSource, the evaluator's actions and service on the best export's (Exporter,
 # ExportView) — and the model dir's file names and the contract's words sit low
-# (common.run_records, api.contract).
+# (common.model_dir, api.contract).
 CHAIN_CEILING = {"showtell.cli": 8, **dict.fromkeys(("showtell.__main__", "showtell.trainer.__main__",
                                                       "showtell.evaluator.__main__"), 9)}
 

@@ -66,7 +66,7 @@ def encoder_file(tiny_data: Path, tmp_path_factory) -> Path:
 
     registry = CollectorRegistry()
     result = pretrain(data=tiny_data, out=out, steps=3, batch_size=4, report_every_secs=0,
-                      metrics=TrainerFigures(registry))
+                      figures=TrainerFigures(registry))
     assert (result.started_from, result.steps) == (0, 3)
     # the trainer's figures, from the same loop: the step, the images trained on, the run
     assert registry.get_sample_value("showtell_trainer_step") == 3

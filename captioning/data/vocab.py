@@ -16,7 +16,7 @@ from pathlib import Path
 from showtell.common.errors import DataError
 from showtell.common.files import write_atomic
 
-VOCAB = "vocab.txt"  # a dataset's and a model dir's vocabulary file
+VOCAB = "vocab.txt"  # a dataset's vocabulary file (a model dir's copy: ``ModelDir.VOCAB``)
 
 START, END, UNKNOWN = "<S>", "</S>", "<UNK>"
 SPECIALS = (START, END, UNKNOWN)

@@ -38,10 +38,10 @@ def build_unseen(console: Console, data: Path, images: int, log_path: Path, trai
     """Validation scenes drawn with ``UNSEEN_SEED``: the second evaluation set ("does it generalise"),
     kept across demos — unless its vocabulary lacks words of ``trained_on``'s (a set built by an
     older demo), which would turn its references' words into <UNK>."""
-    from showtell.captioning.data.vocab import Vocabulary
+    from showtell.captioning.data.vocab import VOCAB, Vocabulary
 
-    if (data / "vocab.txt").exists() and (set(Vocabulary.load(trained_on / "vocab.txt").words)
-                                          - set(Vocabulary.load(data / "vocab.txt").words)):
+    if (data / VOCAB).exists() and (set(Vocabulary.load(trained_on / VOCAB).words)
+                                    - set(Vocabulary.load(data / VOCAB).words)):
         console.say("data", f"{data}: its vocabulary lacks words of the training data's: built again")
         shutil.rmtree(data)
     with open(log_path, "a") as log_file:

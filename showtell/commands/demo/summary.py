@@ -3,7 +3,6 @@ run and pretraining — read from the evaluations and the model dir, without Ten
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from showtell.captioning.config import pretrain_progress
@@ -30,11 +29,10 @@ def going_on(state: Path) -> str:
 
 
 def run_id(model: Path) -> str:
-    """The model dir's current run (``showtell-model.json``), read without TensorFlow."""
-    try:
-        return str(json.loads((model / "showtell-model.json").read_text()).get("run_id", ""))
-    except (OSError, ValueError):
-        return ""
+    """The model dir's current run, read without TensorFlow ('' when none is recorded)."""
+    from showtell.common.model_dir import ModelDir
+
+    return ModelDir(model).read_run_id() or ""
 
 
 def newest_step(model: Path) -> int | None:
