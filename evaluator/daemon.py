@@ -146,11 +146,10 @@ class _Components:
 
 
 def _split_part(config: EvaluatorConfig, model_dir: ModelDir, evaluator: CheckpointEvaluator,
-                security: LoadedSecurity) -> _Components:
+                parts: PartsDir, security: LoadedSecurity) -> _Components:
     """A part of a split evaluation that does not merge: it evaluates its images of every checkpoint
     and publishes them (``--parts-dir``); part 0 records and serves.  It answers health alone
     (probes, compose's health check)."""
-    parts = _parts_dir(config)
     own = Store(config.work.own_parts)
     controller = EvalController(
         model_dir=model_dir, evaluator=evaluator, store=own, pins=config.work.pins,
@@ -162,23 +161,23 @@ def _split_part(config: EvaluatorConfig, model_dir: ModelDir, evaluator: Checkpo
     return _Components(evaluator, own, None, controller, [watcher], _server(None, config.serve, security))
 
 
-def _parts_dir(config: EvaluatorConfig) -> PartsDir:
-    """The parts dir as this part sees it, its plan checked (another split's is refused)."""
+def _parts_dir(config: EvaluatorConfig, data: dict[str, str]) -> PartsDir:
+    """The parts dir as this part sees it, its plan checked (another split's is refused); ``data``:
+    each set's fingerprint of the images one evaluator evaluates — the data, whatever its path."""
     shard, evaluation = config.sharding.shard, config.evaluation
     plan = {"sets": [[DEFAULT_SET, evaluation.max_eval_examples],
                      *([s.name, s.max_examples] for s in config.eval_sets)],
-            "beam_size": evaluation.beam_size}
+            "beam_size": evaluation.beam_size, "data": data}
     parts = PartsDir(config.sharding.parts_dir, shard.index, shard.count, plan)
     parts.check_plan()
     return parts
 
 
-def _part_0(config: EvaluatorConfig, evaluator: CheckpointEvaluator, merged: Recorder,
+def _part_0(config: EvaluatorConfig, evaluator: CheckpointEvaluator, parts: PartsDir, merged: Recorder,
             actions: list) -> tuple[Recorder, Store, Merger, list]:
     """Part 0 of a split evaluation: its own parts recorded in a history of their own and
     published; the merger records every part's, merged, through ``merged`` and ``actions`` — the
     history the service serves.  Its controller's recorder, own history, merger and actions."""
-    parts = _parts_dir(config)
     own = Store(config.work.own_parts)
     merger = Merger(parts=parts, evaluator=evaluator, recorder=merged, actions=actions)
     return Recorder(store=own, work_root=config.work.root, publish=parts.publish), own, merger, [_log_part]
@@ -209,9 +208,11 @@ def _components(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio
     model_dir, workdir, serving = ModelDir(config.model_dir), config.work, config.serve
     auto = config.evaluation.max_eval_examples == AUTO
     evaluator = build_evaluator(config, model_dir)  # its JVM starts in the evaluation thread
+    # another split, or other data (a copy with other bytes, another seed): refused before anything
+    parts = _parts_dir(config, evaluator.set_fingerprints()) if config.sharding.split else None
     workdir.root.mkdir(parents=True, exist_ok=True)
-    if config.sharding.split and not config.sharding.shard.merges:
-        return _split_part(config, model_dir, evaluator, security)
+    if parts is not None and not config.sharding.shard.merges:
+        return _split_part(config, model_dir, evaluator, parts, security)
     store = Store(workdir.history)
     summaries = EvalSummaries(str(workdir.summaries), evaluator.files)
     exporters = _exporters(config, store, evaluator)
@@ -231,8 +232,8 @@ def _components(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio
                                    sets=(DEFAULT_SET, *(s.name for s in config.eval_sets)))
         actions.append(figures.record)
     recorder, own, merger = Recorder(store=store, work_root=workdir.root), None, None
-    if config.sharding.split:
-        recorder, own, merger, actions = _part_0(config, evaluator, recorder, actions)
+    if parts is not None:
+        recorder, own, merger, actions = _part_0(config, evaluator, parts, recorder, actions)
     controller = EvalController(model_dir=model_dir, evaluator=evaluator, store=own or store,
                                 recorder=recorder, pins=workdir.pins,
                                 policy=config.watch.policy, actions=actions, finish=config.finish,

@@ -115,7 +115,7 @@ def test_the_paired_test_on_two_equally_good_checkpoints_is_wrong_about_5_percen
     trials, wrong, small_p = 300, 0, 0
     for trial in range(trials):
         a, b = _same_model_twice(rng)
-        [found] = compare(a, b, Bootstrap(samples=400, seed=trial))
+        [found], _ = compare(a, b, Bootstrap(samples=400, seed=trial))
         wrong += found.significant
         small_p += found.p_value <= 0.05
     assert _within_binomial(wrong, trials, 0.05), f"{wrong}/{trials} called significant"
@@ -130,7 +130,7 @@ def test_the_paired_test_sees_a_real_improvement_an_unpaired_look_misses():
     a = (rng.random(200) < chance).astype(float)
     b = np.where(rng.random(200) < 0.08, 1.0, a)
     drawn = Bootstrap(samples=1000)
-    [found] = compare(_exact(a), _exact(b), drawn)
+    [found], _ = compare(_exact(a), _exact(b), drawn)
     assert found.difference == pytest.approx(b.mean() - a.mean()) and found.difference > 0
     assert found.significant and found.lower > 0 and found.p_value < 0.01
     low_b, _ = intervals(_exact(b), drawn)["exact_match"]
@@ -146,15 +146,18 @@ def test_the_p_value_on_a_hand_computed_case():
     the unsmoothed share would be 6 / 9, a one-sided test (differences ≤ 0) (3 + 1) / 10."""
     drawn = Bootstrap(samples=9, seed=1)
     assert bootstrap.resample_counts(2, drawn)[:, 0].tolist() == [1, 0, 2, 0, 2, 1, 1, 2, 0]
-    [found] = compare(_exact([0.0, 0.0]), _exact([1.0, 0.0]), drawn)
+    [found], _ = compare(_exact([0.0, 0.0]), _exact([1.0, 0.0]), drawn)
     assert found.difference == 0.5 and found.p_value == pytest.approx(0.7, abs=1e-12)
 
 
 def test_compare_pairs_images_by_id_and_refuses_different_images():
     a = ImageStats(np.array([3, 1, 2]), {EXACT: np.array([1.0, 0.0, 0.0])})
     shuffled = ImageStats(np.array([1, 2, 3]), {EXACT: np.array([0.0, 0.0, 1.0])})
-    for found in compare(a, shuffled, Bootstrap(200)):
+    for found in compare(a, shuffled, Bootstrap(200))[0]:
         assert (found.difference, found.lower, found.upper) == (0.0, 0.0, 0.0)  # the same, once aligned
+    broken = ImageStats(np.array([1, 2, 3]), {EXACT: np.array([np.nan, 0.0, 1.0])})
+    assert compare(a, broken, Bootstrap(200)) == (  # named, not dropped
+        [], {"exact_match": "its difference is not finite (A 0.333333, B nan)"})
     with pytest.raises(NotPaired, match=r"not the same images \(3 and 2 evaluated\)"):
         compare(a, _exact([1.0, 0.0]), Bootstrap(200))
     with pytest.raises(NotPaired, match="different ones"):

@@ -173,6 +173,7 @@ def test_any_key_by_its_dotted_name_in_flags_files_or_the_environment(tmp_path: 
             from_file["deterministic_input"]) == ("momentum", 0.3, 9, 8, True)
     monkeypatch.setenv("SHOWTELL_TRAIN__STEPS", "11")  # the environment over the file …
     monkeypatch.setenv("SHOWTELL_INPUT__DETERMINISTIC", "false")
+    monkeypatch.setenv("SHOWTELL_EVALUATION__BEAM_SIZE", "2")  # the evaluator's, in a shared environment
     from_environment = _print(showtell_main, "--config", str(nested))
     assert (from_environment["steps"], from_environment["deterministic_input"]) == (11, False)
     assert _print(showtell_main, "--config", str(nested), "--set", "train.steps=12")["steps"] == 12  # … flags
@@ -197,6 +198,12 @@ UNKNOWN = "unknown key 'optimizer.learnin_rate' (did you mean optimizer.learning
      "--set: optimizer.name: 'rmsprop' is not one of sgd, momentum, adam"),
     ([], {"SHOWTELL_TRAIN__STEPS": "0"},
      "environment SHOWTELL_TRAIN__STEPS: train.steps: must be ≥ 1 (got 0)"),
+    ([], {"SHOWTELL_OPTIMIZER__LERNING_RATE": "0.5"},  # a slip, refused as --set refuses it
+     "environment SHOWTELL_OPTIMIZER__LERNING_RATE: names no setting of this command (did you mean "
+     "SHOWTELL_OPTIMIZER__LEARNING_RATE?); the keys are listed in docs/cli.md (SHOWTELL_<SECTION>__<FIELD>)"),
+    ([], {"SHOWTELL_OPTIMISER__LEARNING_RATE": "0.5"},  # a slip in the section
+     "environment SHOWTELL_OPTIMISER__LEARNING_RATE: names no setting of this command (did you mean "
+     "SHOWTELL_OPTIMIZER__LEARNING_RATE?); the keys are listed in docs/cli.md (SHOWTELL_<SECTION>__<FIELD>)"),
     ([], {"SHOWTELL_STRATEGY": "mirored"},  # an older named variable, checked as its key is
      "environment SHOWTELL_STRATEGY: distribution.strategy: 'mirored' is not one of auto, one_device, "
      "mirrored, parameter_server, multi_worker"),

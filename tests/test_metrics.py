@@ -243,6 +243,11 @@ def test_metrics_are_registered_by_their_modules_and_every_consumer_reads_the_re
     for refused in (lambda: BestExport.parse("cidre", Path("x")), lambda: StopWhen.parse("cidre>=1")):
         with pytest.raises(ShowtellError, match="unknown metric 'cidre'; the metrics are bleu1, "):
             refused()
+    for described in ("distinct_2:max", "references_with_unknown", "unknown_reference_words"):
+        assert BestExport.parse(described, Path("x")).metric == described.partition(":")[0]  # better: moves
+        with pytest.raises(ShowtellError, match=rf"^--export-best {described} --export-best-when "
+                                                r"significant: .* has no interval .* would never move; use "):
+            BestExport.parse(described, Path("x"), when="significant")  # can never move: refused
     parser = argparse.ArgumentParser()
     metrics_command.add_arguments(parser)
     choices = next(a.choices for a in parser._actions if "--metric" in a.option_strings)

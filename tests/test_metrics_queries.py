@@ -457,6 +457,14 @@ def test_compare_two_evaluations_of_the_same_images_and_refuse_what_cannot_be(se
     assert json.loads(one_sided.stdout)["only_in_b"] == ["meteor"], one_sided.stdout
     assert "  not compared, only B has: meteor" in showtell_main(
         "metrics", "compare", "cmp:10", "cmp:50", "--server", served.target).stdout.splitlines()
+    # a metric both have but with no per-image statistics (distinct_2) is named with why
+    for step, diversity in ((60, 0.5), (70, 0.6)):
+        served.record(replace(_with_stats(step, before), metrics={"exact_match": before.mean(),
+                                                                  "distinct_2": diversity}))
+    described = showtell_main("metrics", "compare", "cmp:60", "cmp:70", "--server", served.target)
+    assert described.stdout.splitlines()[-1] == (
+        "  not compared, distinct_2: no per-image statistics (it describes the captions as a whole): no "
+        "interval, no paired comparison"), described.stdout
     assert refused("cmp:10", "cmp3:10") == [
         where + "step 10 and step 10 were not the same images (300 with the same ids, but of different "
         "sets: other images or references, set fingerprints aaaaaaaaaaaa and bbbbbbbbbbbb): a paired "

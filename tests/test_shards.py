@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from showtell.common.errors import ShowtellError
 from showtell.common.model_dir import ModelDir
 from showtell.evaluator.config import EvalSet
 from showtell.evaluator.records import parts as part_files
 from showtell.evaluator.records.parts import PartsMismatch
 from showtell.evaluator.scoring.bootstrap import Bootstrap
-from showtell.evaluator.scoring.evaluation import CheckpointEvaluator
+from showtell.evaluator.scoring.evaluation import CheckpointEvaluator, set_fingerprint
 from showtell.evaluator.scoring.features import FeatureStore
 from showtell.evaluator.scoring.scorers import CaptionScorer
 
@@ -96,8 +98,10 @@ def _varied_captions_merge_exactly(whole: CheckpointEvaluator, checkpoint: str) 
     expected_intervals = bootstrap.intervals(stats, whole.bootstrap)
     assert expected["cider"] > 0.1 and expected["meteor"] > 0.1 and 0 < expected["distinct_2"] < 1
     for count in (2, 3):
+        loaded = {one.spec.name: one for one in whole.sets}  # each part read the same set: its fingerprint
         parts = [part_files.SetPart(name, (i, count), mine, [captions[x] for x in mine],
-                                    [losses[x][0] for x in mine], [losses[x][1] for x in mine], 3 * len(mine))
+                                    [losses[x][0] for x in mine], [losses[x][1] for x in mine], 3 * len(mine),
+                                    fingerprint=set_fingerprint(mine, loaded[name].images, refs))
                  for name, chosen in (("val", ids), ("few", ids[:7])) for i in range(count)
                  for mine in [chosen[i::count]]]
         merged = whole.merge(parts, checkpoint, 4, None)
@@ -124,6 +128,23 @@ def test_parts_that_are_not_one_evaluations_are_refused():
     ]:
         with pytest.raises(PartsMismatch, match=why):
             part_files.merge(parts)
+    # Part 0 holds the set (its order, and each image's fingerprint): a part is its positions of it,
+    # read from the same data — or refused, naming the part and what differs.
+    order, same = list(range(6)), (lambda ids: "f" * 64)
+    own = [part(0, 2, [0, 2, 4]), replace(part(1, 2, [1, 3, 5]), fingerprint="f" * 64)]
+    assert part_files.merge([replace(own[0], fingerprint="f" * 64), own[1]], order, same).image_ids == order
+    for parts, set_order, why in [
+        ([own[0], part(1, 2, [999, 555, 777])], order,
+         r"^part 1/2 of set val is not this set's positions 1, 3 … \(image 999 where this set has 1\)$"),
+        ([part(0, 2, [0]), part(1, 2, [])], [0, 1, 2],
+         r"^part 0/2 of set val is not this set's positions 0, 2 … \(it holds 1 images, this set has 2 "
+         r"there\)$"),
+    ]:
+        with pytest.raises(PartsMismatch, match=why):
+            part_files.merge(parts, set_order)
+    with pytest.raises(PartsMismatch, match=r"^part 0/2 of set val read other images or references "
+                                            r"than part 0 \(set fingerprint none, part 0's ffffffffffff\)"):
+        part_files.merge(own, order, same)  # part 0's own part carries none: another seed's would differ
     with pytest.raises(ValueError, match="not a part file"):
         part_files.from_bytes(b"PK\x03\x04 truncated")
 
@@ -139,7 +160,7 @@ def test_two_evaluator_processes_split_each_checkpoint_and_part_0_serves_the_mer
     (``--exit-when-trained``) once its part of the final checkpoint is published."""
     from showtell.common.processes import kill_tree
     from showtell.v1 import metrics_pb2 as pb
-    from tests.helpers import metrics_stub, start_evaluator, wait_for
+    from tests.helpers import error_lines, metrics_stub, start_evaluator, wait_for
 
     parts_dir = tmp_path / "parts"
     common = ("--policy", "all", "--parts-dir", str(parts_dir), "--tokenizer", "regex",
@@ -161,6 +182,26 @@ def test_two_evaluator_processes_split_each_checkpoint_and_part_0_serves_the_mer
     assert merged() == []  # never recorded from fewer images
     shown = showtell_main("metrics", "status", "--server", f"127.0.0.1:{port}")
     assert "split into 2 parts; waiting for parts: step 2 (part 1/2), step 4 (part 1/2)" in shown.stdout
+
+    # Part 1 started on another seed's data (same sets, same ids, other images): refused at its start,
+    # in one line naming it and what differs; nothing is published, the plan and part 0's files stay.
+    from showtell.captioning.data import synthetic
+    from tests.helpers import TINY_DATA
+
+    other = tmp_path / "other-seed"
+    synthetic.build(other, replace(TINY_DATA, seed=TINY_DATA.seed + 1))
+    before = sorted(str(p.relative_to(parts_dir)) for p in parts_dir.rglob("*"))
+    plan = (parts_dir / "plan.json").read_text()
+    wrong = procs.start("evaluate", "--model-dir", str(tiny_model), "--data", str(other), "--work-dir",
+                        str(tmp_path / "work-other"), "--meteor", "false", "--shard", "1/2", "--host",
+                        "127.0.0.1", "--port", "0", *common, log=tmp_path / "part1-other.log")
+    assert wrong.wait(timeout=120) == 1
+    [line] = error_lines((tmp_path / "part1-other.log").read_text())
+    assert line.startswith(f"showtell evaluate: error: --shard 1/2: --parts-dir {parts_dir} is a split "
+                           "evaluation's with data {'few': ") and "start every part the same way" in line, \
+        line
+    assert sorted(str(p.relative_to(parts_dir)) for p in parts_dir.rglob("*")) == before
+    assert (parts_dir / "plan.json").read_text() == plan and merged() == []
 
     def part1(log: str):
         return procs.start("evaluate", "--model-dir", str(tiny_model), "--data", str(tiny_data),
@@ -228,7 +269,6 @@ def test_a_split_the_service_cannot_run_is_one_line_before_anything_starts(tiny_
 
 
 def test_a_part_started_with_another_split_is_refused_by_the_plan(tmp_path: Path):
-    from showtell.common.errors import ShowtellError
     from showtell.evaluator.records.parts_dir import PLAN, PartsDir
 
     plan = {"sets": [["val", None]], "beam_size": 3}
@@ -240,6 +280,10 @@ def test_a_part_started_with_another_split_is_refused_by_the_plan(tmp_path: Path
         f"--shard 1/3: --parts-dir {tmp_path} is a split evaluation's with parts 2 (this part: 3); start "
         "every part the same way, or give a new --parts-dir (a changed split starts afresh)")
     assert (tmp_path / PLAN).read_text().count('"parts": 2') == 1  # never replaced
+    with pytest.raises(ShowtellError) as other_data:  # another seed's data: the same sets, other bytes
+        PartsDir(tmp_path, 1, 2, {**plan, "data": {"val": "b" * 64}}).check_plan()
+    assert str(other_data.value).startswith(f"--shard 1/2: --parts-dir {tmp_path} is a split evaluation's "
+                                            f"with data None (this part: {{'val': '{'b' * 64}'}}); ")
 
 
 def test_a_checkpoint_a_part_went_past_is_recorded_skipped_and_one_it_may_reach_waits(tmp_path: Path):
@@ -276,3 +320,11 @@ def test_a_checkpoint_a_part_went_past_is_recorded_skipped_and_one_it_may_reach_
     assert sorted(p.name for p in (tmp_path / "parts" / "checkpoints" / "run-r").iterdir()) == [
         "4-ckpt-4.merged", "6-ckpt-6.merged", "8-ckpt-8"]
     store.close()
+
+
+def test_a_set_fingerprint_refuses_an_image_the_set_does_not_hold():
+    images, references = {0: b"a", 1: b"b"}, {0: ["x"], 1: ["y"]}
+    assert set_fingerprint([1, 0], images, references) == set_fingerprint([0, 1], images, references)
+    with pytest.raises(ShowtellError, match=r"^set val: image 7 and 1 more evaluated but not among the set's "
+                                            r"records: the evaluation is not of this set"):
+        set_fingerprint([0, 7, 9], images, references)  # before: hashed as empty bytes, silently

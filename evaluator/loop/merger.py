@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from showtell.evaluator.loop.attempts import record_of
 from showtell.evaluator.loop.protocol import Evaluator
 from showtell.evaluator.loop.status import WaitingForParts
-from showtell.evaluator.records.parts import PartsMismatch
 from showtell.evaluator.records.parts_dir import Group, PartsDir, Published
 from showtell.evaluator.records.record import Record
 from showtell.evaluator.records.recorder import Action, Recorder
@@ -66,7 +65,8 @@ class Merger:
                 continue
             try:
                 record = self._merge(group)
-            except (ValueError, OSError) as exc:  # a part file unreadable: left for a look after it is redone
+            except (ValueError, OSError) as exc:  # a part unreadable, or of another evaluation
+                # (PartsMismatch): left as it is, for a look after that part is redone
                 if key not in self._said:
                     log.error("step %d: not merged: %s", group.step, exc)
                     self._said.add(key)
@@ -131,11 +131,9 @@ class Merger:
                 return Record.failed(step, checkpoint, reason, run=run, mtime=mtime,
                                      seconds=header["eval_seconds"])
         sets = [s for part in published for s in part.sets]
-        try:
-            result = self.evaluator.merge(sets, checkpoint, step, first["train_seconds"])
-        except PartsMismatch as exc:
-            return Record.failed(step, checkpoint, f"its parts are not one evaluation's: {exc}", run=run,
-                                 mtime=mtime, seconds=0.0)
+        # Parts that are not one evaluation's (another split, data or set) raise ``PartsMismatch``:
+        # nothing is recorded from them, the files stay, the checkpoint waits (said once).
+        result = self.evaluator.merge(sets, checkpoint, step, first["train_seconds"])
         for one in (result, *result.others):
             one.costs["seconds"]["merge"] = one.costs["seconds"].get("merge", 0.0) + read
         log.info("step %d: merged from %d parts", step, len(published))

@@ -63,8 +63,15 @@ class BestExport:
         if not metric or mode not in ("", "max", "min"):
             raise ShowtellError(f"--export-best {spec}: expected METRIC[:max|min], e.g. cider:max or "
                                 "loss:min")
-        if registry.get(metric) is None:
+        known = registry.get(metric)
+        if known is None:
             raise ShowtellError(f"--export-best {spec}: {registry.unknown_metric(metric)}")
+        if options.get("when") == "significant" and not known.columns:
+            with_interval = ", ".join(m.name for m in registry.metrics() if m.columns)
+            raise ShowtellError(
+                f"--export-best {spec} --export-best-when significant: {metric} has no interval (no "
+                "per-image statistics), so no evaluation could beat the export beyond noise and it would "
+                f"never move; use --export-best-when better, or a metric with one ({with_interval})")
         maximize = mode == "max" if mode else registry.higher_is_better(metric)
         return cls(metric, maximize, base, keep, **options)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 import json
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,10 +40,14 @@ class SetPart:
     unknown_words: int | None = None
     seconds: float = 0.0
     costs: dict = field(default_factory=dict)
+    # The part's images and references as it read them (``evaluation.set_fingerprint`` of its ids):
+    # part 0 computes the same from its own copy of the set — another copy, seed or set differs.
+    fingerprint: str = ""
 
     def header(self) -> dict:
         return {"eval_set": self.eval_set, "shard": list(self.shard), "examples": self.examples,
-                "unknown_words": self.unknown_words, "seconds": self.seconds, "costs": self.costs}
+                "unknown_words": self.unknown_words, "seconds": self.seconds, "costs": self.costs,
+                "fingerprint": self.fingerprint}
 
 
 @dataclass(frozen=True)
@@ -71,8 +75,12 @@ class Merged:
     costs: dict
 
 
-def merge(parts: Sequence[SetPart]) -> Merged:
-    """Every part of one set, once each, interleaved back into the set's order."""
+def merge(parts: Sequence[SetPart], set_order: Sequence[int] | None = None,
+          fingerprint: Callable[[Sequence[int]], str] | None = None) -> Merged:
+    """Every part of one set, once each, interleaved back into the set's order.  With ``set_order`` (the
+    set's image ids as one evaluator reads them) each part must hold exactly its positions of it;
+    with ``fingerprint`` (ids → that set's fingerprint of them) each part must have read the same
+    images and references.  ``PartsMismatch`` names the part and what differs."""
     if not parts:
         raise PartsMismatch("no parts to merge")
     count = parts[0].shard[1]
@@ -90,6 +98,8 @@ def merge(parts: Sequence[SetPart]) -> Merged:
     ids = [int(p.image_ids[j]) for p, j in order]
     if len(set(ids)) != len(ids):
         raise PartsMismatch("an image is in two parts")
+    for index in range(count):
+        _check_part(by_index[index], set_order, fingerprint)
     losses = {int(p.image_ids[j]): (float(p.loss_sums[j]), float(p.words[j])) for p, j in order}
     total = float(np.sum([v[0] for v in losses.values()], dtype=np.float64)) if losses else 0.0
     words = float(np.sum([v[1] for v in losses.values()], dtype=np.float64)) if losses else 0.0
@@ -99,6 +109,26 @@ def merge(parts: Sequence[SetPart]) -> Merged:
         image_losses=losses, loss=total / max(words, 1.0), examples=sum(p.examples for p in parts),
         unknown_words=sum(unknown) if unknown else None, seconds=max(p.seconds for p in parts),
         costs=_merged_costs([p.costs for p in parts]))
+
+
+def _check_part(part: SetPart, order: Sequence[int] | None,
+                fingerprint: Callable[[Sequence[int]], str] | None) -> None:
+    """``part`` is exactly its positions of ``order`` and read the images and references part 0 did."""
+    index, count = part.shard
+    name = f"part {index}/{count} of set {part.eval_set}"
+    if order is not None:
+        expected, found = [int(i) for i in order[index::count]], [int(i) for i in part.image_ids]
+        if found != expected:
+            first = next((n for n, (a, b) in enumerate(zip(found, expected, strict=False)) if a != b), None)
+            what = (f"image {found[first]} where this set has {expected[first]}" if first is not None else
+                    f"it holds {len(found)} images, this set has {len(expected)} there")
+            raise PartsMismatch(f"{name} is not this set's positions {index}, {index + count} … ({what})")
+    if fingerprint is not None:
+        own = fingerprint(part.image_ids)
+        if part.fingerprint != own:
+            raise PartsMismatch(f"{name} read other images or references than part 0 (set fingerprint "
+                                f"{part.fingerprint[:12] or 'none'}, part 0's {own[:12]}): another copy, "
+                                "seed or set of the data")
 
 
 def _merged_costs(costs: Sequence[dict]) -> dict:
@@ -139,7 +169,8 @@ def from_bytes(data: bytes) -> tuple[dict, list[SetPart]]:
                              captions=saved[f"{n}_captions"].tolist(),
                              loss_sums=saved[f"{n}_loss_sums"].tolist(), words=saved[f"{n}_words"].tolist(),
                              examples=int(s["examples"]), unknown_words=s["unknown_words"],
-                             seconds=float(s["seconds"]), costs=s["costs"])
+                             seconds=float(s["seconds"]), costs=s["costs"],
+                             fingerprint=str(s.get("fingerprint", "")))
                      for n, s in enumerate(meta.pop("sets"))]
     except (OSError, KeyError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as exc:
         raise ValueError(f"not a part file ({type(exc).__name__}: {exc})") from exc

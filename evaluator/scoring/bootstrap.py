@@ -162,9 +162,11 @@ class NotPaired(ValueError):
     """The two evaluations were not of the same images."""
 
 
-def compare(a: ImageStats, b: ImageStats, bootstrap: Bootstrap) -> list[Comparison]:
-    """Every metric both evaluations have, B − A, by paired bootstrap: each resample draws the
-    same images for both.  Raises ``NotPaired`` unless both scored the same images."""
+def compare(a: ImageStats, b: ImageStats,
+            bootstrap: Bootstrap) -> tuple[list[Comparison], dict[str, str]]:
+    """Every metric both evaluations have per-image statistics of, B − A, by paired bootstrap: each
+    resample draws the same images for both; and those left out, with why (a difference that is not
+    finite).  Raises ``NotPaired`` unless both scored the same images."""
     if len(a) != len(b) or not np.array_equal(np.sort(a.image_ids), np.sort(b.image_ids)):
         raise NotPaired(f"not the same images ({len(a)} and {len(b)} evaluated"
                         + (", different ones)" if len(a) == len(b) else ")"))
@@ -176,18 +178,21 @@ def compare(a: ImageStats, b: ImageStats, bootstrap: Bootstrap) -> list[Comparis
     counts = resample_counts(len(a), bootstrap)
     point_a, point_b = a.metrics(), b.metrics()
     drawn_a, drawn_b = _resampled(a, counts), _resampled(b, counts)
-    found = []
+    found, left_out = [], {}
     for name in sorted(set(point_a) & set(point_b)):
         observed = float(point_b[name][0] - point_a[name][0])
         deltas = drawn_b[name] - drawn_a[name]
         if not (math.isfinite(observed) and np.all(np.isfinite(deltas))):
+            left_out[name] = (f"its difference is not finite (A {float(point_a[name][0]):g}, "
+                              f"B {float(point_b[name][0]):g})" if not math.isfinite(observed) else
+                              "a resample's difference is not finite")
             continue
         lower, upper = _bounds(deltas, bootstrap.confidence)
         centred = np.abs(deltas - deltas.mean())
         p_value = (int(np.sum(centred >= abs(observed) - 1e-12)) + 1) / (len(deltas) + 1)
         found.append(Comparison(name, float(point_a[name][0]), float(point_b[name][0]), observed,
                                 lower, upper, p_value))
-    return found
+    return found, left_out
 
 
 def _aligned(stats: ImageStats, order: np.ndarray) -> ImageStats:

@@ -26,11 +26,11 @@ from showtell.captioning.data.vocab import UNKNOWN, Vocabulary, same_ids
 from showtell.captioning.model.network import build_model
 from showtell.captioning.model.restoring import TRAIN_SECONDS, model_vocabulary, read_model_config, restore
 from showtell.captioning.model.validation import Features, Validator
-from showtell.common.errors import ModelDirError
+from showtell.common.errors import ModelDirError, ShowtellError
 from showtell.common.model_dir import ModelDir
 from showtell.evaluator.config import EvalSet
 from showtell.evaluator.loop.protocol import COMPUTED, OFF, REUSED, EvalResult, Images
-from showtell.evaluator.records.parts import PartStats, SetPart
+from showtell.evaluator.records.parts import PartsMismatch, PartStats, SetPart
 from showtell.evaluator.records.parts import merge as merge_parts
 from showtell.evaluator.scoring import bootstrap
 from showtell.evaluator.scoring.bootstrap import Bootstrap
@@ -85,6 +85,8 @@ class _Loaded:
         # either vocabulary gives the words.
         self.references = inputs.load_references(self.files, self.vocab)
         self.images = inputs.image_fingerprints(self.files)
+        # The images one evaluator evaluates, in the order it reads them: a part's are its positions.
+        self.order = list(self.images)[:spec.max_examples]
         # Images whose references lost a word to the set's own vocabulary (<UNK>): no caption can
         # match them, so every metric on this set is capped — said once, and in each record.
         self.unknown_references = {i for i, refs in self.references.items()
@@ -252,7 +254,8 @@ class CheckpointEvaluator:
             part = SetPart(loaded.spec.name, self.shard, ids, [validation.captions[i] for i in ids],
                            [validation.image_losses[i][0] for i in ids],
                            [validation.image_losses[i][1] for i in ids], loss.examples, unknown,
-                           time.monotonic() - started, costs)
+                           time.monotonic() - started, costs,
+                           set_fingerprint(ids, loaded.images, loaded.references, loaded.spec.name))
             return EvalResult(step=step, checkpoint=path, metrics={}, examples=loss.examples,
                               seconds=part.seconds, train_seconds=seconds, eval_set=loaded.spec.name,
                               costs=costs, part=part)
@@ -270,7 +273,8 @@ class CheckpointEvaluator:
         results = []
         for loaded in self.sets:
             merging = time.monotonic()
-            merged = merge_parts([p for p in parts if p.eval_set == loaded.spec.name])
+            merged = merge_parts([p for p in parts if p.eval_set == loaded.spec.name], loaded.order,
+                                 lambda ids, loaded=loaded: self._fingerprint(ids, loaded))
             merged.costs["seconds"]["merge"] = time.monotonic() - merging  # the interleave (not scoring)
             results.append(self._scored(loaded, merged.image_ids, merged.captions, merged.image_losses,
                                         merged.loss, merged.examples, merged.unknown_words, path, step,
@@ -278,6 +282,20 @@ class CheckpointEvaluator:
         main, *others = results
         main.others = others
         return main
+
+    def set_fingerprints(self) -> dict[str, str]:
+        """Each set's fingerprint of the images one evaluator evaluates (``set_fingerprint``): what
+        every part of a split must have read (``plan.json``), whatever the data's path."""
+        return {loaded.spec.name: set_fingerprint(loaded.order, loaded.images, loaded.references,
+                                                  loaded.spec.name) for loaded in self.sets}
+
+    @staticmethod
+    def _fingerprint(ids: Sequence[int], loaded: _Loaded) -> str:
+        """This evaluator's fingerprint of a part's ``ids`` (an id the set lacks: refused)."""
+        try:
+            return set_fingerprint(ids, loaded.images, loaded.references, loaded.spec.name)
+        except ShowtellError as exc:
+            raise PartsMismatch(str(exc)) from exc
 
     def _scored(self, loaded: _Loaded, image_ids: list[int], captions: Mapping[int, str],
                 image_losses: Mapping[int, tuple[float, float]], loss: float, examples: int,
@@ -293,7 +311,8 @@ class CheckpointEvaluator:
         if self.scorer is not None:
             self.scorer.prepare(inputs)
         metrics, stats = score(inputs)
-        stats = replace(stats, fingerprint=set_fingerprint(stats.image_ids, loaded.images, loaded.references))
+        stats = replace(stats, fingerprint=set_fingerprint(stats.image_ids, loaded.images, loaded.references,
+                                                           loaded.spec.name))
         intervals_started = time.monotonic()
         intervals = bootstrap.intervals(stats, self.bootstrap) if len(stats) else {}
         costs["seconds"] = {**costs["seconds"], "scoring": intervals_started - scoring_started,
@@ -309,12 +328,19 @@ class CheckpointEvaluator:
 
 
 def set_fingerprint(image_ids: Iterable[int], images: Mapping[int, bytes],
-                    references: Mapping[int, Sequence[str]]) -> str:
+                    references: Mapping[int, Sequence[str]], eval_set: str = DEFAULT_SET) -> str:
     """What an evaluation was of: sha256 over its images in id order — each id, its encoded
     image's fingerprint and its references' text.  Equal ids are not enough: two synthetic sets
-    of other seeds both number their scenes from 0."""
+    of other seeds both number their scenes from 0.  An id the set does not hold is refused (one
+    line): its bytes cannot be fingerprinted, and hashing nothing for it would name another set."""
+    ids = sorted(int(i) for i in image_ids)
+    missing = [i for i in ids if i not in images]
+    if missing:
+        raise ShowtellError(f"set {eval_set}: image {missing[0]}" + (f" and {len(missing) - 1} more"
+                            if len(missing) > 1 else "") + " evaluated but not among the set's records: "
+                            "the evaluation is not of this set (a part of another one?)")
     digest = hashlib.sha256()
-    for image_id in sorted(int(i) for i in image_ids):
-        digest.update(image_id.to_bytes(8, "little", signed=True) + images.get(image_id, b""))
+    for image_id in ids:
+        digest.update(image_id.to_bytes(8, "little", signed=True) + images[image_id])
         digest.update("\x1f".join(references.get(image_id, ())).encode() + b"\x1e")
     return digest.hexdigest()

@@ -48,6 +48,9 @@ from showtell.v1 import metrics_pb2 as pb
 from showtell.v1 import metrics_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
+# Why a metric both evaluations have is not compared, when it has no per-image statistics.
+DESCRIBES = ("no per-image statistics (it describes the captions as a whole): no interval, no paired "
+             "comparison")
 class MetricsService(pb_grpc.MetricsServiceServicer):
     """The metrics service, served from ``grpc.aio``: every method is a coroutine on the
     server's event loop (store queries are short local SQLite reads), and a ``Watch`` stream
@@ -249,7 +252,7 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
         (record_a, data_a), (record_b, data_b) = found
         stats_a, stats_b = ImageStats.from_bytes(data_a), ImageStats.from_bytes(data_b)
         try:
-            comparisons = await asyncio.to_thread(bootstrap.compare, stats_a, stats_b, drawn)
+            comparisons, not_compared = await asyncio.to_thread(bootstrap.compare, stats_a, stats_b, drawn)
         except bootstrap.NotPaired as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 f"step {record_a.step} and step {record_b.step} were {exc}: a paired "
@@ -259,6 +262,8 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
             bootstrap=bootstrap_proto(drawn.as_dict()),
             only_in_a=sorted(set(record_a.metrics) - set(record_b.metrics)),
             only_in_b=sorted(set(record_b.metrics) - set(record_a.metrics)),
+            not_compared={**{m: DESCRIBES for m in set(record_a.metrics) & set(record_b.metrics)
+                             if m not in {c.metric for c in comparisons}}, **not_compared},
             comparisons=[pb.MetricComparison(
                 metric=c.metric, a=c.a, b=c.b, difference=c.difference,
                 interval=pb.Interval(lower=c.lower, upper=c.upper), p_value=c.p_value,

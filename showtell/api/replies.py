@@ -34,6 +34,8 @@ def format_comparison(c: pb.CompareResponse) -> str:
     for side, only in (("A", c.only_in_a), ("B", c.only_in_b)):
         if only:
             lines.append(f"  not compared, only {side} has: {', '.join(only)}")
+    for metric, why in sorted(c.not_compared.items()):
+        lines.append(f"  not compared, {metric}: {why}")
     return "\n".join(lines)
 
 

@@ -66,13 +66,33 @@ def _environment_settings(parser: argparse.ArgumentParser) -> dict[str, object]:
         if variable and os.environ.get(variable):
             key = key_of.get(dest, action.option_strings[-1])
             named[dest] = _setting(parser, f"environment {variable}", key, action, os.environ[variable])
-    for key, dest in keys_of(parser).items():
+    keys = keys_of(parser)
+    for key, dest in keys.items():
         variable = environment_name(key)
         text = os.environ.get(variable)
         if text is not None:
             settings[dest] = _setting(parser, f"environment {variable}", key, actions[dest], text)
             actions[dest].required = False
+    _refuse_misspelt(parser, keys, os.environ)
     return named, settings
+
+
+def _refuse_misspelt(parser: argparse.ArgumentParser, keys: dict[str, str], environ) -> None:
+    """A ``SHOWTELL_<SECTION>__<FIELD>`` that names no key of this command is refused as ``--set``
+    refuses one — where it is this command's (its section is one of this command's, or so near
+    one that it is a slip): another command's (the evaluator's, in a shared environment) passes."""
+    known = {environment_name(key): key for key in keys}
+    sections = {key.partition(".")[0] for key in keys}
+    for variable in sorted(environ):
+        if not variable.startswith("SHOWTELL_") or "__" not in variable or variable in known:
+            continue
+        section = variable[len("SHOWTELL_"):].partition("__")[0].lower()
+        if section not in sections and not difflib.get_close_matches(section, sections, n=1, cutoff=0.8):
+            continue
+        near = difflib.get_close_matches(variable, list(known), n=1)
+        parser.error(f"environment {variable}: names no setting of this command"
+                     f"{f' (did you mean {near[0]}?)' if near else ''}; the keys are listed in docs/cli.md "
+                     "(SHOWTELL_<SECTION>__<FIELD>)")
 
 
 def expand_keys(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:

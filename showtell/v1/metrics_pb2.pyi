@@ -395,7 +395,14 @@ class MetricComparison(_message.Message):
     def __init__(self, metric: _Optional[str] = ..., a: _Optional[float] = ..., b: _Optional[float] = ..., difference: _Optional[float] = ..., interval: _Optional[_Union[Interval, _Mapping]] = ..., p_value: _Optional[float] = ..., significant: _Optional[bool] = ..., higher_is_better: _Optional[bool] = ...) -> None: ...
 
 class CompareResponse(_message.Message):
-    __slots__ = ("a", "b", "comparisons", "images", "bootstrap", "only_in_a", "only_in_b")
+    __slots__ = ("a", "b", "comparisons", "images", "bootstrap", "only_in_a", "only_in_b", "not_compared")
+    class NotComparedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     A_FIELD_NUMBER: _ClassVar[int]
     B_FIELD_NUMBER: _ClassVar[int]
     COMPARISONS_FIELD_NUMBER: _ClassVar[int]
@@ -403,6 +410,7 @@ class CompareResponse(_message.Message):
     BOOTSTRAP_FIELD_NUMBER: _ClassVar[int]
     ONLY_IN_A_FIELD_NUMBER: _ClassVar[int]
     ONLY_IN_B_FIELD_NUMBER: _ClassVar[int]
+    NOT_COMPARED_FIELD_NUMBER: _ClassVar[int]
     a: Evaluation
     b: Evaluation
     comparisons: _containers.RepeatedCompositeFieldContainer[MetricComparison]
@@ -410,4 +418,5 @@ class CompareResponse(_message.Message):
     bootstrap: Bootstrap
     only_in_a: _containers.RepeatedScalarFieldContainer[str]
     only_in_b: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, a: _Optional[_Union[Evaluation, _Mapping]] = ..., b: _Optional[_Union[Evaluation, _Mapping]] = ..., comparisons: _Optional[_Iterable[_Union[MetricComparison, _Mapping]]] = ..., images: _Optional[int] = ..., bootstrap: _Optional[_Union[Bootstrap, _Mapping]] = ..., only_in_a: _Optional[_Iterable[str]] = ..., only_in_b: _Optional[_Iterable[str]] = ...) -> None: ...
+    not_compared: _containers.ScalarMap[str, str]
+    def __init__(self, a: _Optional[_Union[Evaluation, _Mapping]] = ..., b: _Optional[_Union[Evaluation, _Mapping]] = ..., comparisons: _Optional[_Iterable[_Union[MetricComparison, _Mapping]]] = ..., images: _Optional[int] = ..., bootstrap: _Optional[_Union[Bootstrap, _Mapping]] = ..., only_in_a: _Optional[_Iterable[str]] = ..., only_in_b: _Optional[_Iterable[str]] = ..., not_compared: _Optional[_Mapping[str, str]] = ...) -> None: ...
