@@ -58,26 +58,43 @@ def ratio(numerator: list[float], denominator: list[float], digits: int = 3) -> 
     return out
 
 
+def _git(*words: str) -> str:
+    done = subprocess.run(["git", *words], cwd=Path(__file__).resolve().parent.parent, capture_output=True,
+                          text=True, check=False)
+    return done.stdout.rstrip()  # not lstrip: a status line starts with a space (" M path")
+
+
+def _checkout() -> tuple[str, list[str]]:
+    """HEAD and the tracked files that differ from it — other results files aside: they are output,
+    not code (`make bench` writes them one after another)."""
+    changed = [line[3:] for line in _git("status", "--porcelain", "--untracked-files=no").splitlines()
+               if not line[3:].startswith("bench/results/")]
+    return _git("rev-parse", "HEAD"), changed
+
+
+# The checkout as the bench started (every bench imports this module first): a results file names
+# the code that ran, not the code there when it ended.
+STARTED_AT = _checkout()
+
+
 def write_results(path: Path, report: dict, argv: Sequence[str]) -> None:
     """``report`` as a results file (``bench/results/<bench>.json``): with the commit it ran at
-    (and the tracked files that differed from it when it ended), the date, the machine and the
-    arguments — what ``tests/test_bench_results.py`` checks BENCHMARKS.md's figures against."""
-    root = Path(__file__).resolve().parent.parent
-
-    def git(*words: str) -> str:
-        done = subprocess.run(["git", *words], cwd=root, capture_output=True, text=True, check=False)
-        return done.stdout.rstrip()  # not lstrip: a status line starts with a space (" M path")
-
+    (and the tracked files that differed from it), the date, the machine and the arguments — what
+    ``tests/test_bench_results.py`` checks BENCHMARKS.md's figures against.  Refused (exit 1, one
+    line) if HEAD moved or a tracked file changed while the bench ran: no commit names that run."""
+    if _checkout() != STARTED_AT:
+        now = _checkout()
+        raise SystemExit(f"{path}: not written: the checkout changed while the bench ran (HEAD "
+                         f"{STARTED_AT[0][:7]} → {now[0][:7]}, changed files {STARTED_AT[1]} → {now[1]}); "
+                         "run it again on a tree left alone")
     info = Path("/proc/cpuinfo").read_text().splitlines()
 
     def first(field: str, default: str = "") -> str:
         return next((line.split(":", 1)[1].strip() for line in info if line.startswith(field)), default)
 
     cpu = first("model name", platform.processor())
-    stamped = {"bench": Path(sys.argv[0]).stem, "commit": git("rev-parse", "HEAD"),
-               # other results files are output, not code: `make bench` writes them one after another
-               "tree_changed": [line[3:] for line in git("status", "--porcelain", "--untracked-files=no")
-                                .splitlines() if not line[3:].startswith("bench/results/")],
+    commit, changed = STARTED_AT
+    stamped = {"bench": Path(sys.argv[0]).stem, "commit": commit, "tree_changed": changed,
                "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "argv": list(argv),
                # which kind of machine: machines of one "cpu" name ran 2× apart, so its clock and
                # vector width too (BENCHMARKS.md names each row's machine)
@@ -87,7 +104,6 @@ def write_results(path: Path, report: dict, argv: Sequence[str]) -> None:
                "report": report}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(stamped, indent=1) + "\n")
-
 
 
 def add_out(parser: argparse.ArgumentParser, bench: str) -> None:
