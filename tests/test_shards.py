@@ -36,7 +36,7 @@ def _same(a: float, b: float) -> bool:
 
 
 @pytest.mark.slow
-def test_merged_parts_are_one_evaluators_record_for_1_2_and_3_parts(tiny_data: Path, tiny_model: Path,
+def test_merged_parts_are_one_evaluators_record_for_2_and_3_parts(tiny_data: Path, tiny_model: Path,
                                                                     java: str, tmp_path: Path):
     checkpoint = str(tiny_model / "ckpt-4")
     whole = _evaluator(tiny_model, tiny_data, tmp_path / "whole",
@@ -44,16 +44,17 @@ def test_merged_parts_are_one_evaluators_record_for_1_2_and_3_parts(tiny_data: P
     one = whole.evaluate(checkpoint, 4)
     assert "meteor" in one.metrics and "cider" in one.metrics and one.intervals
     try:
+        # N = 1 is no split at all — the single evaluator, built with no shard — so its record is the
+        # one above by construction, not by a comparison: --shard 0/1 never reaches a part's code.
+        from showtell.evaluator.config import Shard, ShardConfig
+
+        assert not ShardConfig(shard=Shard(0, 1)).split and ShardConfig(shard=Shard(0, 2)).split
         part = _evaluator(tiny_model, tiny_data, tmp_path / "parts")  # one model for every part
-        for count in (1, 2, 3):
+        for count in (2, 3):
             results = []
             for index in range(count):
-                part.shard = (index, count) if count > 1 else None  # as CheckpointEvaluator(shard=…) sets it
+                part.shard = (index, count)  # as CheckpointEvaluator(shard=…) sets it
                 results.append(part.evaluate(checkpoint, 4))
-            if count == 1:  # one part is one evaluator, as before: scored, no part
-                [alone] = results
-                assert alone.part is None and alone.metrics["loss"] == one.metrics["loss"]
-                continue
             for result in results:
                 assert result.metrics == {} and not result.intervals and not result.others  # not scored
             sizes = [len(r.part.image_ids) for r in results]
