@@ -89,6 +89,9 @@ class Soak:
     chief_waited: int = 0  # ps kills while the chief was starting
     aimed_at: Path = Path()  # the save's temporary directory a kill aimed at
     started: list = field(default_factory=list)  # every process started, killed with its group at the end
+    # What every record must have evaluated: the set's first EVAL_IMAGES images, each with all its
+    # captions (read from the data once it is built; None: not checked)
+    set_examples: int | None = None
 
     @property
     def data(self) -> Path:
@@ -238,6 +241,8 @@ class Soak:
         rng = random.Random(self.seed)
         synthetic.build(self.data, SyntheticConfig(train_images=40, val_images=4, image_size=75, seed=3,
                                                    train_shards=4))
+        val = json.loads((self.data / "dataset.json").read_text())["splits"]["val"]
+        self.set_examples = min(EVAL_IMAGES, val["images"]) * val["captions"] // val["images"]
         if not self.port:
             self.port = free_ports(1)[0]
         if self.cluster == "ps":
@@ -396,11 +401,10 @@ class Soak:
         rows = db.execute("SELECT run, step, status, reason, recorded FROM evaluations").fetchall()
         sizes = {n for (n,) in db.execute("SELECT num_examples FROM evaluations WHERE status='ok'")}
         db.close()
-        # Each record against the set itself (its first EVAL_IMAGES images, each with all its
-        # captions), not against the other records: a record merged from fewer parts is short.
-        manifest = json.loads((self.data / "dataset.json").read_text())["splits"]["val"]
-        expected = min(EVAL_IMAGES, manifest["images"]) * manifest["captions"] // manifest["images"]
-        if sizes - {expected}:
+        # Each record against the set itself, not against the other records: a record merged from
+        # fewer parts is short.
+        expected = self.set_examples
+        if expected is not None and sizes - {expected}:
             violations.append(f"evaluations of {sorted(sizes - {expected})} examples where the set has "
                               f"{expected}")
         runs = {r[0] for r in rows}

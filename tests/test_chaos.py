@@ -117,6 +117,9 @@ def test_the_soak_sees_a_checkpoint_evaluated_twice(tmp_path: Path):
     assert _soak_with_history(tmp_path / "once", ok).check()["violations"] == []
     twice = _soak_with_history(tmp_path / "twice", ok, ok).check()
     assert twice["violations"] == ["step 5 evaluated 2 times"]
+    short = _soak_with_history(tmp_path / "short", ok)
+    short.set_examples = 6  # the set: 2 images of 3 captions; the record has 2 examples
+    assert short.check()["violations"] == ["evaluations of [2] examples where the set has 6"]
 
 
 def test_the_soak_sees_a_named_checkpoint_never_recorded_and_a_failure(tmp_path: Path):

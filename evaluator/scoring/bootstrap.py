@@ -224,8 +224,8 @@ def export_judge(stats_of: Callable[[str | None, int, str], bytes | None], metri
         if new is None:
             return "the new evaluation has no per-image statistics"
         try:
-            found = {c.metric: c for c in compare(ImageStats.from_bytes(exported), ImageStats.from_bytes(new),
-                                                  drawn)}
+            compared, _ = compare(ImageStats.from_bytes(exported), ImageStats.from_bytes(new), drawn)
+            found = {c.metric: c for c in compared}
         except NotPaired as exc:
             return f"the two were {exc}"
         gain = found.get(metric)
