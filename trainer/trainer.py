@@ -238,7 +238,6 @@ class Trainer:
         """The chief's once-per-run writes: clear the finished marker; in a new model dir, the
         run's metadata, the encoder-init report and the vocabulary."""
         task, model_dir = self.task, self.model_dir
-        model_dir.path.mkdir(parents=True, exist_ok=True)
         if model_dir.clear_finished():
             log.info("training again in %s: its finished marker is removed until this run ends", model_dir)
         if encoder_init is None:
