@@ -12,8 +12,8 @@ tag="${1:-python:3.11-slim}"
 docker pull --quiet "$tag" >/dev/null
 digest="$(docker image inspect --format '{{index .RepoDigests 0}}' "$tag")"  # python@sha256:…
 pinned="${tag}@${digest#*@}"
-files=(deploy/Dockerfile docker-compose.yml
-       deploy/compose.evaluator.yml .env.example deploy/evaluator.env.example)
+files=(deploy/Dockerfile docker-compose.yml deploy/compose.evaluator.yml deploy/compose.split.yml
+       .env.example deploy/evaluator.env.example)
 sed -i -E "s#python:3\.11-slim[^ }\"]*@sha256:[0-9a-f]{64}#${pinned}#g" "${files[@]}"
 grep -c "$pinned" "${files[@]}"
 echo "base image pinned: $pinned"

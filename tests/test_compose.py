@@ -296,9 +296,11 @@ def test_the_pin_script_rewrites_every_place_the_base_is_named(tmp_path: Path):
     import shutil
 
     new = "f" * 64
-    for name in ("deploy/pin-base-image.sh", "deploy/Dockerfile", "docker-compose.yml",
-                 "deploy/compose.evaluator.yml", ".env.example",
-                 "deploy/evaluator.env.example"):
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    pinned = [n for n in tracked if DIGEST.search((ROOT / n).read_text(errors="replace"))]
+    assert "deploy/Dockerfile" in pinned and "deploy/compose.split.yml" in pinned  # every file naming it
+    for name in ("deploy/pin-base-image.sh", *pinned):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, tmp_path / name)
     stand_in = tmp_path / "bin" / "docker"
@@ -333,6 +335,11 @@ def test_overrides_change_only_what_differs(compose_tools):
     assert gpu["trainer"]["image"] == base["trainer"]["image"] + "-cuda"  # the CPU image stays
     [device] = gpu["trainer"]["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+    # A count of GPUs as docker-compose 1.29 starts it: its own device requests take the reservation
+    # (a count from a variable, "2", raised there), and the trainer uses the first two.
+    two = _config(COMPOSE_FILES["gpu"], {"SHOWTELL_GPUS": "2"})["services"]["trainer"]
+    assert _compose_device_requests(two) == [{**device, "count": -1, "capabilities": [["gpu"]]}]
+    assert (_trainer(two).gpus, _trainer(gpu["trainer"]).gpus) == (2, None)
     assert "deploy" not in base["trainer"]
     # The images are the release's, as in the Kubernetes manifests
     import tomllib
@@ -340,6 +347,20 @@ def test_overrides_change_only_what_differs(compose_tools):
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert base["trainer"]["image"] == f"showtell-trainer:{version}"
     assert base["evaluator"]["image"] == f"showtell-evaluator:{version}"
+
+
+def _compose_device_requests(service: dict) -> list:
+    """``service``'s GPU requests as docker-compose itself makes them at ``up`` (its
+    ``Project.get_device_requests``, run by its own interpreter)."""
+    import shutil
+
+    interpreter = Path(shutil.which("docker-compose")).read_text().splitlines()[0].removeprefix("#!")
+    code = ("import json, sys; from compose.project import Project; "
+            "print(json.dumps(Project.get_device_requests(None, json.load(sys.stdin))))")
+    result = subprocess.run([interpreter, "-c", code], input=json.dumps(service), capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout)
 
 
 def test_the_split_runs_the_base_evaluator_as_two_parts_that_meet_in_one_volume(compose_tools):
@@ -363,6 +384,10 @@ def test_the_split_runs_the_base_evaluator_as_two_parts_that_meet_in_one_volume(
         assert argument_problem(args) is None, name
         assert "parts:/parts:rw" in service["volumes"] and "checkpoints:/checkpoints:ro" in service["volumes"]
     assert "evaluations-1:/work:rw" in split["evaluator-1"]["volumes"] and "ports" not in split["evaluator-1"]
+    # part 1's image is built as part 0's, never pulled (1.29's config leaves pull_policy out: the file)
+    assert split["evaluator-1"]["build"] == base["evaluator"]["build"]
+    raw = yaml.safe_load((ROOT / COMPOSE_FILES["split"][1]).read_text())["services"]["evaluator-1"]
+    assert raw["pull_policy"] == "build"
     assert split["evaluator"]["ports"] == base["evaluator"]["ports"]
     def same(service: dict) -> dict:  # docker-compose 1.29's merge drops pull_policy and reorders volumes
         return {**service, "pull_policy": "build", "volumes": sorted(service.get("volumes", []))}

@@ -34,17 +34,26 @@ def test_each_flag_sets_exactly_its_field(parser):
     built = from_flags(vars(parser.parse_args([
         "--data", "d", "--model-dir", "m", "--lstm-units", "7", "--save-every-secs", "0", "--cache-dir", "/c",
         "--optimizer", "adam", "--deterministic-input", "--feature-cache", "false", "--seed", "5",
-        "--devices", "CPU:0,CPU:1", "--follow-encoder", "true", "--inception-weights", "e.weights.h5"])))
+        "--devices", "CPU:0,CPU:1", "--gpus", "2", "--follow-encoder", "true",
+        "--inception-weights", "e.weights.h5"])))
     assert built.model == dataclasses.replace(ModelConfig(), lstm_units=7)
     assert built.train == dataclasses.replace(TrainConfig(), save_every_secs=None, seed=5)
     assert built.cache == CacheConfig(root="/c", enabled=False)
     assert built.optimizer == OptimizerConfig(name="adam")
     assert built.input == InputConfig(deterministic=True, seed=5)
-    assert built.distribution.devices == ("CPU:0", "CPU:1")
+    assert built.distribution.devices == ("CPU:0", "CPU:1") and built.distribution.gpus == 2
     assert built.followed_encoder == Path("e.weights.h5")
     recorded = settings(built)  # the run's record, read from the experiment
     assert recorded["lstm_units"] == 7 and recorded["devices"] == ["CPU:0", "CPU:1"]
     assert recorded["profile_steps"] is None and recorded["data"] == "d"
+
+
+def test_more_gpus_than_tensorflow_sees_is_one_line_naming_the_flag():
+    from showtell.common.errors import UsageError
+    from showtell.trainer.distribution.placement import configure_devices
+
+    with pytest.raises(UsageError, match=r"^--gpus 1: TensorFlow sees 0 GPUs here; give --gpus all or"):
+        configure_devices(None, gpus=1)  # this machine has none
 
 
 def _help_entries(parser) -> dict[str, str]:

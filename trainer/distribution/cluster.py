@@ -35,6 +35,14 @@ def device_list(text: str) -> tuple[str, ...]:
     return devices
 
 
+@check("GPU count")
+def gpu_count(text: str) -> int | None:
+    """``all`` (None) or how many of the machine's GPUs to use."""
+    if text.strip().lower() == "all":
+        return None
+    return _positive_int(text)
+
+
 @dataclass(frozen=True)
 class Distribution:
     """Distribution (tf.distribute)."""
@@ -45,6 +53,10 @@ class Distribution:
     devices: tuple[str, ...] | None = option(
         None, "towers for mirrored / the device for one_device, e.g. GPU:0,GPU:1 (default: all GPUs)",
         type=device_list, shown=True)
+    gpus: int | None = option(
+        None, "use the machine's first N GPUs, the others hidden from TensorFlow before it claims their "
+              "memory (default: all) — how deploy/compose.gpu.yml takes a count, which docker-compose "
+              "1.29 cannot", type=gpu_count, env="SHOWTELL_GPUS")
     logical_cpus: int | None = option(None, "split the CPU into N logical devices (towers without GPUs, "
                                             "for tests)", type=_positive_int, shown=True)
     ps_hosts: str | None = option(None, "h:p,… parameter servers (or TF_CONFIG)", shown=True)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
+from showtell.common.errors import UsageError
 from showtell.trainer.distribution.cluster import Cluster, ClusterError, Distribution, resolve
 from showtell.trainer.loop.signals import StopRequest
 
@@ -81,15 +82,24 @@ class Placement:
 def locate(d: Distribution, tf_config: str | None) -> Site:
     """This task's site, from the cluster flags or ``TF_CONFIG``, checked; the devices configured
     (logical CPUs, placement logging) before TensorFlow starts."""
-    configure_devices(d.logical_cpus, d.log_device_placement)
+    configure_devices(d.logical_cpus, d.log_device_placement, d.gpus)
     site = Site(*resolve(d, tf_config))
     if site.cluster is not None:
         log.info("this task: %s", site.cluster.describe())
     return site
 
 
-def configure_devices(logical_cpus: int | None, log_placement: bool = False) -> None:
-    """Split the CPU into logical devices and keep CPU-only ops placeable on GPU hosts."""
+def configure_devices(logical_cpus: int | None, log_placement: bool = False,
+                      gpus: int | None = None) -> None:
+    """Split the CPU into logical devices, hide all but the first ``gpus`` GPUs (None: all), and keep
+    CPU-only ops placeable on GPU hosts."""
+    if gpus is not None:
+        found = tf.config.list_physical_devices("GPU")
+        if len(found) < gpus:
+            plural = "" if len(found) == 1 else "s"
+            raise UsageError(f"--gpus {gpus}: TensorFlow sees {len(found)} GPU{plural} here; give --gpus "
+                             "all or at most that many (a container: reserve them, deploy/compose.gpu.yml)")
+        tf.config.set_visible_devices(found[:gpus], "GPU")
     if logical_cpus and logical_cpus > 1:
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(
