@@ -1,8 +1,10 @@
 """One evaluation split across evaluators (``evaluate --shard I/N``) against one evaluator: real
-``showtell evaluate`` services on a real checkpoint, in one run of this script.
+``showtell evaluate`` services on a real checkpoint, in rounds (``rounds.py``: each round runs
+every configuration once, in alternating order, and a ratio is the median of the per-round ones).
 
 * ``one``: one evaluator pinned to core 0 (``taskset -c 0``, ``--threads 1``);
-* ``split``: part 0 pinned to core 0 and part 1 to core 1, the same flags plus ``--shard``.
+* ``split``: part 0 pinned to core 0 and part 1 to core 1, the same flags plus ``--shard``;
+* ``free``: one evaluator free on both cores, TensorFlow's own threads — what a user tries first.
 
 Each configuration starts on an empty model dir (COCO's shape: 299 px, 5 captions an image, the
 512/512 model, a 12,000-word vocabulary, beam 3, METEOR where Java runs, every interval); once it
@@ -16,9 +18,9 @@ parts' files and interleaving them (its scoring is the scoring one evaluator doe
 
 Projected to N parts: the encoder and decoder's time divides by N (each part's images); the
 scoring and the intervals stay whole, on part 0; so an evaluation takes
-``evaluate / N + scoring`` of this run's measured parts, against ``evaluate + scoring``.
+``evaluate / N + scoring`` of the median round's ``one`` figures, against ``evaluate + scoring``.
 
-    .venv/bin/python bench/split_eval.py [--images 1000] [--out bench/results/split_eval.json]
+    .venv/bin/python bench/split_eval.py [--images 500] [--rounds 3] [--out bench/results/split_eval.json]
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
 from eval_throughput import COCO_VOCABULARY
 from feature_reuse import dataset
-from rounds import add_out, publish
+from rounds import add_out, order, publish, ratio, spread
 
 from showtell.captioning.config import ModelConfig
 from showtell.captioning.data.dataset import VOCAB, load_dataset
@@ -119,10 +121,14 @@ def recorded(history: Path, step: int) -> str | None:
     return row[2] if row else None
 
 
-def run(config: str, root: Path, data: Path, template: Path, staged: list[Path], parts: int,
-        common: list[str]) -> dict:
-    """One configuration: ``parts`` evaluators (1: one, not split), each on core I."""
-    where = root / config
+# configuration → (evaluators, pinned one to a core with --threads 1)
+CONFIGURATIONS = {"one": (1, True), "split": (2, True), "free": (1, False)}
+
+
+def run(config: str, root: Path, data: Path, template: Path, staged: list[Path], common: list[str]) -> dict:
+    """One configuration's evaluation of ``ckpt-2``, on fresh directories under ``root``."""
+    parts, pinned = CONFIGURATIONS[config]
+    where = Path(tempfile.mkdtemp(prefix=f"{config}-", dir=root))
     model_dir = where / "model"
     shutil.copytree(template, model_dir)
     procs, logs = [], []
@@ -130,9 +136,12 @@ def run(config: str, root: Path, data: Path, template: Path, staged: list[Path],
         split = ["--shard", f"{index}/{parts}", "--parts-dir", str(where / "parts")] if parts > 1 else []
         log_path = where / f"part{index}.log"
         logs.append(log_path)
-        argv = ["taskset", "-c", str(index), *processes.command(
+        pin = ["taskset", "-c", str(index)] if pinned else []
+        threads = ["--threads", "1"] if pinned else []
+        argv = [*pin, *processes.command(
             "evaluate", "--model-dir", str(model_dir), "--data", str(data),
-            "--work-dir", str(where / f"work{index}"), "--host", "127.0.0.1", "--port", "0", *common, *split)]
+            "--work-dir", str(where / f"work{index}"), "--host", "127.0.0.1", "--port", "0",
+            *common, *threads, *split)]
         handle = open(log_path, "w")  # noqa: SIM115 - closed below
         procs.append((subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
                                        env=processes.environment()), handle))
@@ -158,6 +167,7 @@ def run(config: str, root: Path, data: Path, template: Path, staged: list[Path],
             handle.close()
     costs = json.loads(costs)
     log.info("%s: ckpt-2 recorded %.1f s after it was published, %.1f CPU-s; %s", config, seconds, cpu, costs)
+    shutil.rmtree(where, ignore_errors=True)  # a round's checkpoints and features: GBs at 5,000 images
     return {"seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2), "costs": costs}
 
 
@@ -175,8 +185,9 @@ def _wait(predicate, timeout: float, what: str, procs):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images", type=int, default=1000)
+    parser.add_argument("--images", type=int, default=500)
     parser.add_argument("--image-size", type=int, default=299)
+    parser.add_argument("--rounds", type=int, default=3)
     add_out(parser, "split_eval")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname).1s %(name)s: %(message)s")
@@ -185,30 +196,44 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     if (os.cpu_count() or 1) < 2:
         raise SystemExit("needs 2 cores: one per part")
-    common = ["--policy", "all", "--threads", "1", "--exit-when-trained"]
+    if args.rounds < 3:
+        raise SystemExit(f"--rounds {args.rounds}: at least 3, or the spread means nothing")
+    common = ["--policy", "all", "--exit-when-trained"]
+    runs: dict[str, list[dict]] = {name: [] for name in CONFIGURATIONS}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         data = dataset(root, args.images, args.image_size)
         template, staged = checkpoints(root, data, args.image_size)
-        one = run("one", root, data, template, staged, 1, common)
-        split = run("split", root, data, template, staged, 2, common)
-    seconds = one["costs"]["seconds"]
-    scoring = seconds.get("scoring", 0.0) + seconds.get("intervals", 0.0)
-    evaluate = one["seconds"] - scoring
-    merge = split["costs"]["seconds"].get("merge", 0.0)
+        for index in range(args.rounds):  # each run warms itself up (ckpt-1): no untimed round
+            for name in order(list(CONFIGURATIONS), index):
+                runs[name].append(run(name, root, data, template, staged, common))
+    seconds = {name: [r["seconds"] for r in done] for name, done in runs.items()}
+    cpu = {name: [r["cpu_seconds"] for r in done] for name, done in runs.items()}
+    middle = sorted(runs["one"], key=lambda r: r["seconds"])[len(runs["one"]) // 2]  # the median round's
+    phases = middle["costs"]["seconds"]
+    scoring = phases.get("scoring", 0.0) + phases.get("intervals", 0.0)
+    evaluate = middle["seconds"] - scoring
+    merges = [r["costs"]["seconds"].get("merge", 0.0) for r in runs["split"]]
     report = {
         "images": args.images, "image_size": args.image_size, "vocabulary": COCO_VOCABULARY, "beam_size": 3,
-        "pinned": "one: core 0; split: part 0 core 0, part 1 core 1; --threads 1 each",
-        "one": one, "split": split,
-        "wall_ratio": round(one["seconds"] / split["seconds"], 3),
-        "cpu_ratio": round(split["cpu_seconds"] / one["cpu_seconds"], 3),
-        "merge_seconds": round(merge, 3),
-        "merge_share_of_one_evaluation": round(merge / one["seconds"], 5),
+        "rounds": args.rounds,
+        "configurations": {"one": "one evaluator, core 0, --threads 1",
+                           "split": "parts 0/2, 1/2 on cores 0, 1, --threads 1 each",
+                           "free": "one evaluator on both cores, TensorFlow's threads"},
+        "seconds": {name: spread(values) for name, values in seconds.items()},
+        "cpu_seconds": {name: spread(values) for name, values in cpu.items()},
+        "wall_ratio_one_over_split": ratio(seconds["one"], seconds["split"]),
+        "wall_ratio_free_over_split": ratio(seconds["free"], seconds["split"]),
+        "cpu_ratio_split_over_one": ratio(cpu["split"], cpu["one"]),
+        "cpu_ratio_split_over_free": ratio(cpu["split"], cpu["free"]),
+        "merge_seconds": spread(merges, 3),
+        "merge_share_of_one_evaluation": round(max(merges) / min(seconds["one"]), 5),
         "projected": {
-            "method": "evaluate / N + scoring, this run's one-evaluator figures (scoring and intervals "
-                      "stay whole, on part 0)",
-            **{f"{n}_parts_wall_ratio": round(one["seconds"] / (evaluate / n + scoring), 2)
+            "method": "evaluate / N + scoring, the median round's one-evaluator figures (scoring and "
+                      "intervals stay whole, on part 0)",
+            **{f"{n}_parts_wall_ratio": round(middle["seconds"] / (evaluate / n + scoring), 2)
                for n in (2, 4, 8)}},
+        "runs": runs,
     }
     publish(report, args.out)
     return 0
