@@ -427,8 +427,7 @@ class Soak:
                     violations.append(f"step {step} was named but never recorded")
             elif recorded[0][0] == "skipped":
                 reason = recorded[0][1]
-                kind = ("evaluation cut short, then deleted" if "cut short" in reason else
-                        "deleted by the trainer" if "deleted by the trainer" in reason else reason[:60])
+                kind = skip_kind(reason)
                 skipped[kind] = skipped.get(kind, 0) + 1
         failed = [(s, r) for s, rs in by_step.items() for st, r in rs if st == "failed"]
         violations += [f"step {s} failed: {r}" for s, r in failed]
@@ -460,6 +459,22 @@ class Soak:
             "worst_evaluator_recovery_s": round(max(self.recoveries, default=0.0), 1),
             "violations": violations,
         }
+
+
+# A skipped record's reason, by what it says (its steps and paths left out): the soak's tally keys
+PART_WENT_ON = re.compile(r"^part ([\d/, ]+) went on to later checkpoints without it")
+
+
+def skip_kind(reason: str) -> str:
+    """Why a checkpoint was recorded skipped, in words a tally can count (a reason none of these
+    match is kept whole: a new kind is read, not cut)."""
+    if "cut short" in reason:
+        return "evaluation cut short, then deleted"
+    if "deleted by the trainer" in reason:
+        return "deleted by the trainer"
+    if match := PART_WENT_ON.match(reason):
+        return f"deleted before part {match.group(1)} evaluated it (it went on to later checkpoints)"
+    return reason
 
 
 def _tally(items) -> dict[str, int]:

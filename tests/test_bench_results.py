@@ -175,19 +175,25 @@ FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = 
                     f"{r['images_per_sec']['reused']:.1f} vs {r['images_per_sec']['forward']:.1f} images/s",
                     f"{r['seconds']['reused'] / 60:.1f} min a pass")),
         ("the same checkpoint's evaluation without kept features ÷ with",
-         lambda r: f"{r['seconds']['today_b'] / r['seconds']['reused']:.2f}×"),
+         lambda r: (f"{r['seconds']['today_b'] / r['seconds']['reused']:.2f}×",
+                    "the same path at the run's start: "
+                    f"{r['seconds']['today'] / r['seconds']['reused']:.2f}×")),
         ("each part's share of the reused evaluation",
          lambda r: ", ".join(f"{k} {v * 100:.1f} %" for k, v in r["reused_parts_share"].items())),
         ("the first evaluation of a new encoder ÷ one that keeps nothing",
          lambda r: f"**{r['first_over_today']:.3f}**"),
         ("a new encoder at every checkpoint (phase 2): evaluator ÷ plain forward pass",
          lambda r: (f"**{r['ratio_over_forward']['phase2']:.3f}**",
-                    f"{r['ratio_over_forward']['today']:.3f} keeping nothing",
+                    f"{r['ratio_over_forward']['today']:.3f} keeping nothing at the start, "
+                    f"{r['ratio_over_forward']['today_b']:.3f} at the end",
                     f"≈ {round(r['images_per_sec']['today'] * 60)} images a minute")),
         ("the encoder's digest, at every checkpoint",
          lambda r: f"{r['digest_seconds']:.3f} s: {r['digest_share_of_phase2'] * 100:.2f} %"),
         ("features reused ÷ from images, largest difference",
-         lambda r: f"{r['reused_equals_images']['max_metric_difference']:.1g}"),
+         lambda r: (f"| {r['reused_equals_images']['max_metric_difference']!r} in every metric, "
+                    f"{r['reused_equals_images']['max_interval_difference']!r} in every interval; "
+                    + ("the same captions |" if r["reused_equals_images"]["same_captions"] else
+                       "other captions |"))),
         ("kept features, per image and encoder",
          lambda r: f"{r['kept_bytes_per_image_and_encoder']:,} bytes"),
         ("val2014's 40,504 images a checkpoint, projected",
@@ -221,6 +227,7 @@ FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = 
                     _rates(r["steps_per_sec"], "2_workers", "1_worker", 3) + " steps/s")),
     ],
     "demo": [
+        ("(the install timed apart:", lambda r: f"(the install timed apart: {r['install_s']} s)"),
         ("| first `[evaluation]` line |", lambda r: _demos(r, lambda d: _clock(d["first_evaluation_s"]))),
         ("| longest quiet on the console |", lambda r: _demos(r, lambda d: f"{d['longest_quiet_s']} s")),
         ("| evaluations |", lambda r: _demos(r, lambda d: str(d["evaluations"]))),
@@ -367,11 +374,11 @@ def _table_rows(text: str) -> list[str]:
 
 
 def _unaccounted(text: str) -> tuple[list[str], list[str]]:
-    """Rows no label accounts for, and labels no row holds."""
+    """Rows no label accounts for, and labels no line holds (a figure in prose has a label too)."""
     labels = [label for rows in FIGURES.values() for label, _ in rows] + [*NOT_FROM_A_BENCH, *NOT_KEPT_YET]
     rows = _table_rows(text)
     return ([row[:80] for row in rows if not any(label in row for label in labels)],
-            [label for label in labels if not any(label in row for row in rows)])
+            [label for label in labels if not any(label in line for line in text.splitlines())])
 
 
 def test_every_benchmarks_row_is_a_results_files_or_says_where_it_comes_from():
