@@ -272,7 +272,7 @@ FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = 
     ],
     "chaos": [("single trainer, 2026-11-27", _soak)],
     "chaos.ps": [("PS cluster, 2026-11-27", _soak)],
-    "chaos.split": [("split evaluator, 2026-11-29", _soak)],
+    "chaos.split": [("split evaluator, 2026-12-06", _soak)],
     "split_eval": [
         ("500 images, 2 parts ÷ 1 evaluator on a core, checkpoint to record",
          lambda r: (f"**{_closed(r['wall_ratio_one_over_split'])}**",
