@@ -6,6 +6,7 @@ release-tagged images, and probes on the evaluator's plaintext health port."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import kubernetes_validate
@@ -64,11 +65,18 @@ def test_tfjob_has_the_four_roles_and_operator_conventions(tfjob):
 
 
 def _kubeflow_restarts(exit_code: int) -> bool:
-    """Kubeflow's ``train.IsRetryableExitCode`` (training-operator, pkg/util/train): what a replica
-    with ``restartPolicy: ExitCode`` does with its ``tensorflow`` container's exit code."""
-    if exit_code in (1, 2, 126, 127, 128, 139):
-        return False  # permanent: the TFJob fails
-    return exit_code in (130, 137, 138, 143)  # signals, and 138 for the program's own "retry me"
+    """What a replica with ``restartPolicy: ExitCode`` does with its ``tensorflow`` container's exit
+    code: training-operator v1.9.3's ``train.IsRetryableExitCode``, read from that release's source
+    (``tests/crds/upstream``; v1.7.0 replaced the older list of permanent codes with this rule)."""
+    import operator
+
+    from tests.test_crds import upstream_text
+
+    source = upstream_text("training-operator-v1.9.3-train_util.go.txt")
+    [(compare, bound)] = re.findall(r"func IsRetryableExitCode\(exitCode int32\) bool \{\s*"
+                                    r"return exitCode (>=|>|<=|<|==) (\d+)\s*\}", source)
+    ops = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt, "==": operator.eq}
+    return ops[compare](exit_code, int(bound))
 
 
 def test_exit_codes_fail_the_job_on_a_bad_flag_and_restart_it_on_a_lost_task(tfjob):
@@ -85,11 +93,13 @@ def test_exit_codes_fail_the_job_on_a_bad_flag_and_restart_it_on_a_lost_task(tfj
     outcomes = {"bad flag": 2, "an error (a missing dataset)": ShowtellError.exit_code,
                 "a bad cluster spec": ClusterError.exit_code, "a lost ps": lost.exit_code,
                 "SIGTERM (preemption, eviction)": signal_exit_code(signal.SIGTERM),
-                "SIGINT": signal_exit_code(signal.SIGINT), "SIGKILL (OOM)": 128 + signal.SIGKILL}
+                "SIGINT": signal_exit_code(signal.SIGINT), "SIGKILL (OOM)": 128 + signal.SIGKILL,
+                "a crash (SIGSEGV)": 128 + signal.SIGSEGV, "an abort (SIGABRT)": 128 + signal.SIGABRT}
     restarts = {what: _kubeflow_restarts(code) for what, code in outcomes.items()}
+    # A crash is retried too (every code from 128): until the run's deadline, not a count.
     assert restarts == {"bad flag": False, "an error (a missing dataset)": False, "a bad cluster spec": False,
                         "a lost ps": True, "SIGTERM (preemption, eviction)": True, "SIGINT": True,
-                        "SIGKILL (OOM)": True}
+                        "SIGKILL (OOM)": True, "a crash (SIGSEGV)": True, "an abort (SIGABRT)": True}
     for name, replica in tfjob["spec"]["tfReplicaSpecs"].items():
         assert replica["restartPolicy"] == "ExitCode", name
     # The retries' bound is a deadline: the operator's backoffLimit counts container restarts in

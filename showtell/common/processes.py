@@ -48,9 +48,9 @@ def signal_exit_code(signum: int) -> int:
     """The exit status of a run that a signal stopped before it finished: 128 + the signal (143
     for SIGTERM, 130 for SIGINT), as a shell reports a process the signal killed.  Schedulers read
     it as "not done": Kubernetes marks the pod Failed, not Succeeded (a preempted trainer is not
-    finished), and Kubeflow's ``restartPolicy: ExitCode`` retries 130, 137 and 143 (and 138,
-    the program's own "retry me"), every other code failing the job
-    (``train.IsRetryableExitCode``).  A service whose only end
+    finished), and Kubeflow's ``restartPolicy: ExitCode`` retries every code from 128 (training
+    operator v1.9.3's ``train.IsRetryableExitCode``: ``exitCode >= 128``; 138 is the program's own
+    "retry me"), failing the job on any lower one.  A service whose only end
     is a signal (an evaluator with no end of its own, a parameter server) exits 0 on it instead."""
     return 128 + int(signum)
 
