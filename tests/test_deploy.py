@@ -185,3 +185,15 @@ def test_pods_run_as_the_images_user_with_limits_gpus_release_tags_and_plaintext
 def test_every_pod_meets_pod_security_restricted(tfjob):
     for name, replica in tfjob["spec"]["tfReplicaSpecs"].items():
         assert restricted_violations(replica["template"]["spec"]) == [], name
+
+
+def test_the_tfjob_path_closes_its_cluster_port_as_the_jobset_path_does(documents, tfjob):
+    """The operator's per-replica Services make 2222 reachable cluster-wide; the same component's
+    NetworkPolicy admits it from this instance's training tasks only (test_jobset.py's table)."""
+    from tests.test_jobset import NETWORK, _admitted_ports
+
+    specs = tfjob["spec"]["tfReplicaSpecs"]
+    pods = {"trainer": specs["Worker"]["template"]["metadata"]["labels"],
+            "evaluator": specs["Evaluator"]["template"]["metadata"]["labels"]}
+    assert _admitted_ports(documents, pods) == NETWORK
+

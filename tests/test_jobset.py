@@ -494,25 +494,41 @@ def _admits(policy: dict, namespace: str, source: tuple[str, dict[str, str]], po
     return False
 
 
-def test_the_network_policy_admits_named_clients_only_on_the_two_outside_ports(documents, replicated):
-    """The set's own pods reach each other on every port; Prometheus' pods (any namespace) reach
-    the metrics port only; pods labelled as metrics clients reach the gRPC port only; any other
-    pod reaches nothing (SECURITY.md, "Network")."""
+def _admitted_ports(documents: list[dict], pods: dict[str, dict[str, str]]) -> dict[str, set[int]]:
+    """Which of showtell's ports the rendered NetworkPolicy admits from each kind of source: the
+    path's own pods (``pods``: name → labels, in its namespace), the same labels in another
+    namespace, Prometheus, a metrics client, and strangers in and out of the namespace."""
     [policy] = [d for d in documents if d["kind"] == "NetworkPolicy"]
     namespace = policy["metadata"]["namespace"]
     assert policy["spec"]["podSelector"] == {} and policy["spec"]["policyTypes"] == ["Ingress"]
-    own = (namespace, replicated["worker"]["template"]["spec"]["template"]["metadata"]["labels"])
-    prometheus = ("monitoring", {"app.kubernetes.io/name": "prometheus"})
-    client = ("dashboards", {"showtell.io/metrics-client": "true"})
-    stranger = ("default", {"app": "web"})
-    expected = [(own, {2222, 50051, 9400}), (prometheus, {9400}), (client, {50051}), (stranger, set())]
-    for source, ports in expected:
-        assert {p for p in (2222, 50051, 9400) if _admits(policy, namespace, source, p)} == ports, source
-    # the check can fail: the ports rule as it was, with no `from`, admitted any source
-    ports = [{"protocol": "TCP", "port": 50051}, {"protocol": "TCP", "port": 9400}]
-    ingress = [policy["spec"]["ingress"][0], {"ports": ports}]
-    open_ports = {**policy, "spec": {**policy["spec"], "ingress": ingress}}
-    assert _admits(open_ports, namespace, stranger, 50051) and _admits(open_ports, namespace, stranger, 9400)
+    sources = {name: (namespace, labels) for name, labels in pods.items()}
+    sources |= {"trainer labels, another namespace": ("elsewhere", pods["trainer"]),
+                "prometheus": ("monitoring", {"app.kubernetes.io/name": "prometheus"}),
+                "metrics client": ("dashboards", {"showtell.io/metrics-client": "true"}),
+                "stranger, same namespace": (namespace, {"app": "web"}),
+                "stranger": ("default", {"app": "web"})}
+    return {name: {p for p in (2222, 50051, 9400) if _admits(policy, namespace, source, p)}
+            for name, source in sources.items()}
+
+
+NETWORK = {"trainer": {2222, 50051}, "evaluator": {50051}, "trainer labels, another namespace": set(),
+           "prometheus": {9400}, "metrics client": {50051}, "stranger, same namespace": set(),
+           "stranger": set()}
+
+
+def test_the_network_policy_admits_each_port_from_its_own_sources_only(documents, replicated):
+    """TensorFlow's cluster port (2222, which runs any graph a peer sends) from this instance's
+    training tasks in this namespace only; the evaluator's gRPC from this instance's pods and from
+    labelled metrics clients; the metrics port from Prometheus; nothing from anyone else
+    (SECURITY.md, "Network").  The TFJob path: test_deploy.py."""
+    pods = {"trainer": replicated["worker"]["template"]["spec"]["template"]["metadata"]["labels"],
+            "evaluator": replicated["evaluator"]["template"]["spec"]["template"]["metadata"]["labels"]}
+    assert _admitted_ports(documents, pods) == NETWORK
+    # the check can fail: the policy as it was, every port open to any pod of the namespace
+    [policy] = [d for d in documents if d["kind"] == "NetworkPolicy"]
+    was = {**policy, "spec": {**policy["spec"], "ingress": [{"from": [{"podSelector": {}}]}]}}
+    others = [d for d in documents if d["kind"] != "NetworkPolicy"]
+    assert _admitted_ports([*others, was], pods)["evaluator"] == {2222, 50051, 9400}
 
 
 def test_the_split_evaluator_component_runs_indexed_parts_that_agree_and_serves_part_0(tmp_path: Path):
