@@ -1,4 +1,5 @@
-"""``deploy/k8s/tfjob`` (``kubectl kustomize`` renders it): a Kubeflow TFJob (Chief, PS, Worker, Evaluator)
+"""``deploy/k8s/tfjob`` (``kubectl kustomize`` renders it): a Kubeflow TFJob (Chief, PS, Worker) and
+the evaluator's own Job
 whose pods pass the Kubernetes API schema, whose commands are flags our CLIs accept, whose evaluator
 mounts the checkpoint volume read-only — and which runs as applied: the chief's init container fills the
 data path every task reads, pods run as the images' user with memory limits, GPUs on the workers,
@@ -29,6 +30,14 @@ def tfjob(documents) -> dict:
     return job
 
 
+@pytest.fixture(scope="module")
+def pods(documents, tfjob) -> dict[str, dict]:
+    """Every pod template by role: the TFJob's replicas, and the evaluator's own Job beside it."""
+    [evaluator] = [d for d in documents if d["kind"] == "Job"]
+    return {name: replica["template"] for name, replica in tfjob["spec"]["tfReplicaSpecs"].items()} | {
+        "Evaluator": evaluator["spec"]["template"]}
+
+
 def test_every_kubernetes_object_passes_the_api_schema(documents, tfjob):
     """Kubernetes' own objects against the API schema; the TFJob against the TFJob CRD of the
     training operator the docs name (v1.9.3, tests/crds/), its pod templates Kubernetes 1.31's,
@@ -50,13 +59,16 @@ def test_every_kubernetes_object_passes_the_api_schema(documents, tfjob):
                                      desired_version=K8S_VERSION, strict=True)
 
 
-def test_tfjob_has_the_four_roles_and_operator_conventions(tfjob):
+def test_tfjob_has_the_training_roles_and_operator_conventions(tfjob, documents):
     assert tfjob["apiVersion"] == "kubeflow.org/v1"
-    # The chief's success ends the job: parameter servers (which never exit) and an evaluator
-    # still running are deleted rather than left behind (cleanPodPolicy None would keep them).
+    # The chief's success ends the job: parameter servers (which never exit) are deleted rather
+    # than left behind (cleanPodPolicy None would keep them).  The evaluator is not a replica:
+    # its own Job, which the TFJob's end, failure or deadline never touches.
     assert tfjob["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
     specs = tfjob["spec"]["tfReplicaSpecs"]
-    assert set(specs) == {"Chief", "PS", "Worker", "Evaluator"}
+    assert set(specs) == {"Chief", "PS", "Worker"}
+    [evaluator] = [d for d in documents if d["kind"] == "Job"]
+    assert evaluator["metadata"]["name"] == "showtell-evaluator" and evaluator["spec"]["backoffLimit"] >= 30
     assert specs["Chief"]["replicas"] == 1
     assert specs["PS"]["replicas"] >= 1 and specs["Worker"]["replicas"] >= 2
     for replica in specs.values():
@@ -108,7 +120,7 @@ def test_exit_codes_fail_the_job_on_a_bad_flag_and_restart_it_on_a_lost_task(tfj
     assert "backoffLimit" not in run_policy and run_policy["activeDeadlineSeconds"] >= 7 * 24 * 3600
 
 
-def test_commands_are_flags_the_clis_accept(tfjob):
+def test_commands_are_flags_the_clis_accept(tfjob, pods):
     specs = tfjob["spec"]["tfReplicaSpecs"]
     for role in ("Chief", "PS", "Worker"):
         [container] = specs[role]["template"]["spec"]["containers"]
@@ -116,19 +128,16 @@ def test_commands_are_flags_the_clis_accept(tfjob):
         args = parse_cli("showtell.commands.train", container["args"])
         assert args.strategy == "parameter_server" and args.job_name is None  # cluster from TF_CONFIG
         assert args.model_dir == Path("/checkpoints/model")
-    [evaluator] = specs["Evaluator"]["template"]["spec"]["containers"]
+    [evaluator] = pods["Evaluator"]["spec"]["containers"]
     assert evaluator["command"] == ["showtell", "evaluate"]
     args = parse_cli("showtell.commands.evaluate", evaluator["args"])
     assert str(args.model_dir) == "/checkpoints/model" and args.poll_secs > 0
-    assert args.exit_when_trained  # the evaluator ends with the job …
-    assert tfjob["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"  # … and nothing is left running
+    assert args.exit_when_trained  # the evaluator ends once the final checkpoint is evaluated
 
 
-def test_evaluator_reads_the_checkpoints_read_only_and_trainers_write_them(tfjob):
-    specs = tfjob["spec"]["tfReplicaSpecs"]
-
+def test_evaluator_reads_the_checkpoints_read_only_and_trainers_write_them(pods):
     def mounts(role: str) -> dict[str, dict]:
-        pod = specs[role]["template"]["spec"]
+        pod = pods[role]["spec"]
         volumes = {v["name"]: v for v in pod["volumes"]}
         [container] = pod["containers"]
         return {m["mountPath"]: {**m, "claim": volumes[m["name"]].get("persistentVolumeClaim", {})}
@@ -142,32 +151,32 @@ def test_evaluator_reads_the_checkpoints_read_only_and_trainers_write_them(tfjob
         assert trainer["claim"]["claimName"] == evaluator["claim"]["claimName"]
 
 
-def _pod(tfjob: dict, role: str) -> dict:
-    return tfjob["spec"]["tfReplicaSpecs"][role]["template"]["spec"]
+def _pod(pods: dict, role: str) -> dict:
+    return pods[role]["spec"]
 
 
-def test_the_chief_fills_the_data_path_that_every_task_reads(tfjob):
-    [init] = _pod(tfjob, "Chief")["initContainers"]
+def test_the_chief_fills_the_data_path_that_every_task_reads(pods):
+    [init] = _pod(pods, "Chief")["initContainers"]
     assert init["command"] == ["showtell", "data", "synthetic"]
     built = parse_cli("showtell.commands.data", ["synthetic", *init["args"]])
     assert built.if_missing
-    [wait] = _pod(tfjob, "Evaluator")["initContainers"]
+    [wait] = _pod(pods, "Evaluator")["initContainers"]
     assert f"{built.out}/dataset.json" in wait["command"][-1]  # the manifest a finished build writes last
     from showtell.captioning.data.dataset import MANIFEST
 
     assert MANIFEST == "dataset.json"
     for role, module in (("Chief", "showtell.commands.train"), ("Worker", "showtell.commands.train"),
                          ("Evaluator", "showtell.commands.evaluate")):
-        [container] = _pod(tfjob, role)["containers"]
+        [container] = _pod(pods, role)["containers"]
         assert parse_cli(module, container["args"]).data == built.out, role
 
 
-def test_pods_run_as_the_images_user_with_limits_gpus_release_tags_and_plaintext_probes(tfjob):
+def test_pods_run_as_the_images_user_with_limits_gpus_release_tags_and_plaintext_probes(pods):
     import tomllib
 
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    for role in tfjob["spec"]["tfReplicaSpecs"]:
-        pod = _pod(tfjob, role)
+    for role in pods:
+        pod = _pod(pods, role)
         assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["fsGroup"] == 1000, role
         for container in [*pod.get("initContainers", []), *pod["containers"]]:
             tag = container["image"].rsplit(":", 1)[1]
@@ -176,24 +185,23 @@ def test_pods_run_as_the_images_user_with_limits_gpus_release_tags_and_plaintext
             assert container["resources"]["limits"]["memory"] == container["resources"]["requests"]["memory"]
         [main] = pod["containers"]
         assert (main["resources"]["limits"].get("nvidia.com/gpu") == "1") == (role == "Worker"), role
-    [evaluator] = _pod(tfjob, "Evaluator")["containers"]
+    [evaluator] = _pod(pods, "Evaluator")["containers"]
     args = parse_cli("showtell.commands.evaluate", evaluator["args"])
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert evaluator[probe]["grpc"]["port"] == args.health_port != args.port, probe
 
 
-def test_every_pod_meets_pod_security_restricted(tfjob):
-    for name, replica in tfjob["spec"]["tfReplicaSpecs"].items():
-        assert restricted_violations(replica["template"]["spec"]) == [], name
+def test_every_pod_meets_pod_security_restricted(pods):
+    for name, template in pods.items():
+        assert restricted_violations(template["spec"]) == [], name
 
 
-def test_the_tfjob_path_closes_its_cluster_port_as_the_jobset_path_does(documents, tfjob):
+def test_the_tfjob_path_closes_its_cluster_port_as_the_jobset_path_does(documents, pods):
     """The operator's per-replica Services make 2222 reachable cluster-wide; the same component's
     NetworkPolicy admits it from this instance's training tasks only (test_jobset.py's table)."""
     from tests.test_jobset import NETWORK, _admitted_ports
 
-    specs = tfjob["spec"]["tfReplicaSpecs"]
-    pods = {"trainer": specs["Worker"]["template"]["metadata"]["labels"],
-            "evaluator": specs["Evaluator"]["template"]["metadata"]["labels"]}
-    assert _admitted_ports(documents, pods) == NETWORK
+    labels = {role: pods[name]["metadata"]["labels"]
+              for role, name in (("trainer", "Worker"), ("evaluator", "Evaluator"))}
+    assert _admitted_ports(documents, labels) == NETWORK
 

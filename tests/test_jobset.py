@@ -43,8 +43,22 @@ def jobset(documents) -> dict:
 
 
 @pytest.fixture(scope="module")
-def replicated(jobset) -> dict[str, dict]:
-    return {rj["name"]: rj for rj in jobset["spec"]["replicatedJobs"]}
+def evaluator_job(documents) -> dict:
+    [job] = [d for d in documents if d["kind"] == "Job"]
+    return job
+
+
+def as_replicated(job: dict) -> dict:
+    """The evaluator's Job in a replicated job's shape, so the checks of every pod read it as they
+    read the set's tasks (it has no replicas and depends on nothing: it is not in the set)."""
+    return {"name": "evaluator", "template": {"metadata": job["metadata"], "spec": job["spec"]}}
+
+
+@pytest.fixture(scope="module")
+def replicated(jobset, evaluator_job) -> dict[str, dict]:
+    """The set's replicated jobs by name, and the evaluator's Job beside them."""
+    return {rj["name"]: rj for rj in jobset["spec"]["replicatedJobs"]} | {
+        "evaluator": as_replicated(evaluator_job)}
 
 
 def _schema_valid(documents: list[dict]) -> None:
@@ -56,8 +70,8 @@ def _schema_valid(documents: list[dict]) -> None:
             kubernetes_validate.validate(doc, desired_version=K8S_VERSION, strict=True)
 
 
-def _with_component(where: Path, component: str, **more) -> list[dict]:
-    """The cpu overlay with ``component`` added, from an overlay of a user's own in ``where``."""
+def _with_component(where: Path, component: str, base: Path = K8S / "overlays" / "cpu", **more) -> list[dict]:
+    """``base`` (the cpu overlay) with ``component`` added, from an overlay of a user's own in ``where``."""
     import os
 
     import yaml
@@ -65,7 +79,7 @@ def _with_component(where: Path, component: str, **more) -> list[dict]:
     where.mkdir()
     (where / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [os.path.relpath(K8S / "overlays" / "cpu", where)],
+        "resources": [os.path.relpath(base, where)],
         "components": [os.path.relpath(K8S / "components" / component, where)], **more}))
     return render(where)
 
@@ -98,14 +112,24 @@ def test_every_object_passes_its_schema_the_jobset_its_crd_at_the_installed_vers
     assert len(crd_violations(unknown)) == 2
 
 
-def test_jobset_roles_success_on_chief_and_evaluator(jobset, replicated):
+def test_the_set_succeeds_with_the_chief_and_the_evaluator_is_a_workload_of_its_own(jobset, replicated,
+                                                                                    evaluator_job):
+    """Training's success frees its accelerators at once (the set ends with the chief), and the
+    evaluator — a batch/v1 Job beside the set, not in it — evaluates the final checkpoint on its own
+    time, its failures retried by its own Job and never failing or restarting the training."""
     assert jobset["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
-    assert set(replicated) == {"data", "chief", "ps", "worker", "evaluator"}
+    assert {rj["name"] for rj in jobset["spec"]["replicatedJobs"]} == {"data", "chief", "ps", "worker"}
     assert replicated["chief"]["replicas"] == 1 and replicated["worker"]["replicas"] >= 2
-    policy = jobset["spec"]["successPolicy"]
-    assert policy == {"operator": "All", "targetReplicatedJobs": ["chief", "evaluator"]}
+    assert jobset["spec"]["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["chief"]}
+    assert all("evaluator" not in rule.get("targetReplicatedJobs", [])
+               for rule in jobset["spec"]["failurePolicy"]["rules"])
+    assert (evaluator_job["apiVersion"], evaluator_job["spec"]["backoffLimit"]) == ("batch/v1", 30)
+    rules = evaluator_job["spec"]["podFailurePolicy"]["rules"]
+    disrupted = [{"type": "DisruptionTarget", "status": "True"}]
+    assert rules[0] == {"action": "Ignore", "onPodConditions": disrupted}
+    assert rules[1]["action"] == "FailJob" and rules[1]["onExitCodes"]["values"] == [2]
     evaluator = parse_cli("showtell.commands.evaluate", _container(replicated["evaluator"])["args"])
-    assert evaluator.exit_when_trained and evaluator.poll_secs  # it ends, so the set can succeed
+    assert evaluator.exit_when_trained and evaluator.poll_secs  # it ends after the final checkpoint
     assert evaluator.export_best == "cider:max"
 
 
@@ -233,6 +257,9 @@ def test_the_data_job_runs_first_and_fills_the_path_every_task_reads(jobset, rep
     data_mount = {m["mountPath"]: m for m in data["volumeMounts"]}["/data"]
     assert not data_mount.get("readOnly")
     claim = {v["name"]: v for v in _pod(replicated["data"])["volumes"]}[data_mount["name"]]
+    # the evaluator is not in the set, so it cannot depend on the data job: it waits for the dataset
+    [wait] = _pod(replicated["evaluator"])["initContainers"]
+    assert f"{built.out}/dataset.json" in wait["command"][-1]
     for job, module in (("chief", "showtell.commands.train"), ("worker", "showtell.commands.train"),
                         ("evaluator", "showtell.commands.evaluate")):
         container = _container(replicated[job])
@@ -356,8 +383,9 @@ def test_a_bad_flag_fails_the_set_at_once_and_a_lost_task_restarts_it(jobset, re
     """Every Job's pod failure policy and the set's failure policy together, as their controllers
     apply them: exit 2 (a bad flag) fails the JobSet at once, whichever task it is; a training
     task's crash fails its Job past its backoffLimit and restarts the set (counted against
-    maxRestarts); an evaluator's crash is its own Job's retry, and never restarts the training;
-    a preempted or evicted pod is replaced and fails nothing."""
+    maxRestarts); an evaluator's crash is its own Job's retry, and once its retries are spent
+    only that Job fails — the set never hears of it; a preempted or evicted pod is replaced and
+    fails nothing."""
     policy = jobset["spec"]["failurePolicy"]
     assert policy["maxRestarts"] == 10
     for rule in policy["rules"]:
@@ -371,21 +399,18 @@ def test_a_bad_flag_fails_the_set_at_once_and_a_lost_task_restarts_it(jobset, re
         container = _container(rj)["name"]
         bad_flag = _job_outcome(spec, container, 2)
         assert bad_flag == "PodFailurePolicy", name
-        assert _jobset_action(policy, name, bad_flag) == ("FailJobSet", "badConfiguration"), name
         crash = _job_outcome(spec, container, 1)
         stopped = _job_outcome(spec, container, 143)  # SIGTERM: a checkpoint saved, not finished
         assert crash == stopped == "BackoffLimitExceeded", name
-        if name == "evaluator":  # replaced by its Job for hours; then the set fails, training kept
-            assert spec["backoffLimit"] >= 30
-            assert _jobset_action(policy, name, crash) == ("FailJobSet", "evaluatorGaveUp")
-        else:
-            assert _jobset_action(policy, name, crash) == ("RestartJobSet", "lostTask"), name
+        if name == "evaluator":  # its own Job, not the set's: replaced for hours, then it alone fails
+            assert spec["backoffLimit"] >= 30 and "evaluator" not in {
+                rj["name"] for rj in jobset["spec"]["replicatedJobs"]}
+            continue
+        assert _jobset_action(policy, name, bad_flag) == ("FailJobSet", "badConfiguration"), name
+        assert _jobset_action(policy, name, crash) == ("RestartJobSet", "lostTask"), name
         assert _job_outcome(spec, container, None, ("DisruptionTarget",)) is None, name
-    # the checks can fail: without the set's rules, JobSet's default restarts on a bad flag too;
-    # without its targets, the lost-task rule restarted the training for an evaluator's crashes
+    # the checks can fail: without the set's rules, JobSet's default restarts on a bad flag too
     assert _jobset_action({"maxRestarts": 10}, "chief", "PodFailurePolicy")[0] == "RestartJobSet"
-    untargeted = {"rules": [{**r, "targetReplicatedJobs": []} for r in policy["rules"]]}
-    assert _jobset_action(untargeted, "evaluator", "BackoffLimitExceeded") == ("RestartJobSet", "lostTask")
     assert _job_outcome({"backoffLimit": 0}, "trainer", 2) == "BackoffLimitExceeded"
 
 
@@ -398,6 +423,8 @@ def _pod_templates(doc: dict) -> dict[str, dict]:
     if doc["kind"] == "JobSet":
         return {rj["name"]: rj["template"]["spec"]["template"].get("metadata", {})
                 for rj in doc["spec"]["replicatedJobs"]}
+    if doc["kind"] == "Job":
+        return {"evaluator": doc["spec"]["template"].get("metadata", {})}
     if doc["kind"] == "TFJob":
         return {name: spec["template"].get("metadata", {})
                 for name, spec in doc["spec"]["tfReplicaSpecs"].items()}
@@ -458,7 +485,8 @@ def test_the_prometheus_operator_component_monitors_the_pods_that_serve_metrics(
     monitoring = [d for d in mine if d["kind"] in ("PodMonitor", "PrometheusRule")]
     assert {d["metadata"]["labels"]["release"] for d in monitoring} == {"my-release"}
     selected = set()
-    for rj in jobset["spec"]["replicatedJobs"]:
+    [evaluator] = [d for d in documents if d["kind"] == "Job"]
+    for rj in [*jobset["spec"]["replicatedJobs"], as_replicated(evaluator)]:
         template = rj["template"]["spec"]["template"]
         if monitor["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items():
             ports = {p.get("name") for c in template["spec"]["containers"] for p in c.get("ports", [])}
@@ -537,8 +565,6 @@ def test_the_split_evaluator_component_runs_indexed_parts_that_agree_and_serves_
     the Job's own parallelism and completions; each pod's work dir is its own, the parts dir
     shared; the Service reaches index 0 only; everything else is the overlay's, and passes the
     JobSet CRD, the API schema and Pod Security "restricted"."""
-
-
     from showtell.commands.evaluate import argument_problem
     from showtell.evaluator.config import Shard
 
@@ -546,17 +572,16 @@ def test_the_split_evaluator_component_runs_indexed_parts_that_agree_and_serves_
     plain = render(K8S / "overlays" / "cpu")
     _schema_valid(documents)
     [jobset] = [d for d in documents if d["kind"] == "JobSet"]
-    [before] = [d for d in plain if d["kind"] == "JobSet"]
-    jobs = {rj["name"]: rj for rj in jobset["spec"]["replicatedJobs"]}
-    assert {k: v for k, v in jobs.items() if k != "evaluator"} == {
-        rj["name"]: rj for rj in before["spec"]["replicatedJobs"] if rj["name"] != "evaluator"}
-    job = jobs["evaluator"]["template"]["spec"]
-    container = _container(jobs["evaluator"])
-    [plain_evaluator] = [rj for rj in before["spec"]["replicatedJobs"] if rj["name"] == "evaluator"]
-    assert container["args"][:-6] == _container(plain_evaluator)["args"]  # the base's, and the split
+    assert [jobset] == [d for d in plain if d["kind"] == "JobSet"]  # the training is untouched
+    [evaluator] = [d for d in documents if d["kind"] == "Job"]
+    [plain_evaluator] = [d for d in plain if d["kind"] == "Job"]
+    job = evaluator["spec"]
+    container = _container(as_replicated(evaluator))
+    # the base's args, and the split's
+    assert container["args"][:-6] == _container(as_replicated(plain_evaluator))["args"]
     parts = job["parallelism"]
-    assert parts == job["completions"] == 2 and jobs["evaluator"]["replicas"] == 1
-    assert job.get("completionMode", "Indexed") == "Indexed"  # JobSet's default for its Jobs
+    assert parts == job["completions"] == 2
+    assert job["completionMode"] == "Indexed" and "completionMode" not in plain_evaluator["spec"]
     assert restricted_violations(job["template"]["spec"]) == []
     for index in range(parts):  # what the kubelet expands $(JOB_COMPLETION_INDEX) into
         args = parse_cli("showtell.commands.evaluate",
@@ -573,3 +598,7 @@ def test_the_split_evaluator_component_runs_indexed_parts_that_agree_and_serves_
     pod_labels = {**job["template"]["metadata"]["labels"], "batch.kubernetes.io/job-completion-index": "0"}
     assert service["spec"]["selector"].items() <= pod_labels.items()
     assert service["spec"]["selector"]["batch.kubernetes.io/job-completion-index"] == "0"
+    # the TFJob path has the same evaluator Job, so the same component splits it there
+    tfjob_path = _with_component(tmp_path / "tfjob", "split-evaluator", base=K8S / "tfjob")
+    [on_tfjob] = [d for d in tfjob_path if d["kind"] == "Job"]
+    assert on_tfjob["spec"] == evaluator["spec"]
