@@ -1,8 +1,10 @@
-"""The Kubernetes manifests as a cluster would get them (``kubectl kustomize`` of an overlay), and
-the Pod Security "restricted" profile's rules — shared by the manifest tests and checkov's."""
+"""The Kubernetes manifests as a cluster would get them (``kubectl kustomize`` of an overlay), the
+Pod Security "restricted" profile's rules, a NetworkPolicy as a network plugin applies it, and the
+operators' own files (``tests/crds/upstream``) — shared by the manifest tests and checkov's."""
 
 from __future__ import annotations
 
+import gzip
 import shutil
 import subprocess
 from pathlib import Path
@@ -10,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from tests import system_packages
+from tests.helpers import ROOT
 
 OVERLAYS = ("cpu", "gpu")
 
@@ -96,3 +99,54 @@ def crd_violations(doc: dict) -> list[str]:
                                                 registry=registry)
     return sorted(f"{doc['kind']} {'.'.join(map(str, e.absolute_path))}: {e.message}"
                   for e in validator.iter_errors(doc))
+
+
+def admits(policy: dict, namespace: str, source: tuple[str, dict[str, str]], port: int) -> bool:
+    """NetworkPolicy's ingress rules as the network plugin applies them to a pod in ``namespace``:
+    a connection from ``source`` (its namespace, its pod labels) to ``port`` is admitted when some
+    rule's ports include it (none: all) and some peer of its ``from`` selects the source (none:
+    any source).  Selectors here use matchLabels only."""
+    def selects(selector: dict | None, labels: dict[str, str]) -> bool:
+        return selector is not None and selector.get("matchLabels", {}).items() <= labels.items()
+
+    source_namespace, pod_labels = source
+    for rule in policy["spec"]["ingress"]:
+        if "ports" in rule and port not in {p["port"] for p in rule["ports"]}:
+            continue
+        if "from" not in rule:
+            return True
+        for peer in rule["from"]:
+            namespace_labels = {"kubernetes.io/metadata.name": source_namespace}
+            in_namespace = (selects(peer["namespaceSelector"], namespace_labels)
+                            if "namespaceSelector" in peer else source_namespace == namespace)
+            if in_namespace and ("podSelector" not in peer or selects(peer["podSelector"], pod_labels)):
+                return True
+    return False
+
+
+def admitted_ports(documents: list[dict], pods: dict[str, dict[str, str]]) -> dict[str, set[int]]:
+    """Which of showtell's ports the rendered NetworkPolicy admits from each kind of source: the
+    path's own pods (``pods``: name → labels, in its namespace), the same labels in another
+    namespace, Prometheus, a metrics client, and strangers in and out of the namespace."""
+    [policy] = [d for d in documents if d["kind"] == "NetworkPolicy"]
+    namespace = policy["metadata"]["namespace"]
+    assert policy["spec"]["podSelector"] == {} and policy["spec"]["policyTypes"] == ["Ingress"]
+    sources = {name: (namespace, labels) for name, labels in pods.items()}
+    sources |= {"trainer labels, another namespace": ("elsewhere", pods["trainer"]),
+                "prometheus": ("monitoring", {"app.kubernetes.io/name": "prometheus"}),
+                "metrics client": ("dashboards", {"showtell.io/metrics-client": "true"}),
+                "stranger, same namespace": (namespace, {"app": "web"}),
+                "stranger": ("default", {"app": "web"})}
+    return {name: {p for p in (2222, 50051, 9400) if admits(policy, namespace, source, p)}
+            for name, source in sources.items()}
+
+
+NETWORK = {"trainer": {2222, 50051}, "evaluator": {50051}, "trainer labels, another namespace": set(),
+           "prometheus": {9400}, "metrics client": {50051}, "stranger, same namespace": set(),
+           "stranger": set()}
+
+
+def upstream_text(name: str) -> str:
+    """A file of ``tests/crds/upstream`` as its release has it."""
+    data = (ROOT / "tests" / "crds" / "upstream" / name).read_bytes()
+    return (gzip.decompress(data) if name.endswith(".gz") else data).decode()

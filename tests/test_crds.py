@@ -4,13 +4,13 @@ its git blob id shows), so a field a transcription accepts is one that release h
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 
 import pytest
 import yaml
 
 from tests.helpers import ROOT
+from tests.k8s import upstream_text
 
 CRDS = ROOT / "tests" / "crds"
 UPSTREAM = CRDS / "upstream"
@@ -25,12 +25,6 @@ TRANSCRIBED = {
     ("prometheus-operator-v0.82.2.yaml", "PrometheusRule"):
         ("prometheus-operator-v0.82.2-prometheusrules.yaml.gz", "v1"),
 }
-
-
-def upstream_text(name: str) -> str:
-    """A file of ``tests/crds/upstream`` as its release has it."""
-    data = (UPSTREAM / name).read_bytes()
-    return (gzip.decompress(data) if name.endswith(".gz") else data).decode()
 
 
 def _load(text: str):

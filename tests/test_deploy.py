@@ -14,7 +14,15 @@ import kubernetes_validate
 import pytest
 
 from tests.helpers import K8S_VERSION, ROOT, parse_cli
-from tests.k8s import CUSTOM_KINDS, crd_violations, render, restricted_violations
+from tests.k8s import (
+    CUSTOM_KINDS,
+    NETWORK,
+    admitted_ports,
+    crd_violations,
+    render,
+    restricted_violations,
+    upstream_text,
+)
 
 DIRECTORY = ROOT / "deploy" / "k8s" / "tfjob"
 
@@ -81,8 +89,6 @@ def _kubeflow_restarts(exit_code: int) -> bool:
     code: training-operator v1.9.3's ``train.IsRetryableExitCode``, read from that release's source
     (``tests/crds/upstream``; v1.7.0 replaced the older list of permanent codes with this rule)."""
     import operator
-
-    from tests.test_crds import upstream_text
 
     source = upstream_text("training-operator-v1.9.3-train_util.go.txt")
     [(compare, bound)] = re.findall(r"func IsRetryableExitCode\(exitCode int32\) bool \{\s*"
@@ -199,9 +205,7 @@ def test_every_pod_meets_pod_security_restricted(pods):
 def test_the_tfjob_path_closes_its_cluster_port_as_the_jobset_path_does(documents, pods):
     """The operator's per-replica Services make 2222 reachable cluster-wide; the same component's
     NetworkPolicy admits it from this instance's training tasks only (test_jobset.py's table)."""
-    from tests.test_jobset import NETWORK, _admitted_ports
-
     labels = {role: pods[name]["metadata"]["labels"]
               for role, name in (("trainer", "Worker"), ("evaluator", "Evaluator"))}
-    assert _admitted_ports(documents, labels) == NETWORK
+    assert admitted_ports(documents, labels) == NETWORK
 

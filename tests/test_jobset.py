@@ -21,7 +21,15 @@ import pytest
 
 from showtell.trainer.distribution.cluster import cluster_from_flags
 from tests.helpers import K8S_VERSION, ROOT, parse_cli
-from tests.k8s import CUSTOM_KINDS, OVERLAYS, crd_violations, render, restricted_violations
+from tests.k8s import (
+    CUSTOM_KINDS,
+    NETWORK,
+    OVERLAYS,
+    admitted_ports,
+    crd_violations,
+    render,
+    restricted_violations,
+)
 
 K8S = ROOT / "deploy" / "k8s"
 
@@ -499,51 +507,6 @@ def test_the_prometheus_operator_component_monitors_the_pods_that_serve_metrics(
     assert any('app_kubernetes_io_name="showtell"' in r["expr"] for r in alerts["groups"][0]["rules"])
 
 
-def _admits(policy: dict, namespace: str, source: tuple[str, dict[str, str]], port: int) -> bool:
-    """NetworkPolicy's ingress rules as the network plugin applies them to a pod in ``namespace``:
-    a connection from ``source`` (its namespace, its pod labels) to ``port`` is admitted when some
-    rule's ports include it (none: all) and some peer of its ``from`` selects the source (none:
-    any source).  Selectors here use matchLabels only."""
-    def selects(selector: dict | None, labels: dict[str, str]) -> bool:
-        return selector is not None and selector.get("matchLabels", {}).items() <= labels.items()
-
-    source_namespace, pod_labels = source
-    for rule in policy["spec"]["ingress"]:
-        if "ports" in rule and port not in {p["port"] for p in rule["ports"]}:
-            continue
-        if "from" not in rule:
-            return True
-        for peer in rule["from"]:
-            namespace_labels = {"kubernetes.io/metadata.name": source_namespace}
-            in_namespace = (selects(peer["namespaceSelector"], namespace_labels)
-                            if "namespaceSelector" in peer else source_namespace == namespace)
-            if in_namespace and ("podSelector" not in peer or selects(peer["podSelector"], pod_labels)):
-                return True
-    return False
-
-
-def _admitted_ports(documents: list[dict], pods: dict[str, dict[str, str]]) -> dict[str, set[int]]:
-    """Which of showtell's ports the rendered NetworkPolicy admits from each kind of source: the
-    path's own pods (``pods``: name → labels, in its namespace), the same labels in another
-    namespace, Prometheus, a metrics client, and strangers in and out of the namespace."""
-    [policy] = [d for d in documents if d["kind"] == "NetworkPolicy"]
-    namespace = policy["metadata"]["namespace"]
-    assert policy["spec"]["podSelector"] == {} and policy["spec"]["policyTypes"] == ["Ingress"]
-    sources = {name: (namespace, labels) for name, labels in pods.items()}
-    sources |= {"trainer labels, another namespace": ("elsewhere", pods["trainer"]),
-                "prometheus": ("monitoring", {"app.kubernetes.io/name": "prometheus"}),
-                "metrics client": ("dashboards", {"showtell.io/metrics-client": "true"}),
-                "stranger, same namespace": (namespace, {"app": "web"}),
-                "stranger": ("default", {"app": "web"})}
-    return {name: {p for p in (2222, 50051, 9400) if _admits(policy, namespace, source, p)}
-            for name, source in sources.items()}
-
-
-NETWORK = {"trainer": {2222, 50051}, "evaluator": {50051}, "trainer labels, another namespace": set(),
-           "prometheus": {9400}, "metrics client": {50051}, "stranger, same namespace": set(),
-           "stranger": set()}
-
-
 def test_the_network_policy_admits_each_port_from_its_own_sources_only(documents, replicated):
     """TensorFlow's cluster port (2222, which runs any graph a peer sends) from this instance's
     training tasks in this namespace only; the evaluator's gRPC from this instance's pods and from
@@ -551,12 +514,12 @@ def test_the_network_policy_admits_each_port_from_its_own_sources_only(documents
     (SECURITY.md, "Network").  The TFJob path: test_deploy.py."""
     pods = {"trainer": replicated["worker"]["template"]["spec"]["template"]["metadata"]["labels"],
             "evaluator": replicated["evaluator"]["template"]["spec"]["template"]["metadata"]["labels"]}
-    assert _admitted_ports(documents, pods) == NETWORK
+    assert admitted_ports(documents, pods) == NETWORK
     # the check can fail: the policy as it was, every port open to any pod of the namespace
     [policy] = [d for d in documents if d["kind"] == "NetworkPolicy"]
     was = {**policy, "spec": {**policy["spec"], "ingress": [{"from": [{"podSelector": {}}]}]}}
     others = [d for d in documents if d["kind"] != "NetworkPolicy"]
-    assert _admitted_ports([*others, was], pods)["evaluator"] == {2222, 50051, 9400}
+    assert admitted_ports([*others, was], pods)["evaluator"] == {2222, 50051, 9400}
 
 
 def test_the_split_evaluator_component_runs_indexed_parts_that_agree_and_serves_part_0(tmp_path: Path):
