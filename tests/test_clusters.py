@@ -105,28 +105,37 @@ def test_parameter_server_cluster(tiny_data: Path, tmp_path: Path, procs: Procs)
     assert saved > lost_at  # saved after the lost worker (re-run steps: not always a multiple of 4)
 
     # The chief restarted before its ps (a rescheduled pod): it says it waits, then trains — phase 2
-    # here: the encoder fine-tuned with the decoder, its variables on the ps as well.
-    coordinator, chief_log = task("chief", 0, "--steps", str(saved + 2), "--save-every-steps", "2",
+    # here: the encoder fine-tuned with the decoder, its variables on the ps as well.  No periodic
+    # save: the only checkpoint after the resume is the one the stop below makes.
+    coordinator, chief_log = task("chief", 0, "--steps", "100000", "--save-every-steps", "100000",
                                   "--train-inception", "true")
     wait_for(lambda: "waiting for ps:0" in chief_log.read_text() or coordinator.poll() is not None, 120,
              "the chief to say it waits for its ps")
     assert f"waiting for ps:0 ({ps}) to answer" in chief_log.read_text()
     servers["ps"] = task("ps", 0)
-    assert coordinator.wait(timeout=600) == 0, chief_log.read_text()[-3000:]
+    wait_for(lambda: logged_step(chief_log) >= saved + 2 or coordinator.poll() is not None, 600,
+             "2 steps of phase 2")
     text = chief_log.read_text()
     assert f"ckpt-{saved} at step {saved}" in text and "encoder trains: --train-inception true" in text
+
+    # The whole cluster stopped at once (a scheduler preempting the set, `compose down`): the chief's
+    # final save still lands — the ps and workers serve on until it does — and every task exits 143.
+    assert coordinator.poll() is None and not list(model_dir.glob(f"ckpt-{saved + 1}*"))
+    tasks = [(coordinator, chief_log), servers["ps"], servers["w0"], servers["w1"]]
+    for proc, _ in tasks:
+        os.kill(proc.pid, signal.SIGTERM)
+    for proc, log in tasks:
+        assert proc.wait(timeout=120) == 143, log.read_text()[-3000:]
     state = tf.train.get_checkpoint_state(str(model_dir))
-    assert Path(state.model_checkpoint_path).name == f"ckpt-{saved + 2}"
-    assert step_of(state.model_checkpoint_path) == saved + 2
+    final = step_of(state.model_checkpoint_path)
+    assert final > saved + 1 and Path(state.model_checkpoint_path).name == f"ckpt-{final}"
+    assert "the chief's checkpoint landed: stopping the server" in servers["ps"][1].read_text()
 
     # The evaluator, running all along, evaluated the final checkpoint the coordinator wrote.
     channel, stub = metrics_stub(port)
     with channel:
-        latest = wait_for(lambda: _latest(stub, saved + 2), 300, f"the evaluation of ckpt-{saved + 2}")
+        latest = wait_for(lambda: _latest(stub, final), 300, f"the evaluation of ckpt-{final}")
     assert latest.status == metrics_pb2.Evaluation.STATUS_OK and latest.metrics["loss"] > 0
-
-    for proc, log in (servers["w0"], servers["w1"], servers["ps"]):
-        stop_cleanly(proc, log)
     stop_cleanly(evaluator, tmp_path / "eval.log", code=0)
 
 

@@ -75,6 +75,11 @@ def test_tfjob_has_the_training_roles_and_operator_conventions(tfjob, documents)
     assert tfjob["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
     specs = tfjob["spec"]["tfReplicaSpecs"]
     assert set(specs) == {"Chief", "PS", "Worker"}
+    from showtell.trainer.distribution.cluster import Distribution
+
+    grace = Distribution().server_grace_secs
+    for name, replica in specs.items():  # stopped at once, the ps and workers outlast the chief's save
+        assert replica["template"]["spec"]["terminationGracePeriodSeconds"] > grace, name
     [evaluator] = [d for d in documents if d["kind"] == "Job"]
     assert evaluator["metadata"]["name"] == "showtell-evaluator" and evaluator["spec"]["backoffLimit"] >= 30
     assert specs["Chief"]["replicas"] == 1

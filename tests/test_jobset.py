@@ -138,6 +138,13 @@ def test_the_set_succeeds_with_the_chief_and_the_evaluator_is_a_workload_of_its_
     assert rules[1]["action"] == "FailJob" and rules[1]["onExitCodes"]["values"] == [2]
     evaluator = parse_cli("showtell.commands.evaluate", _container(replicated["evaluator"])["args"])
     assert evaluator.exit_when_trained and evaluator.poll_secs  # it ends after the final checkpoint
+    # The whole set preempted at once: the ps and workers serve on until the chief's final save
+    # lands (tests/test_clusters.py), inside the kubelet's grace
+    from showtell.trainer.distribution.cluster import Distribution
+
+    grace = Distribution().server_grace_secs
+    for name in ("chief", "ps", "worker"):
+        assert _pod(replicated[name])["terminationGracePeriodSeconds"] > grace, name
     assert evaluator.export_best == "cider:max"
 
 

@@ -56,7 +56,8 @@ def _train(experiment: TrainExperiment, stop: StopRequest) -> int:
     if site.serves:
         # Never 0: a server is part of a job that is not done while it runs — a Kubernetes Job
         # whose evicted worker exited 0 would count it complete and never replace it.
-        serve(site.cluster, stop)
+        serve(site.cluster, stop, ModelDir(experiment.source.model_dir),
+              experiment.distribution.server_grace_secs)
         code = stop.exit_code(finished=False)
         log.info("stopping %s:%d (%s): exit %d", site.cluster.task_type, site.cluster.task_index, stop.reason,
                  code)

@@ -139,11 +139,13 @@ class Trainer:
                 profiler.close()
             if summaries is not None:
                 summaries.close()
+        # The step first: once the final checkpoint is on disk, a parameter server stopped with
+        # the chief (a whole cluster preempted) stops serving, and the step lives there.
+        final = task.step
         path = self.checkpoints.save()
         keep_until_exit(runner)  # its tf.data iterator: destroying it can take half a minute
         if self.scratch is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)
-        final = task.step
         log.info("encoder forward passes this run: %d for the feature cache, %d in training steps",
                  cache_build.forward_passes if cache_build else 0, runner.encoder_images)
         log.info("final checkpoint %s (step %d)%s%s", path, final,

@@ -57,6 +57,9 @@ class Distribution:
         None, "use the machine's first N GPUs, the others hidden from TensorFlow before it claims their "
               "memory (default: all) — how deploy/compose.gpu.yml takes a count, which docker-compose "
               "1.29 cannot", type=gpu_count, env="SHOWTELL_GPUS")
+    server_grace_secs: float = option(
+        60.0, "a ps or worker stopped by a signal serves on until the chief's final checkpoint lands, "
+              "at most this long (the chief's save reads the ps; 0: stop at once)", type=float)
     logical_cpus: int | None = option(None, "split the CPU into N logical devices (towers without GPUs, "
                                             "for tests)", type=_positive_int, shown=True)
     ps_hosts: str | None = option(None, "h:p,… parameter servers (or TF_CONFIG)", shown=True)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from showtell.common.errors import UsageError
+from showtell.common.model_dir import ModelDir
 from showtell.trainer.distribution.cluster import Cluster, ClusterError, Distribution, resolve
 from showtell.trainer.loop.signals import StopRequest
 
@@ -201,9 +202,10 @@ def wait_for_ps(cluster: Cluster, stop, every: float = 1.0, first_say: float = 5
             return False
 
 
-def serve(cluster: Cluster, stop: StopRequest) -> None:
+def serve(cluster: Cluster, stop: StopRequest, model_dir: ModelDir | None = None, grace: float = 0.0) -> None:
     """A ps or worker task of a parameter-server cluster: start its server and serve until
-    SIGTERM/SIGINT (``stop``).
+    SIGTERM/SIGINT (``stop``) — and then on until the chief's final checkpoint lands in
+    ``model_dir``, at most ``grace`` seconds (``outlast_the_chief``).
 
     Workers get ``inter_op_parallelism_threads ≥ workers + 1``: with fewer, the coordinator's
     first scheduled step hangs on a 2-core machine (measured; TF's own test clusters do this).
@@ -216,6 +218,27 @@ def serve(cluster: Cluster, stop: StopRequest) -> None:
     log.info("serving %s:%d at %s until stopped", cluster.task_type, cluster.task_index, server.target)
     while not stop.wait(3600):  # sleeps until a signal sets it
         pass
+    if model_dir is not None and grace > 0:
+        outlast_the_chief(model_dir, grace)
+
+
+def outlast_the_chief(model_dir: ModelDir, grace: float, poll: float = 0.5) -> bool:
+    """Stopped with the whole cluster at once (a scheduler preempting the set, ``compose down``),
+    a server keeps serving until a checkpoint newer than the stop lands, or the run is finished:
+    the chief's final save reads the variables from the parameter servers, and its last steps
+    run on the workers.  At most ``grace`` seconds (a chief that saves nothing is not waited for
+    longer).  Whether the checkpoint came."""
+    newest = max(model_dir.checkpoint_steps(), default=-1)
+    log.info("stopped: serving on until the chief's final checkpoint lands in %s (at most %g s)",
+             model_dir, grace)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if model_dir.finished() is not None or max(model_dir.checkpoint_steps(), default=-1) > newest:
+            log.info("the chief's checkpoint landed: stopping the server")
+            return True
+        time.sleep(poll)
+    log.info("no checkpoint from the chief within %g s: stopping the server", grace)
+    return False
 
 
 def variable_placement(strategy: tf.distribute.Strategy, variables: list, workers: int | None = None) -> str:
