@@ -139,9 +139,7 @@ class Trainer:
                 profiler.close()
             if summaries is not None:
                 summaries.close()
-        # The step first: once the final checkpoint is on disk, a parameter server stopped with
-        # the chief (a whole cluster preempted) stops serving, and the step lives there.
-        final = task.step
+        final = task.step  # before the save: a ps stopped with the chief leaves once it lands
         path = self.checkpoints.save()
         keep_until_exit(runner)  # its tf.data iterator: destroying it can take half a minute
         if self.scratch is not None:
