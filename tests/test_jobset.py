@@ -511,6 +511,14 @@ def test_the_prometheus_operator_component_monitors_the_pods_that_serve_metrics(
     assert "app.kubernetes.io/name" in monitor["spec"]["podTargetLabels"]  # → app_kubernetes_io_name
     alerts = yaml.safe_load((ROOT / "deploy" / "monitoring" / "alerts.yml").read_text())
     assert rule["spec"]["groups"] == alerts["groups"], "copy alerts.yml's groups into prometheusrule.yaml"
+    # Alertmanager needs an absolute runbook URL: an overlay names where the docs are hosted
+    base = "https://docs.example.org/showtell/operations.md"
+    hosted = overlay("hosted", configMapGenerator=[{"name": "showtell-runbooks", "behavior": "merge",
+                                                    "literals": [f"base={base}"]}])
+    [hosted_rule] = [d for d in hosted if d["kind"] == "PrometheusRule"]
+    urls = [r["annotations"]["runbook_url"] for g in hosted_rule["spec"]["groups"] for r in g["rules"]]
+    assert urls == [base + "#" + r["annotations"]["runbook_url"].partition("#")[2]
+                    for g in alerts["groups"] for r in g["rules"]]
     assert any('app_kubernetes_io_name="showtell"' in r["expr"] for r in alerts["groups"][0]["rules"])
 
 
