@@ -221,7 +221,8 @@ def test_a_prefixed_second_instance_finds_its_own_tasks_claims_and_recipe(tmp_pa
     [jobset] = [d for d in documents if d["kind"] == "JobSet"]
     assert jobset["metadata"]["name"] == "exp1-showtell"
     replicated = {rj["name"]: rj for rj in jobset["spec"]["replicatedJobs"]}
-    [config_map] = [d for d in documents if d["kind"] == "ConfigMap"]
+    [config_map] = [d for d in documents
+                    if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-recipe")]
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(config_map["data"]["recipe.yaml"])
     _assert_tasks_find_each_other(jobset, replicated, recipe)
