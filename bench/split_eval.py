@@ -44,7 +44,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
 from eval_throughput import COCO_VOCABULARY
 from feature_reuse import dataset
-from rounds import add_out, order, publish, ratio, spread
+from rounds import add_out, alternate, publish, ratio, spread
 
 from showtell.captioning.config import ModelConfig
 from showtell.captioning.data.dataset import VOCAB, load_dataset
@@ -196,17 +196,14 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     if (os.cpu_count() or 1) < 2:
         raise SystemExit("needs 2 cores: one per part")
-    if args.rounds < 3:
-        raise SystemExit(f"--rounds {args.rounds}: at least 3, or the spread means nothing")
     common = ["--policy", "all", "--exit-when-trained"]
-    runs: dict[str, list[dict]] = {name: [] for name in CONFIGURATIONS}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         data = dataset(root, args.images, args.image_size)
         template, staged = checkpoints(root, data, args.image_size)
-        for index in range(args.rounds):  # each run warms itself up (ckpt-1): no untimed round
-            for name in order(list(CONFIGURATIONS), index):
-                runs[name].append(run(name, root, data, template, staged, common))
+        # each run warms itself up (ckpt-1): no untimed round
+        runs = alternate({name: lambda name=name: run(name, root, data, template, staged, common)
+                          for name in CONFIGURATIONS}, rounds=args.rounds, warm=0)
     seconds = {name: [r["seconds"] for r in done] for name, done in runs.items()}
     cpu = {name: [r["cpu_seconds"] for r in done] for name, done in runs.items()}
     middle = sorted(runs["one"], key=lambda r: r["seconds"])[len(runs["one"]) // 2]  # the median round's
