@@ -23,6 +23,7 @@ from showtell.common.options import (
     positive_int,
     positive_int_or_auto,
 )
+from showtell.common.tracking import TrackingConfig
 from showtell.evaluator.records.workdir import WorkDir
 
 if TYPE_CHECKING:
@@ -133,6 +134,9 @@ class ExportConfig:
                   "beyond noise (the paired interval of the difference from the export excludes 0 — fewer, "
                   "surer versions; small real gains wait until they add up)",
         choices=("better", "significant"))
+    registered_model: str = option(
+        "showtell", "with --tracking-uri: each export becomes a version of this MLflow registered model "
+                    "(another evaluation set's: NAME-<set>)", metavar="NAME")
 
 
 @dataclass(frozen=True)
@@ -242,3 +246,4 @@ class EvaluatorConfig:
     monitoring: MonitoringConfig = field(default_factory=MonitoringConfig)
     eval_sets: tuple[EvalSet, ...] = ()  # besides --data's (named val)
     sharding: ShardConfig = ShardConfig()
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)

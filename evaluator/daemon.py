@@ -30,6 +30,7 @@ from showtell.common.exposition import PrometheusEndpoint
 from showtell.common.locks import DirectoryLock
 from showtell.common.model_dir import ModelDir
 from showtell.common.processes import signal_exit_code
+from showtell.common.tracking import Tracker
 from showtell.evaluator.config import EvaluatorConfig
 from showtell.evaluator.loop.controller import EvalController
 from showtell.evaluator.loop.merger import Merger
@@ -43,6 +44,7 @@ from showtell.evaluator.records.parts_dir import PartsDir
 from showtell.evaluator.records.recorder import Recorder
 from showtell.evaluator.records.store import Store
 from showtell.evaluator.records.summaries import EvalSummaries
+from showtell.evaluator.records.tracking import Outbox
 from showtell.evaluator.scoring.bootstrap import Bootstrap, export_judge
 from showtell.evaluator.scoring.evaluation import CheckpointEvaluator
 from showtell.evaluator.scoring.features import FeatureStore
@@ -52,6 +54,9 @@ from showtell.evaluator.serving.server import MetricsServer
 from showtell.evaluator.serving.service import MetricsService
 
 log = logging.getLogger(__name__)
+# A finite evaluator that is done waits this long for the tracker to take its last records (they
+# stay in the history otherwise, sent by the next evaluator on the work dir).
+TRACKING_FLUSH_SECS = 30.0
 
 
 def build_evaluator(config: EvaluatorConfig, model_dir: ModelDir) -> CheckpointEvaluator:
@@ -143,6 +148,7 @@ class _Components:
     watchers: list[CheckpointWatcher]
     server: MetricsServer | None
     own: Store | None = None  # a part's own history of its parts (a split evaluation)
+    outbox: Outbox | None = None  # the history to MLflow (--tracking-uri)
 
 
 def _split_part(config: EvaluatorConfig, model_dir: ModelDir, evaluator: CheckpointEvaluator,
@@ -203,6 +209,16 @@ def _exporters(config: EvaluatorConfig, store: Store,
     return exporters
 
 
+def _outbox(config: EvaluatorConfig, store: Store, model_dir: ModelDir,
+            exporters: dict[str, BestExport]) -> Outbox | None:
+    """``--tracking-uri``'s outbox of the history (and of each set's exports); None without one."""
+    if not config.tracking.enabled:
+        return None
+    return Outbox(tracker=Tracker(config.tracking), store=store, marks_path=config.work.tracking,
+                  model_dir=model_dir, exports={name: e.base for name, e in exporters.items()},
+                  registered_model=config.export.registered_model)
+
+
 def _components(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio.AbstractEventLoop,
            endpoint: PrometheusEndpoint | None) -> _Components:
     model_dir, workdir, serving = ModelDir(config.model_dir), config.work, config.serve
@@ -226,10 +242,14 @@ def _components(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio
     actions = [broadcast.notify, log_record, WriteSummaries(summaries), HParamsSession(model_dir, summaries)]
     if exporters:
         actions.append(ExportBest(exporters, evaluator, merged=config.sharding.split))
+    outbox = _outbox(config, store, model_dir, exporters)
+    if outbox is not None:  # told after the export: a new best is registered with its record
+        actions.append(outbox)
     if endpoint is not None:
         figures = EvaluatorFigures(registry=endpoint.registry, status=lambda: controller.status, store=store,
                                    streams=lambda: service.streams,
-                                   sets=(DEFAULT_SET, *(s.name for s in config.eval_sets)))
+                                   sets=(DEFAULT_SET, *(s.name for s in config.eval_sets)),
+                                   tracking_backlog=(lambda: outbox.backlog) if outbox else None)
         actions.append(figures.record)
     recorder, own, merger = Recorder(store=store, work_root=workdir.root), None, None
     if parts is not None:
@@ -252,10 +272,10 @@ def _components(config: EvaluatorConfig, security: LoadedSecurity, loop: asyncio
                              policy=config.watch.policy, model_dir=model_dir, observer=watcher.kind,
                              exporter=exporter, max_streams=serving.max_streams,
                              bootstrap=evaluator.bootstrap,
-                             eval_sets=(DEFAULT_SET, *(s.name for s in config.eval_sets)))
+                             eval_sets=(DEFAULT_SET, *(s.name for s in config.eval_sets)), tracking=outbox)
     service.attach(loop)
     return _Components(evaluator, store, summaries, controller, watchers, _server(service, serving, security),
-                       own)
+                       own, outbox)
 
 
 def _server(service: MetricsService | None, serving, security: LoadedSecurity) -> MetricsServer:
@@ -314,6 +334,8 @@ async def _serve(config: EvaluatorConfig, security: LoadedSecurity,
             await asyncio.to_thread(watcher.ready.wait, 30)
         if components.server is not None:
             await components.server.start()
+        if components.outbox is not None:
+            components.outbox.start()
         finish = config.finish.describe()
         shard = config.sharding.shard if config.sharding.split else None
         log.info("work dir %s; policy %s; observer %s%s%s", config.work.root, config.watch.policy,
@@ -344,6 +366,9 @@ async def _shut_down(components: _Components, thread: threading.Thread) -> None:
     merger = components.controller.merge
     if isinstance(merger, Merger):
         await asyncio.to_thread(merger.recorder.close)
+    if components.outbox is not None:  # done (--exit-when-trained …): its last records sent first
+        flush = TRACKING_FLUSH_SECS if components.controller.done else 0.0
+        await asyncio.to_thread(components.outbox.stop, flush)
     components.evaluator.close()
     if components.summaries is not None:
         components.summaries.close()

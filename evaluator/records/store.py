@@ -266,9 +266,16 @@ class Store:
         with self._lock:
             return int(self._db.execute("SELECT COALESCE(MAX(rowid), 0) FROM evaluations").fetchone()[0])
 
-    def arrived_after(self, rowid: int) -> list[Record]:
-        """Records (of every set) added after the one with ``rowid``, in arrival order."""
-        return self._select("WHERE rowid > ?", (rowid,), order="rowid", eval_set=ALL_SETS)
+    def arrived_after(self, rowid: int, limit: int | None = None) -> list[Record]:
+        """Records (of every set) added after the one with ``rowid``, in arrival order (the first
+        ``limit``)."""
+        return self._select("WHERE rowid > ?", (rowid,), order="rowid", limit=limit, eval_set=ALL_SETS)
+
+    def count_after(self, rowid: int) -> int:
+        """How many records (of every set) were added after the one with ``rowid``."""
+        with self._lock:
+            row = self._db.execute("SELECT COUNT(*) FROM evaluations WHERE rowid > ?", (rowid,)).fetchone()
+        return int(row[0])
 
     def latest(self, run: str = ALL_RUNS, eval_set: str = DEFAULT_SET) -> Record | None:
         order = "step DESC, evaluated_at DESC" if run != ALL_RUNS else "rowid DESC"

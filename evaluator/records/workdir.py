@@ -56,6 +56,11 @@ class WorkDir:
         return self.exports if eval_set == DEFAULT_SET else self.exports.with_name(f"best-{eval_set}")
 
     @property
+    def tracking(self) -> Path:
+        """How far the history has been sent to MLflow (``evaluator/records/tracking.py``)."""
+        return self.root / "tracking.json"
+
+    @property
     def features(self) -> Path:
         """Each evaluation set's encoder features, per encoder (``evaluator/scoring/features.py``)."""
         return self.root / "features"

@@ -140,6 +140,22 @@ def best_export_proto(exporter: ExportView | None) -> pb.BestExport | None:
     return answer
 
 
+class TrackingView(Protocol):
+    """What the status reads of the tracker's outbox (``records/tracking.Outbox``)."""
+
+    backlog: int
+    last_error: str
+
+    def describe(self) -> str: ...
+
+
+def tracking_proto(outbox: TrackingView | None) -> pb.Tracking | None:
+    """How far the history reached the tracker (None: no ``--tracking-uri``)."""
+    if outbox is None:
+        return None
+    return pb.Tracking(tracker=outbox.describe(), backlog=outbox.backlog, last_error=outbox.last_error)
+
+
 def set_started(summary: pb.RunSummary, started: str) -> None:
     """A run's recorded start (``%Y-%m-%dT%H:%M:%S%z``) as ``summary.started``; unreadable: unset."""
     try:

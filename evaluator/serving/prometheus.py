@@ -31,7 +31,9 @@ class EvaluatorFigures:
     """The registry ``--prometheus-port`` serves; ``record`` is an action of the controller."""
 
     def __init__(self, *, registry: CollectorRegistry, status: Callable[[], Status], store: Store,
-                 streams: Callable[[], int], sets: Sequence[str] = (DEFAULT_SET,)) -> None:
+                 streams: Callable[[], int], sets: Sequence[str] = (DEFAULT_SET,),
+                 tracking_backlog: Callable[[], int] | None = None) -> None:
+        """``tracking_backlog``: the records the tracker has not acknowledged (None: no tracker)."""
         self.status, self.registry = status, registry
         self.evaluations = Counter("showtell_evaluator_evaluations", "Checkpoints recorded, by outcome "
                                    "(ok, failed: could not be evaluated, skipped: gone first).",
@@ -59,7 +61,7 @@ class EvaluatorFigures:
             self.features.labels(result)
         for part in COST_PARTS:
             self.part_seconds.labels(part)
-        self.registry.register(_Now(status, store, streams, sets))
+        self.registry.register(_Now(status, store, streams, sets, tracking_backlog))
 
     def record(self, record: Record) -> None:
         """Count a recorded checkpoint; time it if it was evaluated.  Runs while the controller's
@@ -89,8 +91,9 @@ class _Now(Collector):
     """The figures true at scrape time."""
 
     def __init__(self, status: Callable[[], Status], store: Store, streams: Callable[[], int],
-                 sets: Sequence[str]) -> None:
+                 sets: Sequence[str], tracking_backlog: Callable[[], int] | None = None) -> None:
         self.status, self.store, self.streams, self.sets = status, store, streams, sets
+        self.tracking_backlog = tracking_backlog
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         status = self.status()
@@ -130,6 +133,11 @@ class _Now(Collector):
                                 "1 once the trainer has marked its final checkpoint in the model dir "
                                 "(it then exits by design), else 0.",
                                 value=1 if status.trained_step >= 0 else 0)
+        if self.tracking_backlog is not None:
+            yield GaugeMetricFamily("showtell_evaluator_tracking_backlog",
+                                    "Recorded evaluations the experiment tracker (--tracking-uri) has not "
+                                    "acknowledged yet: they wait in the history, sent when it answers.",
+                                    value=self.tracking_backlog())
         yield from self._latest_metrics(status.run_id)
 
     def _latest_metrics(self, run: str) -> Iterator[GaugeMetricFamily]:

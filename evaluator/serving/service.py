@@ -32,6 +32,7 @@ from showtell.evaluator.serving.messages import (
     MAX_PAGE,
     RUN_ID,
     ExportView,
+    TrackingView,
     best_export_proto,
     bootstrap_proto,
     costs_proto,
@@ -42,6 +43,7 @@ from showtell.evaluator.serving.messages import (
     encode_token,
     set_started,
     to_proto,
+    tracking_proto,
     watch_message,
 )
 from showtell.v1 import metrics_pb2 as pb
@@ -75,8 +77,9 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
     def __init__(self, *, store: Store, status: Callable[[], Status], broadcast: Broadcast, policy: str,
                  model_dir: ModelDir, observer: str, exporter: ExportView | None = None,
                  max_streams: int = 10_000, bootstrap: Bootstrap | None = None,
-                 eval_sets: tuple[str, ...] = (DEFAULT_SET,)) -> None:
+                 eval_sets: tuple[str, ...] = (DEFAULT_SET,), tracking: TrackingView | None = None) -> None:
         self.store, self.status, self.broadcast, self.policy = store, status, broadcast, policy
+        self.tracking = tracking
         self.bootstrap = bootstrap or Bootstrap()
         self.eval_sets = eval_sets
         self.exporter = exporter
@@ -327,6 +330,7 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
             **_progress_fields(status.progress), parts=status.parts,
             waiting_for_parts=[pb.WaitingForParts(run_id=w.run, step=w.step, checkpoint=w.checkpoint,
                                                   missing_parts=w.missing) for w in status.waiting_for_parts],
+            tracking=tracking_proto(self.tracking),
         ))
 
     async def Watch(self, request, context):

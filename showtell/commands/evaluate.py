@@ -28,6 +28,7 @@ from showtell.common.flags import (
 )
 from showtell.common.intervals import with_interval
 from showtell.common.setting_sources import print_config
+from showtell.common.tracking import TrackingConfig
 from showtell.evaluator.config import (
     EvalSet,
     EvaluationConfig,
@@ -60,6 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         add_config_flags(p, config_cls)
     add_config_flags(p.add_argument_group("one evaluation split across evaluators"), ShardConfig)
     add_config_flags(p.add_argument_group("ending by itself (default: serve until SIGTERM)"), Finish)
+    add_config_flags(p.add_argument_group(TrackingConfig.__doc__.splitlines()[0].rstrip(".")), TrackingConfig)
     add_server_arguments(p)
     p.add_argument("--once", action="store_true", help="evaluate one checkpoint, print, exit")
     p.add_argument("--checkpoint", help="with --once: checkpoint prefix to evaluate (default: the newest)")
@@ -78,7 +80,8 @@ def config_from_args(args: argparse.Namespace) -> EvaluatorConfig:
         evaluation=config_from_flags(EvaluationConfig, args), watch=config_from_flags(WatchConfig, args),
         serve=config_from_flags(ServeConfig, args), export=config_from_flags(ExportConfig, args),
         finish=config_from_flags(Finish, args), monitoring=config_from_flags(MonitoringConfig, args),
-        eval_sets=tuple(args.eval_set), sharding=config_from_flags(ShardConfig, args))
+        eval_sets=tuple(args.eval_set), sharding=config_from_flags(ShardConfig, args),
+        tracking=config_from_flags(TrackingConfig, args))
 
 
 def argument_problem(args: argparse.Namespace) -> str | None:

@@ -224,6 +224,13 @@ class ModelDir:
         except (OSError, ValueError, AttributeError):
             return None
 
+    def run_settings(self, run_id: str) -> str | None:
+        """``runs/<run id>.yaml``: the run's settings as it last started (None: none written)."""
+        try:
+            return _read(self.file(f"{self.RUNS}/{run_id or 'unnamed'}.yaml"))
+        except OSError:
+            return None
+
     def load_run(self, run_id: str) -> dict:
         """A run's record, whatever it holds; one line naming the file when it cannot be read."""
         path = self.file(f"{self.RUNS}/{run_id}.json")

@@ -219,7 +219,7 @@ class BestExport(_message.Message):
     def __init__(self, metric: _Optional[str] = ..., maximize: _Optional[bool] = ..., step: _Optional[int] = ..., path: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
 
 class EvaluatorStatus(_message.Message):
-    __slots__ = ("checkpoint_dir", "policy", "last_seen_step", "evaluating_step", "pending_steps", "evaluations", "failures", "uptime", "observer", "last_error", "best_export", "run_id", "runs", "images_done", "images_total", "time_left", "eval_sets", "last_costs", "parts", "waiting_for_parts")
+    __slots__ = ("checkpoint_dir", "policy", "last_seen_step", "evaluating_step", "pending_steps", "evaluations", "failures", "uptime", "observer", "last_error", "best_export", "run_id", "runs", "images_done", "images_total", "time_left", "eval_sets", "last_costs", "parts", "waiting_for_parts", "tracking")
     CHECKPOINT_DIR_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     LAST_SEEN_STEP_FIELD_NUMBER: _ClassVar[int]
@@ -240,6 +240,7 @@ class EvaluatorStatus(_message.Message):
     LAST_COSTS_FIELD_NUMBER: _ClassVar[int]
     PARTS_FIELD_NUMBER: _ClassVar[int]
     WAITING_FOR_PARTS_FIELD_NUMBER: _ClassVar[int]
+    TRACKING_FIELD_NUMBER: _ClassVar[int]
     checkpoint_dir: str
     policy: str
     last_seen_step: int
@@ -260,7 +261,18 @@ class EvaluatorStatus(_message.Message):
     last_costs: Costs
     parts: int
     waiting_for_parts: _containers.RepeatedCompositeFieldContainer[WaitingForParts]
-    def __init__(self, checkpoint_dir: _Optional[str] = ..., policy: _Optional[str] = ..., last_seen_step: _Optional[int] = ..., evaluating_step: _Optional[int] = ..., pending_steps: _Optional[_Iterable[int]] = ..., evaluations: _Optional[int] = ..., failures: _Optional[int] = ..., uptime: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., observer: _Optional[str] = ..., last_error: _Optional[str] = ..., best_export: _Optional[_Union[BestExport, _Mapping]] = ..., run_id: _Optional[str] = ..., runs: _Optional[int] = ..., images_done: _Optional[int] = ..., images_total: _Optional[int] = ..., time_left: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., eval_sets: _Optional[_Iterable[str]] = ..., last_costs: _Optional[_Union[Costs, _Mapping]] = ..., parts: _Optional[int] = ..., waiting_for_parts: _Optional[_Iterable[_Union[WaitingForParts, _Mapping]]] = ...) -> None: ...
+    tracking: Tracking
+    def __init__(self, checkpoint_dir: _Optional[str] = ..., policy: _Optional[str] = ..., last_seen_step: _Optional[int] = ..., evaluating_step: _Optional[int] = ..., pending_steps: _Optional[_Iterable[int]] = ..., evaluations: _Optional[int] = ..., failures: _Optional[int] = ..., uptime: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., observer: _Optional[str] = ..., last_error: _Optional[str] = ..., best_export: _Optional[_Union[BestExport, _Mapping]] = ..., run_id: _Optional[str] = ..., runs: _Optional[int] = ..., images_done: _Optional[int] = ..., images_total: _Optional[int] = ..., time_left: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., eval_sets: _Optional[_Iterable[str]] = ..., last_costs: _Optional[_Union[Costs, _Mapping]] = ..., parts: _Optional[int] = ..., waiting_for_parts: _Optional[_Iterable[_Union[WaitingForParts, _Mapping]]] = ..., tracking: _Optional[_Union[Tracking, _Mapping]] = ...) -> None: ...
+
+class Tracking(_message.Message):
+    __slots__ = ("tracker", "backlog", "last_error")
+    TRACKER_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    tracker: str
+    backlog: int
+    last_error: str
+    def __init__(self, tracker: _Optional[str] = ..., backlog: _Optional[int] = ..., last_error: _Optional[str] = ...) -> None: ...
 
 class WaitingForParts(_message.Message):
     __slots__ = ("run_id", "step", "checkpoint", "missing_parts")
