@@ -30,7 +30,7 @@ from showtell.common.exposition import PrometheusEndpoint
 from showtell.common.locks import DirectoryLock
 from showtell.common.model_dir import ModelDir
 from showtell.common.processes import signal_exit_code
-from showtell.common.tracking import Tracker
+from showtell.common.tracking import Tracker, require_client
 from showtell.evaluator.config import EvaluatorConfig
 from showtell.evaluator.loop.controller import EvalController
 from showtell.evaluator.loop.merger import Merger
@@ -95,6 +95,7 @@ def run(config: EvaluatorConfig, security: LoadedSecurity) -> int:
     """The service on ``config``: one per work dir (a second is refused by name), its address and
     Prometheus port checked before TensorFlow starts; returns the exit code."""
     _prepare(config)
+    require_client(config.tracking)
     with DirectoryLock(directory=config.work.root, role="evaluator", flag="--work-dir"):
         check_listen_address(config.serve.host, config.serve.port)
         if config.serve.health_port is not None:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from showtell.common import exposition
 from showtell.common.locks import DirectoryLock
 from showtell.common.model_dir import RECORD_SECTIONS, ModelDir
+from showtell.common.tracking import require_client
 from showtell.trainer.experiment import TrainExperiment, keys
 from showtell.trainer.experiment import settings as recorded_settings
 from showtell.trainer.following import follow
@@ -30,6 +31,7 @@ from showtell.trainer.loop.signals import StopRequest
 if TYPE_CHECKING:
     from showtell.trainer.distribution.placement import Placement, Site
     from showtell.trainer.step.task import CaptionTask
+    from showtell.trainer.trainer import Trainer, TrainResult
 
 log = logging.getLogger(__name__)
 RESTART = follow.RESTART  # ``run``'s code when a newer encoder is there: run it again (the command execs)
@@ -65,6 +67,7 @@ def _train(experiment: TrainExperiment, stop: StopRequest) -> int:
     model_dir = ModelDir(experiment.source.model_dir)
     if not site.is_chief:  # a multi-worker worker: writes scratch copies
         return _train_task(experiment, stop, site, model_dir)
+    require_client(experiment.tracking)
     encoder = experiment.followed_encoder
     if experiment.follow.enabled and encoder is None:
         log.info("--follow-encoder: --inception-weights %s is not a file; nothing to follow",
@@ -85,6 +88,7 @@ def _train_task(experiment: TrainExperiment, stop: StopRequest, site: Site, mode
     from showtell.trainer.distribution.placement import place
     from showtell.trainer.following.early_stop import EarlyStop
     from showtell.trainer.loop.prometheus import TrainerFigures
+    from showtell.trainer.loop.tracking import TrainTracking
     from showtell.trainer.trainer import Trainer, TrainerSettings
 
     # The chief's figures (a port in use: one line, before the model is built).
@@ -105,14 +109,12 @@ def _train_task(experiment: TrainExperiment, stop: StopRequest, site: Site, mode
         trainer = Trainer(task, model_dir, settings, placement,
                           figures=TrainerFigures(endpoint.registry) if endpoint else None,
                           actions=[follow.EncoderWatch(encoder, stop, experiment.follow.preview_secs)]
-                          if encoder is not None else [])
+                          if encoder is not None else [],
+                          tracking=TrainTracking(experiment.tracking)
+                          if site.is_chief and experiment.tracking.enabled else None)
         listener = (EarlyStop.listen(experiment.early_stop, stop, lambda: model_dir.run_id)
                     if site.is_chief and experiment.early_stop.stop_when else None)
-        try:
-            result = trainer.run(stop)
-        finally:
-            if listener is not None:
-                listener.close()
+        result = _run_trainer(trainer, stop, listener)
         if result.stopped_by in (follow.ENCODER_REPLACED, follow.PREVIEW_DONE):
             return follow.next_encoder(encoder, model_dir, stop, result)  # still scraped while it waits
     finally:
@@ -126,6 +128,24 @@ def _train_task(experiment: TrainExperiment, stop: StopRequest, site: Site, mode
              "again, it resumes from its final checkpoint", result.final_step, result.start_step,
              result.stopped_by, code)
     return code
+
+
+def _run_trainer(trainer: Trainer, stop: StopRequest, listener: Any) -> TrainResult:
+    """``trainer.run``, then what listened to it closed and its MLflow run ended as it ended:
+    FINISHED on its own terms, KILLED by a signal (preempted), FAILED by an exception."""
+    tracking = trainer.tracking
+    try:
+        result = trainer.run(stop)
+    except BaseException:
+        if tracking is not None:
+            tracking.end("FAILED")
+        raise
+    finally:
+        if listener is not None:
+            listener.close()
+    if tracking is not None:
+        tracking.end("FINISHED" if result.finished else "KILLED")
+    return result
 
 
 def build_task(experiment: TrainExperiment, placement: Placement | None = None,

@@ -5,7 +5,7 @@ the command sees its flags.
 
 Every section is a dataclass whose ``option`` fields are the flags and dotted keys, each written
 once where it is defined: the config dataclasses (model, input, optimizer, schedule, feature cache,
-compute, monitoring) and, here, where a run reads and writes, whom it follows, how it is
+compute, monitoring, tracking) and, here, where a run reads and writes, whom it follows, how it is
 distributed and how it reports.  The run's record (``settings``: every setting by flag name) is
 derived from the experiment, never carried beside it.
 """
@@ -28,6 +28,7 @@ from showtell.common.exposition import MonitoringConfig
 from showtell.common.logs import FORMATS
 from showtell.common.options import Invalid, boolean, check, config_flags, option, or_auto, positive_float
 from showtell.common.options import positive_int as _positive_int
+from showtell.common.tracking import TrackingConfig
 from showtell.trainer.config import ComputeConfig, OptimizerConfig, TrainConfig
 from showtell.trainer.distribution.cluster import Distribution
 
@@ -153,6 +154,7 @@ class TrainExperiment:
     early_stop: EarlyStopSettings = field(default_factory=EarlyStopSettings)
     distribution: Distribution = field(default_factory=Distribution)
     runtime: Runtime = field(default_factory=Runtime)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     @property
     def followed_encoder(self) -> Path | None:
@@ -166,7 +168,7 @@ class TrainExperiment:
 SECTIONS = {"source": Source, "model": ModelConfig, "input": InputConfig, "optimizer": OptimizerConfig,
             "train": TrainConfig, "cache": CacheConfig, "compute": ComputeConfig,
             "monitoring": MonitoringConfig, "follow": Follow, "early_stop": EarlyStopSettings,
-            "distribution": Distribution, "runtime": Runtime}
+            "distribution": Distribution, "runtime": Runtime, "tracking": TrackingConfig}
 
 
 def from_flags(flags: dict[str, Any]) -> TrainExperiment:

@@ -33,6 +33,7 @@ from showtell.common.errors import DataError
 from showtell.common.model_dir import ModelDir
 from showtell.common.processes import keep_until_exit
 from showtell.common.setting_sources import settings_yaml
+from showtell.common.tracking import revision_tags, run_params
 from showtell.trainer import provenance
 from showtell.trainer.distribution.cluster import cluster_failure
 from showtell.trainer.distribution.placement import Placement, variable_placement
@@ -43,6 +44,7 @@ from showtell.trainer.loop.prometheus import TrainerFigures
 from showtell.trainer.loop.runners import ParameterServerRunner, SynchronousRunner
 from showtell.trainer.loop.signals import StopRequest
 from showtell.trainer.loop.summaries import TrainSummaries
+from showtell.trainer.loop.tracking import TrainTracking
 from showtell.trainer.step.optimizer import restore_configured_rates
 from showtell.trainer.step.task import CaptionTask
 
@@ -81,7 +83,7 @@ class Trainer:
 
     def __init__(self, task: CaptionTask, model_dir: ModelDir, settings: TrainerSettings,
                  placement: Placement, *, figures: TrainerFigures | None = None,
-                 actions: Sequence[Action] = ()) -> None:
+                 actions: Sequence[Action] = (), tracking: TrainTracking | None = None) -> None:
         """
         Args:
           task: model, optimizers, data and steps of the run (built by ``assembly.build_task``).
@@ -90,9 +92,11 @@ class Trainer:
           placement: the strategy, why, this task's cluster and (parameter_server) its coordinator.
           figures: the Prometheus figures to keep (``--prometheus-port``), or None.
           actions: more controller actions, after the trainer's own (``--follow-encoder``'s watch).
+          tracking: the run's MLflow run (``--tracking-uri``; the chief's), begun here, ended by the
+            assembly (which sees how the run ended, crashes included).
         """
         self.task, self.model_dir, self.settings, self.placement = task, model_dir, settings, placement
-        self.figures, self.extra_actions = figures, list(actions)
+        self.figures, self.extra_actions, self.tracking = figures, list(actions), tracking
         self.is_chief = placement.is_chief
         self.checkpoints, self.scratch = task_checkpoints(task, model_dir.path, self.is_chief)
 
@@ -104,6 +108,7 @@ class Trainer:
         if self.is_chief:
             self._begin(encoder_init)
             self._revise(start_step)
+            self._track()
         self._announce(start_step)
         self._log_shape()
         runner = profiler = summaries = None
@@ -119,7 +124,8 @@ class Trainer:
                 actions=[
                     StepReport(summaries=summaries, optimizer=task.optimizer, every=cfg.log_every_steps,
                                steps=cfg.steps, encoder_optimizer=task.encoder_optimizer,
-                               publish=self.figures.report if self.figures else None),
+                               publish=self.figures.report if self.figures else None,
+                               track=self.tracking.scalars if self.tracking else None),
                     WeightHistograms(summaries=summaries, model=task.model, every=cfg.histogram_every_steps),
                     *([profiler] if profiler else []),
                     *([self.figures] if self.figures else []),
@@ -233,6 +239,16 @@ class Trainer:
             recorded, header, sections, dict(self.settings.keys)))
         if changed:
             log.info("resumed with changed settings, recorded in %s: %s", ModelDir.RUNS, "; ".join(changed))
+
+    def _track(self) -> None:
+        """The MLflow run begins or resumes: the run's settings (params, when it is created), its
+        revisions (tags)."""
+        if self.tracking is None:
+            return
+        run_id, model_dir = self.model_dir.run_id or "", self.model_dir
+        self.tracking.begin(run_id, params=run_params(model_dir.run_settings(run_id)),
+                            tags={"showtell.model_dir": str(model_dir),
+                                  **revision_tags(model_dir.run_record(run_id))})
 
     def _begin(self, encoder_init) -> None:
         """The chief's once-per-run writes: clear the finished marker; in a new model dir, the

@@ -36,7 +36,7 @@ RECORD_SECTIONS = ("resolved", "environment")
 # Flags that say where or how a process runs, not what it trains: not compared between runs.
 PLACEMENT = ("ps_hosts", "worker_hosts", "chief_host", "job_name", "task_index", "log_device_placement",
              "verbose", "evaluator", "evaluator_ca", "evaluator_auth_token_file", "evaluator_tls_server_name",
-             "profile_steps", "print_config", "server_grace_secs")
+             "profile_steps", "print_config", "server_grace_secs", "tracking_uri", "tracking_experiment")
 
 
 class ModelDir:

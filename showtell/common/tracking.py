@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 
 RUN_TAG = "showtell.run_id"  # the MLflow run of a showtell run is the one with this tag
 # What the client may do on its own before it gives a call back (a user's environment wins).
-CLIENT_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+CLIENT_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+                   "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}  # our log says where the run is
 # Error codes that another try cannot fix (MLflow's ``databricks_pb2`` names).
 REFUSED = {"INVALID_PARAMETER_VALUE", "PERMISSION_DENIED", "UNAUTHENTICATED", "RESOURCE_DOES_NOT_EXIST",
            "INVALID_STATE", "BAD_REQUEST", "RESOURCE_ALREADY_EXISTS", "FEATURE_DISABLED"}
@@ -69,6 +70,15 @@ class TrackingConfig:
         where = f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path}" if parts.netloc \
             else self.tracking_uri
         return f"MLflow {where}, experiment {self.tracking_experiment}"
+
+
+def require_client(config: TrackingConfig) -> None:
+    """Tracking asked for without the client installed: one line at start, not a thread that fails."""
+    import importlib.util
+
+    if config.enabled and importlib.util.find_spec("mlflow") is None:
+        raise ShowtellError(f"--tracking-uri {config.tracking_uri} (or MLFLOW_TRACKING_URI): the MLflow "
+                            "client is not installed; pip install 'showtell[tracking]', or unset it")
 
 
 class TrackerDown(ShowtellError):
@@ -128,11 +138,8 @@ class Tracker:
         if self._client is None:
             for name, value in CLIENT_DEFAULTS.items():
                 os.environ.setdefault(name, value)
-            try:
-                from mlflow import MlflowClient
-            except ImportError as exc:
-                raise TrackerRefused(f"--tracking-uri {self.config.tracking_uri}: the MLflow client is not "
-                                     "installed; pip install 'showtell[tracking]'") from exc
+            from mlflow import MlflowClient  # require_client said so at start when it is missing
+
             for name in ("mlflow", "alembic"):  # the client's notices ("View run at …") are not ours
                 logging.getLogger(name).setLevel(logging.WARNING)
             self._client = self.call("connect", MlflowClient, self.config.tracking_uri,

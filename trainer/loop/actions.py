@@ -69,6 +69,7 @@ class StepReport:
     steps: int
     encoder_optimizer: object | None = None
     publish: Callable[[dict[str, float]], None] | None = None  # each log line's figures (Prometheus')
+    track: Callable[[int, dict[str, float]], None] | None = None  # and at their step (MLflow's)
     _window: _Window = field(default_factory=_Window)
 
     def __call__(self, step: int, logs: StepLogs) -> None:
@@ -89,6 +90,8 @@ class StepReport:
         self.summaries.scalars(step, values)
         if self.publish is not None:
             self.publish(values)
+        if self.track is not None:
+            self.track(step, values)
         log.info("step %d/%d  loss %.4f  lr %.3g  %.1f examples/s%s", step, self.steps, window.mean_loss, lr,
                  window.examples_per_sec, "" if wait is None else f"  input wait {100 * wait:.1f}%",
                  extra={"step": step})
