@@ -62,7 +62,7 @@ COMPOSE_FILES = {
 # apt and builds the images, which must not happen twice at once.
 pytestmark = pytest.mark.xdist_group("docker")
 ENV_EXAMPLES = {"base": ".env.example", "evaluator": "deploy/evaluator.env.example"}
-_DEFAULT = re.compile(r"\$\{(SHOWTELL_\w+):-([^}]*)\}")
+_DEFAULT = re.compile(r"\$\{((?:SHOWTELL|MLFLOW)_\w+):-([^}]*)\}")  # MLflow's own: MLFLOW_TRACKING_URI
 _REQUIRED = re.compile(r"\$\{(SHOWTELL_\w+):\?[^}]*\}")
 
 
@@ -254,6 +254,24 @@ def test_the_monitoring_profile_scrapes_what_the_services_serve(compose_tools):
         in grafana["volumes"]
 
 
+def test_the_tracking_profile_serves_what_the_services_send_to(compose_tools):
+    """``--profile tracking`` with ``MLFLOW_TRACKING_URI=http://mlflow:5000``: both services send to
+    the profile's server, which answers that Host header; without the variable, neither sends."""
+    uri = "http://mlflow:5000"
+    services = _config(COMPOSE_FILES["base"], {"MLFLOW_TRACKING_URI": uri})["services"]
+    assert services["trainer"]["environment"]["MLFLOW_TRACKING_URI"] == uri
+    assert services["evaluator"]["environment"]["MLFLOW_TRACKING_URI"] == uri
+    server = services["mlflow"]
+    assert server["profiles"] == ["tracking"] and server["ports"] == ["127.0.0.1:5000:5000/tcp"]
+    entrypoint = re.search(r"^ENTRYPOINT (\[.*?\])$", (ROOT / "deploy" / "Dockerfile").read_text().split(
+        "AS tracking")[1], re.M | re.S).group(1)
+    argv = json.loads(entrypoint.replace("\\\n", ""))
+    allowed = argv[argv.index("--allowed-hosts") + 1].split(",")
+    assert "mlflow:5000" in allowed and argv[argv.index("--port") + 1] == "5000"
+    off = _config(COMPOSE_FILES["base"], {})["services"]
+    assert off["trainer"]["environment"]["MLFLOW_TRACKING_URI"] == ""  # empty: off (tests/test_tracking.py)
+
+
 DIGEST = re.compile(r"python:3\.11-slim@sha256:[0-9a-f]{64}")
 
 
@@ -273,6 +291,9 @@ def test_images_are_built_here_from_a_pinned_base_with_labels_and_never_latest(c
     targets = {stage: body for stage, body in re.findall(r"^FROM \S+ AS (\w+)\n(.*?)(?=^FROM |\Z)", text,
                                                          re.M | re.S)}
     assert {"deps", "trainer", "evaluator"} <= set(targets), set(targets)
+    assert re.search(r"^FROM base AS tracking$", text, re.M)  # MLflow's server: none of showtell's deps
+    for label in ("source", "version", "revision", "licenses", "base.name"):
+        assert f"org.opencontainers.image.{label}=" in targets["tracking"], label
     for target in ("trainer", "evaluator"):  # each on the one shared dependency stage, labelled
         assert re.search(rf"^FROM deps AS {target}$", text, re.M), target
         for label in ("source", "version", "revision", "licenses", "base.name"):
@@ -285,7 +306,8 @@ def test_images_are_built_here_from_a_pinned_base_with_labels_and_never_latest(c
             if "build" in service:
                 assert service.get("pull_policy") == "build", (variant, name)
                 assert service["build"]["dockerfile"] == "deploy/Dockerfile", (variant, name)
-                assert service["build"]["target"] == ("evaluator" if name == "evaluator" else "trainer")
+                assert service["build"]["target"] == {"evaluator": "evaluator", "mlflow": "tracking"}.get(
+                    name, "trainer")
                 assert "network" not in service["build"], (variant, name)
                 assert set(service["build"]["args"]) >= {"VERSION", "REVISION", "SOURCE", "BASE_IMAGE"}
 

@@ -211,7 +211,7 @@ def test_the_dashboard_shows_each_sets_metric_in_its_band_and_the_run_as_a_table
     assert json.loads(sidecar.read_text()) == dashboard, "copy the dashboard into the component"
 
 
-def test_the_evaluator_says_when_the_trainer_finished(tmp_path: Path):
+def test_the_evaluator_says_when_the_trainer_finished_and_what_the_tracker_lacks(tmp_path: Path):
     """``showtell_evaluator_trainer_finished`` follows the status the controller keeps from the
     model dir's finished marker: 0 while training, 1 once the final checkpoint is marked (what
     ShowtellDown asks before calling a trainer's target down)."""
@@ -227,5 +227,14 @@ def test_the_evaluator_says_when_the_trainer_finished(tmp_path: Path):
     EvaluatorFigures(registry=registry, status=lambda: status, store=store, streams=lambda: 0)
     assert "showtell_evaluator_trainer_finished 0.0" in generate_latest(registry).decode()
     status = Status(trained_step=1200)
-    assert "showtell_evaluator_trainer_finished 1.0" in generate_latest(registry).decode()
+    page = generate_latest(registry).decode()
+    assert "showtell_evaluator_trainer_finished 1.0" in page
+    assert "tracking_backlog" not in page  # no --tracking-uri: no such series
+    backlog = [3]  # --tracking-uri: the records the tracker has not acknowledged, read at scrape time
+    tracked = CollectorRegistry()
+    EvaluatorFigures(registry=tracked, status=lambda: status, store=store, streams=lambda: 0,
+                     tracking_backlog=lambda: backlog[0])
+    assert "showtell_evaluator_tracking_backlog 3.0" in generate_latest(tracked).decode()
+    backlog[0] = 0
+    assert "showtell_evaluator_tracking_backlog 0.0" in generate_latest(tracked).decode()
     store.close()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from showtell.commands.metrics import format_status
 from showtell.common import processes
 from showtell.common.options import Invalid
 from showtell.common.tracking import RUN_TAG, TrackingConfig, run_params, tracking_uri
@@ -63,6 +64,7 @@ def _every_evaluation_once(server: MlflowServer, data: Path, tmp_path: Path, pro
     assert re.search(r"the run's end \(FINISHED\) and \d+ training scalar\(s\) not sent", trainer_log)
     down = wait_for(lambda: (s := _status(port)).evaluations == 4 and s, 180, "ckpt-12 and 16 evaluated")
     assert down.tracking.backlog >= 2 and "127.0.0.1" in down.tracking.last_error, down.tracking
+    assert f"{down.tracking.backlog} evaluation(s) waiting to be sent" in format_status(down)
     assert "evaluations continue" in (tmp_path / "eval-1.log").read_text()
 
     # The next acknowledgement cannot be noted (its marks' file is in the way): kill the evaluator there.
@@ -154,3 +156,18 @@ def test_the_server_requirements_are_pinned_whole():
     pin = re.compile(r"[A-Za-z0-9_.-]+==[0-9][A-Za-z0-9.+-]*")
     assert lines and all(pin.fullmatch(line) for line in lines), lines
     assert "mlflow==3.17.2" in lines
+
+
+def test_without_a_tracker_nothing_of_mlflow_is_imported():
+    """The services' modules, tracking's own included, import the client only when tracking is on."""
+    import subprocess
+    import sys
+
+    modules = ("showtell.trainer.assembly", "showtell.trainer.trainer", "showtell.trainer.loop.tracking",
+               "showtell.evaluator.daemon", "showtell.evaluator.records.tracking", "showtell.commands.train",
+               "showtell.commands.evaluate")
+    code = (f"import sys\nfor m in {modules!r}: __import__(m)\n"
+            "print(sorted(n for n in sys.modules if 'mlflow' in n))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            env=processes.environment())
+    assert result.returncode == 0 and result.stdout.strip() == "[]", result.stderr[-2000:] + result.stdout

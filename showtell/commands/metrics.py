@@ -209,6 +209,11 @@ def format_status(s: pb.EvaluatorStatus) -> str:
         rule = f"{b.metric}:{'max' if b.maximize else 'min'}"
         lines.append(f"  best export: {rule} step {b.step} ({b.value:.6g}) -> {b.path}" if b.path
                      else f"  best export: {rule}, none yet")
+    if s.HasField("tracking"):
+        t = s.tracking
+        lines.append(f"  tracking: {t.tracker}: " + (
+            "every evaluation sent" if not t.backlog else f"{t.backlog} evaluation(s) waiting to be sent"
+            + (f" ({t.last_error})" if t.last_error else "")))
     if s.last_error:
         lines.append(f"  last error: {s.last_error}")
     return "\n".join(lines)
