@@ -84,3 +84,22 @@ class MlflowServer:
         from mlflow import MlflowClient
 
         return MlflowClient(self.uri)
+
+
+def exactly_once(server: MlflowServer, records: list) -> dict[str, int]:
+    """Each ok history record (of the default set) against MLflow's one run: how many of their
+    (key, step) points it lacks, and how many it holds more than once."""
+    client = server.client()
+    [run] = client.search_runs([client.get_experiment_by_name("showtell").experiment_id])
+    expected: dict[str, set[int]] = {}
+    for record in records:
+        for name in record.metrics:
+            bounds = [f"val/{name}.lo", f"val/{name}.hi"] if name in record.intervals else []
+            for key in (f"val/{name}", *bounds):
+                expected.setdefault(key, set()).add(record.step)
+    missing = twice = 0
+    for key, steps in sorted(expected.items()):
+        held = [m.step for m in client.get_metric_history(run.info.run_id, key)]
+        missing += len(steps - set(held))
+        twice += len(held) - len(set(held))
+    return {"points_missing": missing, "points_twice": twice}

@@ -35,7 +35,7 @@ from showtell.evaluator.records.record import Record
 from showtell.evaluator.records.store import Store
 
 log = logging.getLogger(__name__)
-RETRY_SECS = (1.0, 60.0)  # the first retry after a failure, and the longest wait between two
+RETRY_SECS = (1.0, 30.0)  # the first retry after a failure, and the longest wait between two
 
 
 def points(record: Record) -> list[tuple[str, float]]:
@@ -152,12 +152,12 @@ class Outbox:
             except TrackerDown as exc:
                 wait = RETRY_SECS[0] if wait is None else min(2 * wait, RETRY_SECS[1])
                 self._trouble(exc, log.warning, f"evaluations continue; {self.backlog} waiting, sent when it "
-                                                "answers (retrying every ≤ 60 s)")
+                                                "answers (retrying every ≤ 30 s)")
                 continue
             except TrackerRefused as exc:
                 wait = RETRY_SECS[1]
                 self._trouble(exc, log.error, f"evaluations continue; {self.backlog} waiting, sent once this "
-                                              "is put right (retrying every 60 s)")
+                                              "is put right (retrying every 30 s)")
                 continue
             except OSError as exc:  # the marks could not be written (a full disk): sent again, checked first
                 wait = RETRY_SECS[1]

@@ -22,7 +22,7 @@ from showtell.common.versions import installed_version
 log = logging.getLogger(__name__)
 MAX_POINTS = 100_000  # training scalars kept while the tracker is down (the oldest go first)
 FLUSH_SECS = 10.0  # a preempted trainer's grace is for its checkpoint, not for this
-RETRY_SECS = (1.0, 60.0)
+RETRY_SECS = (1.0, 30.0)
 
 
 class TrainTracking:
