@@ -20,6 +20,14 @@ results meeting in a parts dir; the history checked is part 0's merged one), eac
 restarted like the evaluator; also checked: every evaluation recorded has the same images (none
 merged from fewer parts).
 
+``--tracking`` adds a real MLflow tracking server (``mlflow server``, SQLite, on 127.0.0.1) that the
+trainer and the evaluator send to (``--tracking-uri``), killed like them and brought back after a
+random outage; the first evaluator and tracker kills wait for a record the evaluator has just made
+(it is being sent).  Also checked, once the evaluator has sent its backlog: every evaluation in the
+history is in MLflow once, at its step, with its bounds (none lost, none twice), in one MLflow run.
+A kill aimed at a send is read back as landing before MLflow had the record, between MLflow's
+acknowledgement and the evaluator's mark (the moment a resend would duplicate), or after the mark.
+
 ``--cluster ps`` runs the trainer as a parameter-server cluster (a ps, two workers and the chief
 that coordinates them, separate processes on 127.0.0.1) and kills any of them or the evaluator:
 
@@ -28,7 +36,7 @@ that coordinates them, separate processes on 127.0.0.1) and kills any of them or
   the ps and the chief, which must resume at the newest named checkpoint like any trainer.
 
     .venv/bin/python bench/chaos.py [--seconds 600] [--kills 20] [--seed 0] [--cluster single|ps] [--split]
-        [--dir DIR]
+        [--tracking] [--dir DIR]
 
 Prints one JSON line of figures; exit 1 if any invariant is violated.  ``tests/test_chaos.py``
 runs a short version.
@@ -51,6 +59,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 EVAL_IMAGES = 2  # each evaluation's images (--max-eval-examples): every record must have them all
@@ -62,6 +71,7 @@ TINY = ["--embedding-size", "32", "--lstm-units", "32", "--batch-size", "4", "--
         "--train-inception", "false"]
 PS_FAILED = "showtell train: error: the training cluster failed: parameter server"
 RESUMED = re.compile(r"resumed from \S*ckpt-(\d+) at step (\d+)")
+RECORDED = re.compile(r"step (\d+): ok ")  # the evaluator's line for a record it made (then sends)
 NAMED = re.compile(r'all_model_checkpoint_paths: "(?:.*/)?ckpt-(\d+)"')
 
 
@@ -73,6 +83,8 @@ class Soak:
     seed: int
     cluster: str = "single"
     split: bool = False  # the evaluator as two parts (--shard 0/2 and 1/2): ``evaluator`` is part 0
+    tracking: bool = False  # a real MLflow server the services send to, killed too (role ``tracker``)
+    server: Any = None  # its ``tests.tracking_server.MlflowServer``
     port: int = 0
     hosts: dict[str, str] = field(default_factory=dict)  # ps / worker0 / worker1 / chief → host:port
     named: dict[int, list[float]] = field(default_factory=dict)  # step → [first, last] seen named
@@ -92,6 +104,8 @@ class Soak:
     # What every record must have evaluated: the set's first EVAL_IMAGES images, each with all its
     # captions (read from the data once it is built; None: not checked)
     set_examples: int | None = None
+    sending: int = 0  # the step of the record a kill aimed at "a send" waited for
+    tracked_figures: dict = field(default_factory=dict)  # --tracking: what MLflow holds in the end
 
     @property
     def data(self) -> Path:
@@ -111,12 +125,20 @@ class Soak:
         """Who can be killed; 'trainer' is the process that writes checkpoints (the chief)."""
         roles = ["trainer", "evaluator"] if self.cluster == "single" else \
             ["trainer", "ps", "worker0", "worker1", "evaluator"]
-        return [*roles, "evaluator1"] if self.split else roles
+        roles = [*roles, "evaluator1"] if self.split else roles
+        return [*roles, "tracker"] if self.tracking else roles
+
+    @property
+    def tracked(self) -> list[str]:
+        return ["--tracking-uri", self.server.uri] if self.tracking else []
 
     def start(self, role: str, n: int):
         with _unbroken():  # a harness's SIGTERM waits until the new process is one to stop
-            proc = self.start_evaluator(n, int(role == "evaluator1")) if role.startswith("evaluator") \
-                else self.start_training(role, n)
+            if role == "tracker":
+                proc = self.server.start().proc
+            else:
+                proc = self.start_evaluator(n, int(role == "evaluator1")) if role.startswith("evaluator") \
+                    else self.start_training(role, n)
             self.started.append(proc)  # each leads its own process group (processes.start)
         if role == "evaluator":
             self.replaced = True  # from here a SERVING answer is the new process's
@@ -134,7 +156,8 @@ class Soak:
                 return processes.start([*common, "--job-name", job, "--task-index", index], log)
             common += ["--job-name", "chief", "--task-index", "0"]
         return processes.start([*common, "--steps", "1000000", "--save-every-steps", "5",
-                                "--save-every-secs", "0", "--keep", "2", "--log-every-steps", "10"], log)
+                                "--save-every-secs", "0", "--keep", "2", "--log-every-steps", "10",
+                                *self.tracked], log)
 
     def start_evaluator(self, n: int, part: int = 0):
         """The evaluator (with ``split``, its part ``part``: part 1 has a work dir of its own)."""
@@ -143,7 +166,8 @@ class Soak:
                                 "--work-dir", str(self.work_of(part)),
                                 "--port", str(self.port if part == 0 else 0),
                                 "--policy", "all", "--max-eval-examples", str(EVAL_IMAGES),
-                                "--beam-size", "1", "--meteor", "false", "--threads", "1", *split],
+                                "--beam-size", "1", "--meteor", "false", "--threads", "1", *split,
+                                *(self.tracked if part == 0 else [])],
                                self.base / f"{('evaluator', 'evaluator1')[part]}-{n:02d}.log")
 
     def work_of(self, part: int) -> Path:
@@ -210,6 +234,14 @@ class Soak:
                     time.sleep(0.1)
                     return "during an evaluation"
                 time.sleep(0.02)
+        elif moment == "send":
+            seen = len(RECORDED.findall(evaluator_log.read_text())) if evaluator_log.exists() else 0
+            while time.monotonic() < deadline:
+                made = RECORDED.findall(evaluator_log.read_text()) if evaluator_log.exists() else []
+                if len(made) > seen:
+                    self.sending = int(made[-1])
+                    return "during a send"
+                time.sleep(0.005)
         else:
             return "at a random moment"
         return f"missed: no {moment} within 60 s"
@@ -224,6 +256,8 @@ class Soak:
         less than happened, never more."""
         if when == "during a save" and not self.aimed_at.exists():
             return "during a save, finished before the signal"
+        if when == "during a send":
+            return self.landed_send("tracker" not in evaluator_log.name)
         if when == "during an evaluation":
             begun = re.findall(r"evaluating \S+ \(step (\d+)\)", evaluator_log.read_text())
             history = self.own_history(int("evaluator1-" in evaluator_log.name))
@@ -233,6 +267,29 @@ class Soak:
             if recorded:
                 return "during an evaluation, finished before the signal"
         return when
+
+    def landed_send(self, evaluator_killed: bool) -> str:
+        """Where a kill aimed at the send of record ``sending`` fell: already marked as sent (the
+        send finished before the signal), or — the evaluator killed — held by MLflow but not
+        marked (between the acknowledgement and the mark), or not held (before MLflow had it)."""
+        db = sqlite3.connect(f"file:{self.work / 'evaluations.sqlite'}?mode=ro", uri=True)
+        row = db.execute("SELECT rowid FROM evaluations WHERE step=? AND eval_set='val' ORDER BY rowid DESC",
+                         (self.sending,)).fetchone()
+        db.close()
+        try:
+            marked = json.loads((self.work / "tracking.json").read_text())["sent_through"]
+        except (OSError, ValueError, KeyError):
+            marked = 0
+        if row is not None and marked >= row[0]:
+            return "during a send, finished before the signal"
+        if not evaluator_killed:
+            return "during a send"
+        client = self.server.client()
+        held = any(m.step == self.sending for run in client.search_runs(
+            [client.get_experiment_by_name("showtell").experiment_id])
+            for m in client.get_metric_history(run.info.run_id, "val/loss"))
+        return "during a send, between MLflow's acknowledgement and the mark" if held \
+            else "during a send, before MLflow had it"
 
     def run(self) -> dict:
         from showtell.captioning.config import SyntheticConfig
@@ -245,13 +302,21 @@ class Soak:
         self.set_examples = min(EVAL_IMAGES, val["images"]) * val["captions"] // val["images"]
         if not self.port:
             self.port = free_ports(1)[0]
+        if self.tracking:
+            from tests.tracking_server import MlflowServer
+
+            self.server = MlflowServer(self.base / "mlflow")
         if self.cluster == "ps":
             self.hosts = dict(zip(["ps", "worker0", "worker1", "chief"],
                                   (f"127.0.0.1:{p}" for p in free_ports(4)), strict=True))
         counts = dict.fromkeys(self.roles, 0)
         try:
-            procs = {role: self.start(role, 0) for role in self.roles if role != "trainer"}
-            procs["trainer"] = self.start("trainer", 0)  # the chief after its servers
+            # the tracker first (what the others send has somewhere to go), the chief after its servers
+            first = ["tracker"] if self.tracking else []
+            procs = {role: self.start(role, 0) for role in first}
+            procs.update({role: self.start(role, 0) for role in self.roles
+                          if role not in ("trainer", *first)})
+            procs["trainer"] = self.start("trainer", 0)
             self.down.append([time.monotonic(), None])
             threads = [threading.Thread(target=f, daemon=True) for f in (self.watch_state, self.probe_health)]
             for t in threads:
@@ -263,20 +328,30 @@ class Soak:
                 self.restart_the_fallen(procs, counts)
                 # The first kills aim at the moments that matter, then they are drawn at random.
                 aimed = ("trainer", "evaluator", "evaluator1") if self.split else ("trainer", "evaluator")
+                aimed = ("trainer", "evaluator", "tracker", "evaluator") if self.tracking else aimed
                 victim = aimed[k] if k < len(aimed) else rng.choice(self.roles)
                 sig = rng.choice([signal.SIGKILL, signal.SIGKILL, signal.SIGTERM])
                 moment = {"trainer": ["save", "random"], "evaluator": ["evaluation", "random"],
-                          "evaluator1": ["evaluation", "random"]}.get(victim, ["save", "random"])
+                          "evaluator1": ["evaluation", "random"], "tracker": ["send", "random"]
+                          }.get(victim, ["save", "random"])
+                at_send = k == 3 or (k >= len(aimed) and rng.random() < 0.5)
+                if self.tracking and victim == "evaluator" and at_send:
+                    moment = ["send", "send"]  # the moment a resend could duplicate
                 log = self.base / (f"evaluator1-{counts['evaluator1']:02d}.log" if victim == "evaluator1"
                                    else f"evaluator-{counts['evaluator']:02d}.log")
-                when = self.wait_moment(moment[0] if k < len(aimed) else rng.choice(moment), log)
+                watched = self.base / f"evaluator-{counts['evaluator']:02d}.log"  # the sends' log
+                when = self.wait_moment(moment[0] if k < len(aimed) else rng.choice(moment),
+                                        watched if victim == "tracker" else log)
                 if victim == "evaluator":
                     self.serving, self.replaced = False, False
                     self.down.append([time.monotonic(), None])
-                os.kill(procs[victim].pid, sig)
-                when = self.landed(when, log)  # at once, whatever the signal: see ``landed``
+                (os.killpg if victim == "tracker" else os.kill)(procs[victim].pid, sig)  # its uvicorn too
+                when = self.landed(when, self.base / "tracker" if victim == "tracker" else log)
                 code = procs[victim].wait(timeout=120)
-                if sig == signal.SIGTERM:
+                if victim == "tracker":
+                    processes.kill_group(procs[victim].pid)
+                    time.sleep(rng.uniform(0, gap / 2))  # an outage of its own length
+                if sig == signal.SIGTERM and victim != "tracker":
                     self.check_stopped_exit(victim, counts[victim], code)
                 counts[victim] += 1
                 if victim == "ps" and not self.training(counts["trainer"]):
@@ -304,11 +379,43 @@ class Soak:
             os.kill(procs["trainer"].pid, signal.SIGTERM)
             procs["trainer"].wait(timeout=300)
             self.catch_up(procs["evaluator"], timeout=180)
+            if self.tracking:
+                self.tracked_figures = self.flushed(procs, counts)
         finally:
             self.done = True
             for proc in self.started:  # the running ones, and what killed ones left in their groups
                 processes.stop(proc)
         return self.check()
+
+    def flushed(self, procs: dict, counts: dict) -> dict:
+        """The end with ``--tracking``: the tracker up, the evaluator's backlog sent (at most 120 s),
+        then every evaluation of the history against MLflow."""
+        import grpc
+
+        from showtell.v1 import metrics_pb2 as pb
+        from showtell.v1 import metrics_pb2_grpc
+        from tests.tracking_server import exactly_once
+
+        if procs["tracker"].poll() is not None:
+            procs["tracker"] = self.start("tracker", counts["tracker"])
+        began, backlog = time.monotonic(), -1
+        with grpc.insecure_channel(f"127.0.0.1:{self.port}") as channel:
+            stub = metrics_pb2_grpc.MetricsServiceStub(channel)
+            while time.monotonic() - began < 120:
+                with contextlib.suppress(grpc.RpcError):  # a replacement still starting
+                    backlog = stub.GetStatus(pb.GetStatusRequest(), timeout=10).status.tracking.backlog
+                if backlog == 0:
+                    break
+                time.sleep(0.5)
+        from showtell.evaluator.records.store import Store
+
+        store = Store(self.work / "evaluations.sqlite")
+        records = [r for r in store.arrived_after(0) if r.status == "ok" and r.eval_set == "val"]
+        showtell_runs = {r.run for r in store.arrived_after(0)}
+        store.close()
+        return {"backlog_left": backlog, "flushed_in_s": round(time.monotonic() - began, 1),
+                "records": len(records), "showtell_runs": len(showtell_runs),
+                **exactly_once(self.server, records)}
 
     def restart_the_fallen(self, procs: dict, counts: dict) -> None:
         """Nothing should exit unless killed (a lost worker must not stop the chief): each that did
@@ -444,6 +551,10 @@ class Soak:
             else:
                 resumed += 1
         violations += self.lost
+        tracked = self.tracked_figures
+        counted = ("backlog_left", "points_missing", "points_twice", "runs_twice")
+        if self.tracking and any(tracked.get(k) != 0 for k in counted):
+            violations.append(f"MLflow: {tracked}")
         if self.health_failures:
             violations.append(f"health unanswered {self.health_failures} times while serving")
         return {
@@ -457,6 +568,7 @@ class Soak:
             **({"ps_losses_named_by_the_chief": self.ps_failures_named,
                 "ps_lost_while_the_chief_started": self.chief_waited} if self.cluster == "ps" else {}),
             "worst_evaluator_recovery_s": round(max(self.recoveries, default=0.0), 1),
+            **({"tracking": tracked} if self.tracking else {}),
             "violations": violations,
         }
 
@@ -522,6 +634,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split", action="store_true",
                    help="the evaluator as two parts of every evaluation (--shard 0/2, 1/2), each killed "
                         "at random")
+    p.add_argument("--tracking", action="store_true",
+                   help="a real MLflow server the trainer and the evaluator send to, killed at random too")
     p.add_argument("--dir", type=Path, help="where the run's files go (default: a temporary directory)")
     add_out(p, "chaos")
     args = p.parse_args(argv)
@@ -530,7 +644,7 @@ def main(argv: list[str] | None = None) -> int:
     base = args.dir or Path(tempfile.mkdtemp(prefix="showtell-chaos-"))
     base.mkdir(parents=True, exist_ok=True)
     result = Soak(base=base, seconds=args.seconds, kills=args.kills, seed=args.seed,
-                  cluster=args.cluster, split=args.split).run()
+                  cluster=args.cluster, split=args.split, tracking=args.tracking).run()
     publish({**result, "dir": str(base)}, args.out, argv, indent=None)
     return 1 if result["violations"] else 0
 

@@ -87,19 +87,25 @@ class MlflowServer:
 
 
 def exactly_once(server: MlflowServer, records: list) -> dict[str, int]:
-    """Each ok history record (of the default set) against MLflow's one run: how many of their
-    (key, step) points it lacks, and how many it holds more than once."""
+    """Ok history records (of the default set) against MLflow, each in the MLflow run tagged with
+    its showtell run: how many of their (key, step) points MLflow lacks, how many it holds more than
+    once, and how many showtell runs have more than one MLflow run."""
     client = server.client()
-    [run] = client.search_runs([client.get_experiment_by_name("showtell").experiment_id])
-    expected: dict[str, set[int]] = {}
+    experiment = client.get_experiment_by_name("showtell").experiment_id
+    expected: dict[tuple[str, str], set[int]] = {}
     for record in records:
         for name in record.metrics:
             bounds = [f"val/{name}.lo", f"val/{name}.hi"] if name in record.intervals else []
             for key in (f"val/{name}", *bounds):
-                expected.setdefault(key, set()).add(record.step)
-    missing = twice = 0
-    for key, steps in sorted(expected.items()):
-        held = [m.step for m in client.get_metric_history(run.info.run_id, key)]
+                expected.setdefault((record.run, key), set()).add(record.step)
+    missing = twice = runs_twice = 0
+    runs: dict[str, str | None] = {}
+    for run in sorted({run for run, _ in expected}):
+        found = client.search_runs([experiment], filter_string=f"tags.`showtell.run_id` = '{run}'")
+        runs_twice += len(found) > 1
+        runs[run] = found[0].info.run_id if found else None
+    for (run, key), steps in sorted(expected.items()):
+        held = [m.step for m in client.get_metric_history(runs[run], key)] if runs[run] else []
         missing += len(steps - set(held))
         twice += len(held) - len(set(held))
-    return {"points_missing": missing, "points_twice": twice}
+    return {"points_missing": missing, "points_twice": twice, "runs_twice": runs_twice}

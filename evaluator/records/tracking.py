@@ -103,6 +103,7 @@ class Outbox:
         self.marks = Marks.read(marks_path, f"{config.tracking_uri}#{config.tracking_experiment}")
         self.uncertain = True  # what MLflow holds past the mark is unknown until checked (see the module)
         self.last_error = ""  # the tracker's trouble now ("" when it answers)
+        self._trouble_kind: type | None = None  # said once until it answers again
         self.sent = 0  # records sent by this process
         self._wake, self._stop, self._idle = threading.Event(), threading.Event(), threading.Event()
         self._thread = threading.Thread(target=self._work, name="tracking", daemon=True)
@@ -167,16 +168,16 @@ class Outbox:
                 continue
             if self.last_error:
                 log.info("%s answers again: the backlog is sent", self.tracker.config.describe())
-            self.last_error, wait = "", None
+            self.last_error, self._trouble_kind, wait = "", None, None
             self._idle.set()
 
     def _trouble(self, exc: Exception, say, then: str) -> None:
-        """Said once per kind of trouble (not at every retry); ``uncertain``: a send may have landed."""
+        """Said once per kind of trouble (not at every retry, nor for each call that meets it);
+        ``uncertain``: a send may have landed."""
         self.uncertain = True
-        line = str(exc)
-        if line != self.last_error:
-            say("%s — %s", line, then)
-        self.last_error = line
+        if type(exc) is not self._trouble_kind:
+            say("%s — %s", exc, then)
+        self.last_error, self._trouble_kind = str(exc), type(exc)
 
     def send(self) -> None:
         """Everything recorded after the mark, then the exports not yet registered."""

@@ -37,6 +37,7 @@ class TrainTracking:
         self._status: str | None = None
         self._done = threading.Event()
         self.dropped, self.last_error = 0, ""
+        self._trouble_kind: type | None = None  # said once until the tracker answers again
         self._thread = threading.Thread(target=self._work, name="tracking", daemon=True)
 
     def begin(self, showtell_run: str, params: Mapping[str, str], tags: Mapping[str, str]) -> None:
@@ -84,14 +85,14 @@ class TrainTracking:
             except (TrackerDown, TrackerRefused) as exc:
                 down = isinstance(exc, TrackerDown)
                 wait = min(2 * wait, RETRY_SECS[1]) if wait and down else RETRY_SECS[0 if down else 1]
-                if str(exc) != self.last_error:
+                if type(exc) is not self._trouble_kind:  # once a trouble, not at every retry
                     (log.warning if down else log.error)("%s — training continues; what it reports waits and "
                                                          "is sent when the tracker answers", exc)
-                self.last_error = str(exc)
+                self.last_error, self._trouble_kind = str(exc), type(exc)
                 continue
             if self.last_error:
                 log.info("%s answers again", self.tracker.config.describe())
-            self.last_error, wait = "", None
+            self.last_error, self._trouble_kind, wait = "", None, None
 
     def _send(self) -> None:
         from mlflow.entities import Metric
