@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--save-secs", type=float, default=5)
     add_out(p, "tracking_outage")
     args = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a harness's SIGTERM: through the clean-up
     from showtell.captioning.config import SyntheticConfig
     from showtell.captioning.data import synthetic
 
@@ -91,19 +93,19 @@ def main(argv: list[str] | None = None) -> int:
         flushed = time.time() - back
         time.sleep(args.up)
         came = time.time()
+        store = Store(work / "evaluations.sqlite")
+        records = [r for r in store.arrived_after(0) if r.status == "ok"]
+        store.close()
+        counts = exactly_once(server, records)
     finally:
         processes.stop(trainer)
         processes.stop(evaluator)
-    store = Store(work / "evaluations.sqlite")
-    records = [r for r in store.arrived_after(0) if r.status == "ok"]
-    store.close()
+        server.stop()
     latency = {"up": [], "down": []}
     for r in records:
         if r.evaluated_at < came:
             phase = "down" if went <= r.evaluated_at < back else "up"
             latency[phase].append(r.evaluated_at - r.checkpoint_mtime)
-    counts = exactly_once(server, records)
-    server.stop()
 
     def quartiles(values: list[float]) -> list[float]:
         return [round(v, 3) for v in statistics.quantiles(values, n=4)]
