@@ -93,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         flushed = time.time() - back
         time.sleep(args.up)
         came = time.time()
+        processes.stop(trainer)  # no more checkpoints: what the evaluator recorded is sent, then checked
+        while status(port).tracking.backlog or status(port).pending_steps:
+            time.sleep(0.5)
         store = Store(work / "evaluations.sqlite")
         records = [r for r in store.arrived_after(0) if r.status == "ok"]
         store.close()
