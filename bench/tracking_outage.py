@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(args.up)
         came = time.time()
         processes.stop(trainer)  # no more checkpoints: what the evaluator recorded is sent, then checked
-        while status(port).tracking.backlog or status(port).pending_steps:
+        while (now := status(port)).tracking.backlog or now.pending_steps or now.evaluating_step >= 0:
             time.sleep(0.5)
         store = Store(work / "evaluations.sqlite")
         records = [r for r in store.arrived_after(0) if r.status == "ok"]
