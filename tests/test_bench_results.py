@@ -96,7 +96,15 @@ def _soak(r: dict) -> tuple[str, ...]:
             f"| **{len(r['violations'])}** |",
             *([f"each lost ps named by the chief in one line, {r['ps_losses_named_by_the_chief']} times, or "
                f"waited for by a chief still starting, {r['ps_lost_while_the_chief_started']}"]
-              if r["cluster"] == "ps" else []))
+              if r["cluster"] == "ps" else []),
+            *([_tracked(r["tracking"])] if "tracking" in r else []))
+
+
+def _tracked(t: dict) -> str:
+    """A tracking soak's end: the history against MLflow."""
+    return (f"MLflow at the end: {t['records']} evaluations, **{t['points_missing']} points lost, "
+            f"{t['points_twice']} twice**, {t['runs_twice']} runs twice; "
+            f"backlog sent in {t['flushed_in_s']} s")
 
 
 STREAM_PHASES = ("idle", "streams_open", "after_close")  # watch_fanout's process figures, in order
@@ -233,8 +241,6 @@ FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = 
         ("| evaluations |", lambda r: _demos(r, lambda d: str(d["evaluations"]))),
         ("| pretraining steps (this demo's / in all) |",
          lambda r: _demos(r, lambda d: f"{d['pretraining']['steps']} / {d['pretraining']['steps_in_all']}")),
-        ("| pretraining's held-out accuracy at its end |",
-         lambda r: _demos(r, lambda d: d["pretraining"]["held_out"])),
         ("| exact match at the end on val |", lambda r: _demos(r, lambda d: _scored(d["final"]["val"]))),
         ("| the same checkpoint on the unseen set |",
          lambda r: _demos(r, lambda d: _scored(d["final"]["unseen"]))),
@@ -273,6 +279,20 @@ FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = 
     "chaos": [("single trainer, 2026-11-27", _soak)],
     "chaos.ps": [("PS cluster, 2026-11-27", _soak)],
     "chaos.split": [("split evaluator, 2026-12-06", _soak)],
+    "chaos.tracking": [("with MLflow, 2026-12-06", _soak)],
+    "tracking_outage": [
+        ("checkpoint to record, the tracker down ÷ up",
+         lambda r: (f"**{r['down_over_up']:.3f}**",
+                    "{:.3f} s vs {:.3f} s".format(r["checkpoint_to_record_s"]["down"]["median"],
+                                                   r["checkpoint_to_record_s"]["up"]["median"]),
+                    f"{r['records_down']} and {r['records_up']} records")),
+        ("the backlog of a", lambda r: (f"{r['down_s'] / 60:.0f}-minute outage",
+                                        f"**{r['flush_s_after_return']:.1f} s**",
+                                        f"{r['backlog_at_return']} evaluations")),
+        ("every evaluation of the run in MLflow",
+         lambda r: f"{r['points_missing']} points missing, {r['points_twice']} twice "
+                   f"({r['records']} evaluations)"),
+    ],
     "split_eval": [
         ("500 images, 2 parts ÷ 1 evaluator on a core, checkpoint to record",
          lambda r: (f"**{_closed(r['wall_ratio_one_over_split'])}**",

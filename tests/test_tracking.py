@@ -19,16 +19,11 @@ from showtell.common.options import Invalid
 from showtell.common.tracking import RUN_TAG, TrackingConfig, run_params, tracking_uri
 from showtell.evaluator.records.store import Store
 from showtell.v1 import metrics_pb2 as pb
-from tests.helpers import TINY_MODEL, metrics_stub, run_showtell, start_evaluator, wait_for
+from tests.helpers import TINY_MODEL, copy_model, metrics_stub, start_evaluator, wait_for
 from tests.tracking_server import MlflowServer
 
-
-def _train(data: Path, model_dir: Path, steps: int, uri: str) -> str:
-    result = run_showtell("train", "--data", str(data), "--model-dir", str(model_dir), *TINY_MODEL,
-                          "--steps", str(steps), "--save-every-secs", "0", "--save-every-steps", "4",
-                          "--log-every-steps", "4", "--tracking-uri", uri)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stderr
+# The shared tiny model's run (tests/conftest.py: trained to step 4, a checkpoint every 2 steps)
+TINY_RUN = ("--save-every-secs", "0", "--save-every-steps", "2", "--keep", "10")
 
 
 def _status(port: int) -> pb.EvaluatorStatus:
@@ -38,31 +33,34 @@ def _status(port: int) -> pb.EvaluatorStatus:
 
 
 @pytest.mark.e2e
-def test_every_evaluation_reaches_mlflow_once_whatever_fails(tiny_data: Path, tmp_path: Path, procs,
-                                                             monkeypatch):
+def test_every_evaluation_reaches_mlflow_once_whatever_fails(
+        tiny_data: Path, tiny_model: Path, tmp_path: Path, procs, monkeypatch, showtell_main):
     server = MlflowServer(tmp_path / "mlflow").start()
     try:
-        _every_evaluation_once(server, tiny_data, tmp_path, procs, monkeypatch)
+        _every_evaluation_once(server, tiny_data, tiny_model, tmp_path, procs, monkeypatch, showtell_main)
     finally:
         server.stop()
 
 
-def _every_evaluation_once(server: MlflowServer, data: Path, tmp_path: Path, procs, monkeypatch) -> None:
-    model_dir, work = tmp_path / "model", tmp_path / "eval"
-    _train(data, model_dir, 8, server.uri)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", server.uri)  # the evaluator's: MLflow's own convention
+def _every_evaluation_once(server: MlflowServer, data: Path, tiny_model: Path, tmp_path: Path, procs,
+                           monkeypatch, showtell_main) -> None:
+    # A run trained without a tracker (ckpt-2, ckpt-4): its evaluator creates the MLflow run.
+    model_dir, work = copy_model(tiny_model, tmp_path / "model"), tmp_path / "eval"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", server.uri)  # MLflow's own convention, for every process
     evaluator_flags = ("--policy", "all", "--max-eval-examples", "4", "--export-best", "loss:min",
                        "--export-keep", "100")
     first, port = start_evaluator(procs, model_dir, data, work, tmp_path / "eval-1.log", *evaluator_flags)
     wait_for(lambda: (s := _status(port)).evaluations == 2 and s.tracking.backlog == 0, 180,
-             "ckpt-4 and 8 evaluated and sent")
+             "ckpt-2 and 4 evaluated and sent")
 
-    server.stop()  # the tracker goes away: training and evaluation go on
-    trainer_log = _train(data, model_dir, 16, server.uri)
-    assert re.search(r"W .*tracking-uri MLflow http://127\.0\.0\.1:\d+.*training continues", trainer_log)
-    # its scalars are in TensorBoard; what MLflow did not take before it exited is said, not resent
-    assert re.search(r"the run's end \(FINISHED\) and \d+ training scalar\(s\) not sent", trainer_log)
-    down = wait_for(lambda: (s := _status(port)).evaluations == 4 and s, 180, "ckpt-12 and 16 evaluated")
+    server.stop()  # the tracker goes away: training (here, in this process) and evaluation go on
+    trained = showtell_main("train", "--data", str(data), "--model-dir", str(model_dir), *TINY_MODEL,
+                            "--steps", "8", *TINY_RUN)
+    assert trained.returncode == 0, trained.logs[-3000:]
+    assert re.search(r"tracking-uri MLflow http://127\.0\.0\.1:\d+.*training continues", trained.logs)
+    # its scalars are in TensorBoard; what MLflow did not take before it ended is said, not resent
+    assert re.search(r"the run's end \(FINISHED\) and \d+ training scalar\(s\) not sent", trained.logs)
+    down = wait_for(lambda: (s := _status(port)).evaluations == 4 and s, 180, "ckpt-6 and 8 evaluated")
     assert down.tracking.backlog >= 2 and "127.0.0.1" in down.tracking.last_error, down.tracking
     assert f"{down.tracking.backlog} evaluation(s) waiting to be sent" in format_status(down)
     assert "evaluations continue" in (tmp_path / "eval-1.log").read_text()
@@ -76,27 +74,31 @@ def _every_evaluation_once(server: MlflowServer, data: Path, tmp_path: Path, pro
              "a record acknowledged by MLflow that the evaluator could not note")
     client = server.client()
     [run] = client.search_runs([client.get_experiment_by_name("showtell").experiment_id])
-    assert 12 in {m.step for m in client.get_metric_history(run.info.run_id, "val/loss")}  # it landed
+    assert 6 in {m.step for m in client.get_metric_history(run.info.run_id, "val/loss")}  # it landed
     processes.kill_tree(first.pid)
     first.wait(timeout=30)
     marks.rmdir()
 
-    _train(data, model_dir, 20, server.uri)
+    trained = showtell_main("train", "--data", str(data), "--model-dir", str(model_dir), *TINY_MODEL,
+                            "--steps", "10", *TINY_RUN)
+    assert trained.returncode == 0, trained.logs[-3000:]
     second, _ = start_evaluator(procs, model_dir, data, work, tmp_path / "eval-2.log", *evaluator_flags,
                                 "--exit-when-trained")
     assert second.wait(timeout=300) == 0, (tmp_path / "eval-2.log").read_text()[-3000:]
-    assert re.search(r"step 12 \(val\): MLflow already holds \d+ of its \d+ points; nothing sent again",
+    assert re.search(r"step 6 \(val\): MLflow already holds \d+ of its \d+ points; nothing sent again",
                      (tmp_path / "eval-2.log").read_text())
-    _check_run(server, model_dir, work, data)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")  # as the tiny model's run was trained: with no tracker
+    _check_run(server, model_dir, work, data, tiny_model, showtell_main)
 
 
-def _check_run(server: MlflowServer, model_dir: Path, work: Path, data: Path) -> None:
+def _check_run(server: MlflowServer, model_dir: Path, work: Path, data: Path, tiny_model: Path,
+               showtell_main) -> None:
     client = server.client()
     experiment = client.get_experiment_by_name("showtell").experiment_id
     [run] = client.search_runs([experiment])  # one MLflow run for the showtell run, found by its tag
-    showtell_run = (model_dir / "showtell-model.json").read_text().split('"run_id": "')[1].split('"')[0]
+    showtell_run = json.loads((model_dir / "showtell-model.json").read_text())["run_id"]
     assert run.data.tags[RUN_TAG] == showtell_run and run.info.status == "FINISHED"
-    assert run.data.tags["showtell.revision.3"].endswith("--steps: 16 → 20"), run.data.tags
+    assert run.data.tags["showtell.revision.3"].endswith("--steps: 8 → 10"), run.data.tags
     run_id = run.info.run_id
 
     # Every evaluation in the history, once, at its step, with its bounds; nothing else.
@@ -105,21 +107,21 @@ def _check_run(server: MlflowServer, model_dir: Path, work: Path, data: Path) ->
         records = [r for r in store.arrived_after(0) if r.status == "ok"]
     finally:
         store.close()
-    assert sorted(r.step for r in records) == [4, 8, 12, 16, 20]
+    assert sorted(r.step for r in records) == [2, 4, 6, 8, 10]
     for name in records[0].metrics:
         expected = {r.step: (r.metrics[name], *r.intervals.get(name, ())) for r in records}
-        for i, suffix in enumerate(("", ".lo", ".hi")[:len(expected[4])]):
+        for i, suffix in enumerate(("", ".lo", ".hi")[:len(expected[2])]):
             history = client.get_metric_history(run_id, f"val/{name}{suffix}")
             assert sorted(m.step for m in history) == sorted(expected), (name, suffix, history)
             for m in history:
                 assert m.value == pytest.approx(expected[m.step][i], rel=1e-6, abs=1e-9), (name, m)
-    loss = client.get_metric_history(run_id, "train/loss")
-    assert sorted(m.step for m in loss) == [4, 8, 20]  # 12 and 16: reported while it was down
+    # the last report of each start, when the tracker was up (step 8's was made while it was down)
+    assert [m.step for m in client.get_metric_history(run_id, "train/loss")] == [10]
 
-    # The params are the run's settings as --print-config prints them.
-    printed = run_showtell("train", "--data", str(data), "--model-dir", str(model_dir), *TINY_MODEL,
-                           "--steps", "8", "--save-every-secs", "0", "--save-every-steps", "4",
-                           "--log-every-steps", "4", "--tracking-uri", server.uri, "--print-config")
+    # The params are the run's settings as --print-config prints them (the evaluator made the run
+    # from the run's record: its first start's, the shared tiny model's).
+    printed = showtell_main("train", "--data", str(data), "--model-dir", str(tiny_model), *TINY_MODEL,
+                            "--steps", "4", *TINY_RUN, "--print-config")
     settings = {f"{section}.{key}": value for section, values in yaml.safe_load(printed.stdout).items()
                 if section not in ("resolved", "environment") for key, value in values.items()}
     params = {k: v for k, v in run.data.params.items() if not k.startswith("resolved.")}
@@ -129,7 +131,7 @@ def _check_run(server: MlflowServer, model_dir: Path, work: Path, data: Path) ->
     # The registered versions are exactly the exports.
     exported = sorted(int(p.name) for p in (work / "export" / "best").iterdir())
     versions = client.search_model_versions("name = 'showtell'")
-    assert sorted(int(v.tags["showtell.step"]) for v in versions) == exported
+    assert sorted(int(v.tags["showtell.step"]) for v in versions) == exported and len(exported) >= 3
     for version in versions:
         assert version.run_id == run_id and version.tags["showtell.metric"] == "loss:min"
         assert float(version.tags["showtell.lo"]) <= float(version.tags["showtell.value"]) <= float(

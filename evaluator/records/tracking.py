@@ -128,8 +128,9 @@ class Outbox:
 
     def stop(self, flush_secs: float = 0.0) -> None:
         """Stop sending; with ``flush_secs``, first wait that long for the backlog to be sent (a
-        finished evaluator's last records), saying what is left."""
-        if flush_secs and self._thread.is_alive():
+        finished evaluator's last records; not while the tracker is down or refusing), saying what
+        is left."""
+        if flush_secs and self._thread.is_alive() and not self.last_error:  # in trouble: no use waiting
             self()
             self._idle.wait(flush_secs)
             if self.backlog:
@@ -162,9 +163,16 @@ class Outbox:
                 continue
             except OSError as exc:  # the marks could not be written (a full disk): sent again, checked first
                 wait = RETRY_SECS[1]
-                self.uncertain = True
                 self._trouble(exc, log.error, f"{self.marks.path}: cannot note what was sent; checked "
                                               "against the tracker before anything is sent again")
+                continue
+            except Exception as exc:  # a defect: said with its traceback, tried again, never a dead thread
+                wait = RETRY_SECS[1]
+                if type(exc) is not self._trouble_kind:
+                    log.exception("sending to %s failed (a bug: please report it); retrying every %g s",
+                                  self.describe(), wait)
+                self._trouble_kind, self.uncertain = type(exc), True
+                self.last_error = f"{type(exc).__name__}: {exc}"
                 continue
             if self.last_error:
                 log.info("%s answers again: the backlog is sent", self.tracker.config.describe())

@@ -201,6 +201,13 @@ class Tracker:
             self.log_params(run_id, params)
         return run_id
 
+    def page(self, run_id: str) -> str:
+        """Where a browser shows the run (": http://…/#/experiments/1/runs/…"), for an HTTP tracker."""
+        uri = self.config.tracking_uri or ""
+        if not uri.startswith(("http://", "https://")):
+            return ""
+        return f": {uri.rstrip('/')}/#/experiments/{self.experiment_id()}/runs/{run_id}"
+
     def log_params(self, run_id: str, params: Mapping[str, str]) -> None:
         """``params`` (logged again with the same values: a no-op), 100 a request (MLflow's limit)."""
         from mlflow.entities import Param

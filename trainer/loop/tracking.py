@@ -71,6 +71,7 @@ class TrainTracking:
         if not self._done.wait(flush_secs):
             with self._lock:
                 left = len(self._points)
+            self._done.set()  # the thread stops at its next turn: nothing is sent after the run ended
             log.warning("%s: the run's end (%s) and %d training scalar(s) not sent within %.0f s (%s); they "
                         "are in TensorBoard", self.tracker.config.describe(), status, left, flush_secs,
                         self.last_error or "still sending")
@@ -80,6 +81,8 @@ class TrainTracking:
         while not self._done.is_set():
             self._wake.wait(wait)
             self._wake.clear()
+            if self._done.is_set():
+                return
             try:
                 self._send()
             except (TrackerDown, TrackerRefused) as exc:
@@ -101,6 +104,8 @@ class TrainTracking:
         if self._opening is not None:
             showtell_run, params, tags = self._opening
             run_id = self.run_id or self.tracker.run_of(showtell_run, tags=tags, params=params)
+            if self.run_id is None:
+                log.info("MLflow run %s%s", run_id, self.tracker.page(run_id))
             self.run_id = run_id
             call("tag the run", client.log_batch, run_id, tags=_tags(tags))
             call("mark the run running", client.update_run, run_id, status="RUNNING")
