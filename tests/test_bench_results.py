@@ -277,7 +277,6 @@ FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = 
                       f"the trainer container restarted {r['restarts']} times")),
     ],
     "chaos": [("single trainer, 2026-11-27", _soak)],
-    "chaos.ps": [("PS cluster, 2026-11-27", _soak)],
     "chaos.split": [("split evaluator, 2026-12-06", _soak)],
     "chaos.tracking": [("with MLflow, 2026-12-06", _soak)],
     "tracking_outage": [

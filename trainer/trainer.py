@@ -108,7 +108,6 @@ class Trainer:
         if self.is_chief:
             self._begin(encoder_init)
             self._revise(start_step)
-            self._track()
         self._announce(start_step)
         self._log_shape()
         runner = profiler = summaries = None
@@ -239,6 +238,7 @@ class Trainer:
             recorded, header, sections, dict(self.settings.keys)))
         if changed:
             log.info("resumed with changed settings, recorded in %s: %s", ModelDir.RUNS, "; ".join(changed))
+        self._track()  # the run recorded: the tracker is told of it
 
     def _track(self) -> None:
         """The MLflow run begins or resumes: the run's settings (params, when it is created), its

@@ -79,10 +79,8 @@ class MetricsService(pb_grpc.MetricsServiceServicer):
                  max_streams: int = 10_000, bootstrap: Bootstrap | None = None,
                  eval_sets: tuple[str, ...] = (DEFAULT_SET,), tracking: TrackingView | None = None) -> None:
         self.store, self.status, self.broadcast, self.policy = store, status, broadcast, policy
-        self.tracking = tracking
-        self.bootstrap = bootstrap or Bootstrap()
-        self.eval_sets = eval_sets
-        self.exporter = exporter
+        self.bootstrap, self.eval_sets = bootstrap or Bootstrap(), eval_sets
+        self.exporter, self.tracking = exporter, tracking
         self.model_dir, self.checkpoint_dir, self.observer = model_dir, model_dir.root, observer
         self.max_streams = max_streams
         self.streams = 0
