@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from showtell.common.errors import UsageError
+from showtell.common.errors import ShowtellError, UsageError
 from showtell.common.model_dir import ModelDir
 from showtell.trainer.distribution.cluster import Cluster, ClusterError, Distribution, resolve
 from showtell.trainer.loop.signals import StopRequest
@@ -228,17 +228,31 @@ def outlast_the_chief(model_dir: ModelDir, grace: float, poll: float = 0.5) -> b
     the chief's final save reads the variables from the parameter servers, and its last steps
     run on the workers.  At most ``grace`` seconds (a chief that saves nothing is not waited for
     longer).  Whether the checkpoint came."""
-    newest = max(model_dir.checkpoint_steps(), default=-1)
+    newest = _named_step(model_dir)
     log.info("stopped: serving on until the chief's final checkpoint lands in %s (at most %g s)",
              model_dir, grace)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
-        if model_dir.finished() is not None or max(model_dir.checkpoint_steps(), default=-1) > newest:
+        if model_dir.finished() is not None or _named_step(model_dir) > newest:
             log.info("the chief's checkpoint landed: stopping the server")
             return True
         time.sleep(poll)
     log.info("no checkpoint from the chief within %g s: stopping the server", grace)
     return False
+
+
+def _named_step(model_dir: ModelDir) -> int:
+    """The newest step the state file names (-1: none, or unreadable now): a checkpoint has landed
+    only once it is named — its ``.index`` file appears while the save still runs (the shards'
+    merge, which may run on this very task: a ps that stopped at the sight of it broke the chief's
+    save with "Socket closed")."""
+    from showtell.captioning.model.restoring import read_state
+
+    try:
+        named = read_state(model_dir)
+    except ShowtellError:
+        return -1
+    return max((ModelDir.step_of(prefix) for prefix in named), default=-1)
 
 
 def variable_placement(strategy: tf.distribute.Strategy, variables: list, workers: int | None = None) -> str:
