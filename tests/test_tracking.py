@@ -16,7 +16,14 @@ import yaml
 from showtell.commands.metrics import format_status
 from showtell.common import processes
 from showtell.common.options import Invalid
-from showtell.common.tracking import RUN_TAG, TrackingConfig, run_params, tracking_uri
+from showtell.common.tracking import (
+    RUN_TAG,
+    Tracker,
+    TrackerRefused,
+    TrackingConfig,
+    run_params,
+    tracking_uri,
+)
 from showtell.evaluator.records.store import Store
 from showtell.v1 import metrics_pb2 as pb
 from tests.helpers import TINY_MODEL, copy_model, metrics_stub, start_evaluator, wait_for
@@ -127,6 +134,16 @@ def _check_run(server: MlflowServer, model_dir: Path, work: Path, data: Path, ti
     params = {k: v for k, v in run.data.params.items() if not k.startswith("resolved.")}
     # as docs/tracking.md says: a string as it is, any other value as JSON
     assert params == {k: v if isinstance(v, str) else json.dumps(v) for k, v in settings.items()}
+
+    # Bad tracker input is one line: a deleted experiment (with what to do), a URI of no tracker.
+    gone = client.create_experiment("gone")
+    client.delete_experiment(gone)
+    with pytest.raises(TrackerRefused, match=rf"--tracking-experiment gone: deleted .*experiments restore "
+                                             rf"--experiment-id {gone}"):
+        Tracker(TrackingConfig(server.uri, "gone")).experiment_id()
+    with pytest.raises(TrackerRefused, match=r"--tracking-uri MLflow htp://nowhere, experiment showtell: "
+                                             r"connect: .*unsupported URI 'htp://nowhere'"):
+        _ = Tracker(TrackingConfig("htp://nowhere")).client
 
     # The registered versions are exactly the exports.
     exported = sorted(int(p.name) for p in (work / "export" / "best").iterdir())
