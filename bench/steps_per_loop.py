@@ -88,9 +88,14 @@ def task(data: Path, model_dir: Path, model: ModelConfig, batch: int, encoder_tr
 
 
 def showtell_side(data: Path, model_dir: Path, model: ModelConfig, batch: int, encoder_trains: bool,
-                  n: int, autotune: bool) -> Callable[[int], float]:
-    """``showtell train``'s loop: a round of ``steps`` steps → examples/s."""
-    caption, dataset = task(data, model_dir, model, batch, encoder_trains, n, autotune)
+                  n: int, autotune: bool, caption: CaptionTask | None = None) -> Callable[[int], float]:
+    """``showtell train``'s loop: a round of ``steps`` steps → examples/s (``caption``: a task
+    already built — ``step_profile.py``'s with another step)."""
+    if caption is None:
+        caption, dataset = task(data, model_dir, model, batch, encoder_trains, n, autotune)
+    else:
+        dataset = caption.dataset(open_data(caption)[0])
+        dataset = dataset if autotune else inputs.one_pass(dataset)
     runner = SynchronousRunner(task=caption, dataset=dataset, steps_per_loop=n)
     checkpoints, _ = task_checkpoints(caption, model_dir)
     train = TrainConfig()
