@@ -24,11 +24,14 @@ Like with like:
 
 Reported per phase: each side's examples/s (median, spread, every round) and the per-round ratios
 showtell(N) ÷ Keras fit(N) (goal ≥ 1.0, every round ≥ 0.95), showtell(N) ÷ showtell(1) and
-showtell(1) ÷ Keras fit(N).  The Keras peer trains one optimizer over all its variables (``fit``
+showtell(1) ÷ Keras fit(N).  Enough to see 3 %: rounds of 300 phase-1 steps (≈ 30 s here: a
+2-core VM's speed wanders ±10 % over seconds, which a long round averages out) and 6 of them, so
+that the per-round ratios' range is a 97 % interval for their median (a sign test: all six above
+the median happen 1 time in 64) — 1.0 inside it says the two are not told apart.  The Keras peer trains one optimizer over all its variables (``fit``
 has one); showtell's phase 2 has two (the encoder's own rate) — the same updates' arithmetic.
 
-    .venv/bin/python bench/steps_per_loop.py [--rounds 3] [--n 10] [--batch-size 32]
-        [--phase1-steps 100] [--phase2-steps 20] [--model im2txt|small] [--only phase1|phase2]
+    .venv/bin/python bench/steps_per_loop.py [--rounds 6] [--n 10] [--batch-size 32]
+        [--phase1-steps 300] [--phase2-steps 40] [--model im2txt|small] [--only phase1|phase2]
         [--autotune off|on]
         [--out bench/results/steps_per_loop.json]
 """
@@ -196,11 +199,11 @@ def phase(args: argparse.Namespace, name: str, data: Path, work: Path) -> dict[s
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--n", type=int, default=10, help="steps per call for showtell(N) and Keras fit")
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--phase1-steps", type=int, default=100)
-    parser.add_argument("--phase2-steps", type=int, default=20)
+    parser.add_argument("--phase1-steps", type=int, default=300)
+    parser.add_argument("--phase2-steps", type=int, default=40)
     parser.add_argument("--only", choices=("phase1", "phase2"))
     parser.add_argument("--model", choices=tuple(MODELS), default="im2txt")
     parser.add_argument("--autotune", choices=("on", "off"), default="off",
