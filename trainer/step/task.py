@@ -216,6 +216,13 @@ class CaptionTask:
         the graph: ``train_loop(iterator, steps)`` → each step's global-batch loss.  ``steps`` is
         a tensor, so every chunk length runs the one trace.
 
+        Each iteration fetches the *next* step's batch beside its own step (Keras' shape): the
+        fetch reads only the iterator, so it runs while the step computes.  Fetched at the top of
+        the next iteration instead, it waited for this step's updates (a loop's next iteration
+        waits for all of its body's side effects) and the compute threads idled through every
+        fetch: 4 % of a 512/512 phase-1 step here (bench/step_profile.py).  The last iteration
+        fetches nothing: a call reads exactly ``steps`` batches, as before.
+
         Towers sum sparse gradients (the word embedding's) dense here, as Horovod's
         ``sparse_as_dense`` does: inside the loop, the sparse sum (a gather of each tower's
         length, then a plain or a padded gather) failed with a collective shape mismatch
@@ -224,12 +231,14 @@ class CaptionTask:
 
         @tf.function(autograph=False)
         def train_loop(iterator, steps):
-            def body(i, losses):
-                per_replica = self.strategy.run(self.replica_step, args=(next(iterator), dense))
-                return i + 1, losses.write(i, self.strategy.reduce("sum", per_replica, axis=None))
+            def body(i, losses, batch):
+                per_replica = self.strategy.run(self.replica_step, args=(batch.get_value(), dense))
+                following = tf.cond(i + 1 < steps, iterator.get_next_as_optional, lambda: batch)
+                return i + 1, losses.write(i, self.strategy.reduce("sum", per_replica, axis=None)), following
 
-            _, losses = tf.while_loop(lambda i, _: i < steps, body,
-                                      (tf.constant(0), tf.TensorArray(tf.float32, size=steps)))
+            _, losses, _ = tf.while_loop(lambda i, *_: i < steps, body,
+                                         (tf.constant(0), tf.TensorArray(tf.float32, size=steps),
+                                          iterator.get_next_as_optional()))
             return losses.stack()
 
         return train_loop
