@@ -27,7 +27,8 @@ showtell(N) ÷ Keras fit(N) (goal ≥ 1.0, every round ≥ 0.95), showtell(N) ÷
 showtell(1) ÷ Keras fit(N).  Enough to see 3 %: rounds of 300 phase-1 steps (≈ 30 s here: a
 2-core VM's speed wanders ±10 % over seconds, which a long round averages out) and 6 of them, so
 that the per-round ratios' range is a 97 % interval for their median (a sign test: all six above
-the median happen 1 time in 64) — 1.0 inside it says the two are not told apart.  The Keras peer trains one optimizer over all its variables (``fit``
+the median happen 1 time in 64) — 1.0 inside it says the two are not told apart.
+The Keras peer trains one optimizer over all its variables (``fit``
 has one); showtell's phase 2 has two (the encoder's own rate) — the same updates' arithmetic.
 
     .venv/bin/python bench/steps_per_loop.py [--rounds 6] [--n 10] [--batch-size 32]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -55,6 +56,16 @@ def _by_round(rates: dict) -> str:
     """Each side's rate by round: "78.1, 78.1, 78.1 / 106.5, 113.6, 118.1 / …"."""
     return " / ".join(", ".join(f"{v:.1f}" for v in rates[side]["rounds"])
                       for side in ("showtell_1", "showtell_10", "keras_fit_10"))
+
+
+# step_profile's sides, in its tables' order
+PROFILED = ("showtell", "keras_fit", "fit_loop_showtell_step", "showtell_loop_fit_step")
+
+
+def _profiled(r: dict, figure: Callable[[dict], float], digits: int) -> str:
+    """One figure of every profiled side, each the median over its rounds: "a | b | c | d"."""
+    return " | ".join(f"{statistics.median(figure(x) for x in r['by_round'][side]):.{digits}f}"
+                      for side in PROFILED)
 
 
 def _times(figure: dict) -> str:
@@ -145,16 +156,18 @@ FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = 
         ("showtell, 10 steps a call ÷ 1, fresh processes",
          lambda r: f"{_closed(r['phase1']['showtell_10_over_showtell_1'])} | "
                    f"{_closed(r['phase2']['showtell_10_over_showtell_1'])}"),
-        ("examples/s by round, fresh processes: showtell 1 / showtell 10 / Keras fit 10",
-         lambda r: " | ".join(_by_round(r[phase]["examples_per_sec"]) for phase in ("phase1", "phase2"))),
     ],
     "steps_per_loop.small": [
-        ("32/32 model, 1,000 steps: showtell 10 ÷ Keras fit 10",
+        ("32/32 model, 2,000 steps: showtell 10 ÷ Keras fit 10",
          lambda r: f"**{_closed(r['phase1']['showtell_10_over_keras_fit_10'])}**"),
-        ("32/32 model, 1,000 steps: showtell 10 a call ÷ 1",
+        ("32/32 model, 2,000 steps: showtell 10 a call ÷ 1",
          lambda r: f"**{_closed(r['phase1']['showtell_10_over_showtell_1'])}**"),
-        ("32/32 model, 1,000 steps, examples/s by round",
-         lambda r: _by_round(r["phase1"]["examples_per_sec"])),
+    ],
+    "step_profile": [
+        ("profiled rounds' examples/s, median", lambda r: _profiled(r, lambda x: x["examples_per_sec"], 1)),
+        ("compute threads' op time, s a round", lambda r: _profiled(r, lambda x: x["op_seconds_total"], 2)),
+        ("Python between the traced calls, s a round",
+         lambda r: _profiled(r, lambda x: x["python_between_calls"], 3)),
     ],
     "grpc_throughput": [
         ("gRPC `GetLatest` ÷ `Health/Check` requests/s",
