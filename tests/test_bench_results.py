@@ -52,12 +52,6 @@ def _rates(figures: dict, first: str, second: str, digits: int = 1) -> str:
     return f"{figures[first]['median']:.{digits}f} vs {figures[second]['median']:.{digits}f}"
 
 
-def _by_round(rates: dict) -> str:
-    """Each side's rate by round: "78.1, 78.1, 78.1 / 106.5, 113.6, 118.1 / …"."""
-    return " / ".join(", ".join(f"{v:.1f}" for v in rates[side]["rounds"])
-                      for side in ("showtell_1", "showtell_10", "keras_fit_10"))
-
-
 # step_profile's sides, in its tables' order
 PROFILED = ("showtell", "keras_fit", "fit_loop_showtell_step", "showtell_loop_fit_step")
 

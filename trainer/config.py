@@ -74,9 +74,9 @@ class TrainConfig:
 
 
 # ``--steps-per-loop auto``, measured in bench/steps_per_loop.py (BENCHMARKS.md, "The trainer"):
-# phase 1's steps on cached features gain from 10 per call (≈ 1.2× at im2txt's size on this
-# CPU, 1.3× with a small model); phase 2's long steps do not (≈ 1.0×), so they keep one step a
-# call — and with it the input-wait figure and a SIGTERM honoured after one step.
+# phase 1's steps on cached features gain from 10 per call with a small model (1.24×), not at
+# im2txt's size (1.01×, never slower at the median); phase 2's long steps do not (0.97×), so they
+# keep one step a call — and with it the input-wait figure and a SIGTERM honoured after one step.
 PHASE1_STEPS_PER_LOOP = 10
 
 
