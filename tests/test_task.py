@@ -6,6 +6,7 @@ the ``Trainer``'s).  In process: nothing crosses a process boundary."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +23,10 @@ def _files(root: Path) -> dict[str, float]:
 
 
 def test_a_task_builds_alone_and_trains_a_step_with_no_model_dir(tiny_data: Path, tmp_path: Path,
-                                                                 monkeypatch):
+                                                                 tmp_path_factory, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    # a copy: other workers' trainers write the shared set's feature cache meanwhile
+    tiny_data = Path(shutil.copytree(tiny_data, tmp_path_factory.mktemp("task") / "data"))
     data_before = _files(tiny_data)
     task = build_task(TrainExperiment(
         source=Source(data=tiny_data, train_inception=False),

@@ -216,10 +216,11 @@ class CaptionTask:
         the graph: ``train_loop(iterator, steps)`` → each step's global-batch loss.  ``steps`` is
         a tensor, so every chunk length runs the one trace.
 
-        Each iteration fetches the *next* step's batch beside its own step (Keras' shape); the
-        last fetches nothing, so a call reads exactly ``steps`` batches (the same weights to the
-        bit as fetching at the top of each iteration).  A trace still shows the compute threads
-        idle through most of each fetch (0.109 of 0.117 s over 30 steps), as in ``fit``'s.
+        The step is a function of its own that the loop's body calls (Keras' shape:
+        ``one_step_on_data`` inside ``multi_step_on_iterator``).  Inlined into the body, the same
+        ops ran 6 % slower: 0.94 of ``fit``'s speed, in one process with the calls interleaved
+        (``bench/step_call.py``).  Each iteration fetches the *next* step's batch beside its own
+        step; the last fetches nothing, so a call reads exactly ``steps`` batches.
 
         Towers sum sparse gradients (the word embedding's) dense here, as Horovod's
         ``sparse_as_dense`` does: inside the loop, the sparse sum (a gather of each tower's
@@ -228,11 +229,16 @@ class CaptionTask:
         dense = self.strategy.num_replicas_in_sync > 1
 
         @tf.function(autograph=False)
+        def step(batch):
+            per_replica = self.strategy.run(self.replica_step, args=(batch, dense))
+            return self.strategy.reduce("sum", per_replica, axis=None)
+
+        @tf.function(autograph=False)
         def train_loop(iterator, steps):
             def body(i, losses, batch):
-                per_replica = self.strategy.run(self.replica_step, args=(batch.get_value(), dense))
+                loss = step(batch.get_value())
                 following = tf.cond(i + 1 < steps, iterator.get_next_as_optional, lambda: batch)
-                return i + 1, losses.write(i, self.strategy.reduce("sum", per_replica, axis=None)), following
+                return i + 1, losses.write(i, loss), following
 
             _, losses, _ = tf.while_loop(lambda i, *_: i < steps, body,
                                          (tf.constant(0), tf.TensorArray(tf.float32, size=steps),
