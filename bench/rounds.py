@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -56,6 +57,27 @@ def ratio(numerator: list[float], denominator: list[float], digits: int = 3) -> 
     out = spread(ratios, digits)
     out["one_inside_spread"] = min(ratios) <= 1.0 <= max(ratios)
     return out
+
+
+def paired(numerator: list[float], denominator: list[float], level: float = 0.95,
+           digits: int = 3) -> dict[str, object]:
+    """``ratio`` for many paired rounds (a min–max range of 30 is far wider than the median's
+    uncertainty): the median of the per-round ratios with its distribution-free interval — the
+    order statistics a sign test gives at ``level`` — and how many rounds lie above 1.0."""
+    ratios = sorted(a / b for a, b in zip(numerator, denominator, strict=True))
+    n = len(ratios)
+    # the largest k with P(Binomial(n, ½) < k) ≤ (1 − level) / 2: [x_(k), x_(n+1−k)] holds the median
+    k, tail = 0, 0.0
+    while tail + math.comb(n, k) / 2**n <= (1 - level) / 2:
+        tail += math.comb(n, k) / 2**n
+        k += 1
+    if k == 0:
+        raise SystemExit(f"{n} rounds: too few for a {level:.0%} interval of the median")
+    low, high = ratios[k - 1], ratios[n - k]
+    return {"median": round(statistics.median(ratios), digits), "low": round(low, digits),
+            "high": round(high, digits), "level": level, "one_inside": low <= 1.0 <= high,
+            "above_one": sum(r > 1.0 for r in ratios), "rounds": n,
+            "ratios": [round(a / b, digits) for a, b in zip(numerator, denominator, strict=True)]}
 
 
 def _git(*words: str) -> str:

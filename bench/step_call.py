@@ -10,13 +10,16 @@ and three traced calls of N steps each, all training the same variables on the s
 * ``showtell_step_inlined`` — the same loop with the same step's ops inlined into the body (the
   loop before 2026-12-06);
 * ``keras_fit`` — ``bench/steps_per_loop.py``'s ``FitPeer`` (same network, loss, clipping),
-  its ``train_function`` as ``fit`` builds it.
+  its ``train_function`` as ``fit`` builds it;
+* ``keras_fit_again`` — the same function once more in each round, on an iterator of its own: the
+  control (A/A), whose ratio to ``keras_fit`` is what this design shows of nothing.
 
-Each iteration of a round calls each once, a second apart, order alternating; each call reads its
-own iterator over the same phase-1 features.  Reported: each call's seconds (median) and per-round
-speed ratios against ``keras_fit`` — paired, so the VM's drift falls on both sides of each.
+Each round calls each once, a second apart, order alternating; each call reads its own iterator
+over the same phase-1 features.  Reported: each call's seconds (median) and per-round speed ratios
+against ``keras_fit`` — paired, so the VM's drift falls on both sides of each — as the median with
+its 95 % sign-test interval and the rounds above 1.0 (``rounds.paired``).
 
-    .venv/bin/python bench/step_call.py [--rounds 30] [--n 10] [--model im2txt|small]
+    .venv/bin/python bench/step_call.py [--rounds 40] [--n 10] [--model im2txt|small]
         [--out bench/results/step_call.json]
 """
 
@@ -34,7 +37,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
 import tensorflow as tf
-from rounds import add_out, alternate, publish, ratio, spread
+from rounds import add_out, alternate, paired, publish, spread
 from steps_per_loop import MODELS, OPTIMIZER, FitPeer, task
 
 from showtell.captioning.config import SyntheticConfig
@@ -86,12 +89,12 @@ def calls(data: Path, work: Path, model: str, n: int) -> dict[str, Callable[[], 
     product, inlined = caption.make_train_loop(), inlined_loop(caption)
     return {"showtell": timed(lambda it: product(it, steps).numpy()),
             "showtell_step_inlined": timed(lambda it: inlined(it, steps).numpy()),
-            "keras_fit": timed(peer.train_function)}
+            "keras_fit": timed(peer.train_function), "keras_fit_again": timed(peer.train_function)}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--n", type=int, default=10, help="steps per call on every side")
     parser.add_argument("--model", choices=tuple(MODELS), default="im2txt")
     add_out(parser, "step_call")
@@ -104,10 +107,10 @@ def main() -> int:
     report = {"model": args.model, "n": args.n, "batch": 32, "rounds": args.rounds, "one_process": True,
               "seconds_per_call": {k: spread(v, 4) for k, v in seconds.items()},
               # speed ÷ fit's speed = fit's seconds ÷ the side's, call by call
-              "showtell_over_keras_fit": ratio(fit, seconds["showtell"]),
-              "showtell_step_inlined_over_keras_fit": ratio(fit, seconds["showtell_step_inlined"]),
-              "showtell_over_showtell_step_inlined": ratio(seconds["showtell_step_inlined"],
-                                                           seconds["showtell"]),
+              **{f"{side}_over_keras_fit": paired(fit, seconds[side])
+                 for side in ("showtell", "showtell_step_inlined", "keras_fit_again")},
+              "showtell_over_showtell_step_inlined": paired(seconds["showtell_step_inlined"],
+                                                            seconds["showtell"]),
               "examples_per_sec_median": {k: round(32 * args.n / statistics.median(v), 1)
                                           for k, v in seconds.items()}}
     publish(report, args.out)

@@ -33,7 +33,7 @@ has one); showtell's phase 2 has two (the encoder's own rate) — the same updat
 
     .venv/bin/python bench/steps_per_loop.py [--rounds 6] [--n 10] [--batch-size 32]
         [--phase1-steps 300] [--phase2-steps 40] [--model im2txt|small] [--only phase1|phase2]
-        [--autotune off|on]
+        [--autotune off|on] [--control]
         [--out bench/results/steps_per_loop.json]
 """
 
@@ -165,7 +165,7 @@ def one(args: argparse.Namespace) -> int:
     """One side's round in this process: build, one untimed call of N steps, the timed round."""
     encoder_trains = args.phase == "phase2"
     kind, n = args.one.rsplit("_", 1)
-    side = showtell_side if kind == "showtell" else keras_side
+    side = showtell_side if kind == "showtell" else keras_side  # "control": fit again
     model_dir = Path(tempfile.mkdtemp(dir=args.work))
     run = side(args.data, model_dir, MODELS[args.model], args.batch_size, encoder_trains, int(n),
                args.autotune == "on")
@@ -176,7 +176,7 @@ def one(args: argparse.Namespace) -> int:
 
 
 def phase(args: argparse.Namespace, name: str, data: Path, work: Path) -> dict[str, object]:
-    sides = ["showtell_1", f"showtell_{args.n}", f"keras_fit_{args.n}"]
+    sides = ["showtell_1", f"showtell_{args.n}", f"keras_fit_{args.n}"] + [f"control_{args.n}"] * args.control
     rates: dict[str, list[float]] = {side: [] for side in sides}
     for index in range(args.rounds):
         for side in order(sides, index):
@@ -195,7 +195,9 @@ def phase(args: argparse.Namespace, name: str, data: Path, work: Path) -> dict[s
             "examples_per_sec": {k: spread(v, 1) for k, v in rates.items()},
             f"showtell_{args.n}_over_keras_fit_{args.n}": ratio(ours, fit),
             f"showtell_{args.n}_over_showtell_1": ratio(ours, single),
-            f"showtell_1_over_keras_fit_{args.n}": ratio(single, fit)}
+            f"showtell_1_over_keras_fit_{args.n}": ratio(single, fit),
+            **({f"control_{args.n}_over_keras_fit_{args.n}": ratio(rates[f"control_{args.n}"], fit)}
+               if args.control else {})}
 
 
 def main() -> int:
@@ -210,6 +212,9 @@ def main() -> int:
     parser.add_argument("--autotune", choices=("on", "off"), default="off",
                         help="tf.data's autotuning thread on both sides (off: an iterator's release "
                              "does not wait for its sleep)")
+    parser.add_argument("--control", action="store_true",
+                        help="a fourth side, fit again in processes of its own: what the rounds' spread is "
+                             "between two identical sides (A/A)")
     add_out(parser, "steps_per_loop")
     # one round of one side, in a process of its own (what the run above starts)
     parser.add_argument("--one", help=argparse.SUPPRESS)

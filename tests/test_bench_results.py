@@ -422,3 +422,30 @@ def test_every_benchmarks_row_is_a_results_files_or_says_where_it_comes_from():
     assert _unaccounted(planted)[0] == ["| a new figure | 1.5× | x |"]
     removed = "\n".join(line for line in text.splitlines() if "image sizes (CPU)" not in line)
     assert _unaccounted(removed)[1] == ["image sizes (CPU)"]
+
+
+def test_a_paired_interval_holds_the_median_as_often_as_it_says():
+    """``rounds.paired``'s interval, drawn on samples whose median is known (1.0): it holds it in
+    95–97 % of 4,000 draws of 30 rounds (the sign test's exact 95.7 %) and one rank narrower would
+    not; 6 rounds give min–max; 5 are refused."""
+    import random
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from rounds import paired
+
+    draw = random.Random(7)
+    held = narrower = 0
+    for _ in range(4000):
+        ratios = [draw.lognormvariate(0.0, 0.1) for _ in range(30)]
+        figure = paired(ratios, [1.0] * 30)
+        held += figure["one_inside"]
+        ranked = sorted(ratios)
+        shown = [round(r, 3) for r in ranked]  # as the figure rounds them
+        low, high = shown.index(figure["low"]), len(shown) - 1 - shown[::-1].index(figure["high"])
+        narrower += ranked[low + 1] <= 1.0 <= ranked[high - 1]
+    assert 0.95 <= held / 4000 <= 0.97 and narrower / 4000 < 0.95
+    six = paired([1.1, 0.9, 1.0, 1.2, 0.8, 1.05], [1.0] * 6)
+    assert (six["low"], six["high"], six["above_one"]) == (0.8, 1.2, 3)
+    with pytest.raises(SystemExit, match="5 rounds: too few"):
+        paired([1.0] * 5, [1.0] * 5)
