@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -52,14 +51,19 @@ def _rates(figures: dict, first: str, second: str, digits: int = 1) -> str:
     return f"{figures[first]['median']:.{digits}f} vs {figures[second]['median']:.{digits}f}"
 
 
-# step_profile's sides, in its tables' order
-PROFILED = ("showtell", "keras_fit", "fit_loop_showtell_step", "showtell_loop_fit_step")
+def _paired(figure: dict) -> str:
+    """``rounds.paired``'s figure: "1.002 (0.962–1.037; 1.0 inside), 21/40"."""
+    inside = "; 1.0 inside" if figure["one_inside"] else ""
+    return (f"{figure['median']:.3f} ({figure['low']:.3f}–{figure['high']:.3f}{inside}), "
+            f"{figure['above_one']}/{figure['rounds']}")
 
 
-def _profiled(r: dict, figure: Callable[[dict], float], digits: int) -> str:
-    """One figure of every profiled side, each the median over its rounds: "a | b | c | d"."""
-    return " | ".join(f"{statistics.median(figure(x) for x in r['by_round'][side]):.{digits}f}"
-                      for side in PROFILED)
+def _step_call_rows() -> list[tuple[str, Callable[[dict], str]]]:
+    """``bench/step_call.py``'s rows, each a ``rounds.paired`` figure of its report."""
+    rows = {"showtell's traced loop, its step a function it calls": "showtell_over_keras_fit",
+            "Keras fit's function again (A/A)": "keras_fit_again_over_keras_fit",
+            "showtell's loop ÷ the step inlined": "showtell_over_showtell_step_inlined"}
+    return [(label, lambda r, key=key: _paired(r[key])) for label, key in rows.items()]
 
 
 def _times(figure: dict) -> str:
@@ -157,12 +161,13 @@ FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = 
         ("32/32 model, 2,000 steps: showtell 10 a call ÷ 1",
          lambda r: f"**{_closed(r['phase1']['showtell_10_over_showtell_1'])}**"),
     ],
-    "step_profile": [
-        ("profiled rounds' examples/s, median", lambda r: _profiled(r, lambda x: x["examples_per_sec"], 1)),
-        ("compute threads' op time, s a round", lambda r: _profiled(r, lambda x: x["op_seconds_total"], 2)),
-        ("Python between the traced calls, s a round",
-         lambda r: _profiled(r, lambda x: x["python_between_calls"], 3)),
+    "steps_per_loop.control": [
+        ("Keras fit ÷ Keras fit, fresh processes (A/A",
+         lambda r: (_closed(r["phase1"]["control_10_over_keras_fit_10"]),
+                    f"showtell ÷ fit in it: {_closed(r['phase1']['showtell_10_over_keras_fit_10'])}")),
     ],
+    "step_call": _step_call_rows(),
+    "step_call.small": _step_call_rows(),  # the same rows' second column
     "grpc_throughput": [
         ("gRPC `GetLatest` ÷ `Health/Check` requests/s",
          lambda r: f"{_closed(r['ratio_latest_over_health_throughput'])}; "
@@ -284,7 +289,6 @@ FIGURES: dict[str, list[tuple[str, Callable[[dict], str | tuple[str, ...]]]]] = 
                       f"the trainer container restarted {r['restarts']} times")),
     ],
     "chaos": [("single trainer, 2026-11-27", _soak)],
-    "chaos.split": [("split evaluator, 2026-12-06", _soak)],
     "chaos.tracking": [("with MLflow, 2026-12-06", _soak)],
     "tracking_outage": [
         ("checkpoint to record, the tracker down ÷ up",

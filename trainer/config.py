@@ -74,8 +74,8 @@ class TrainConfig:
 
 
 # ``--steps-per-loop auto``, measured in bench/steps_per_loop.py (BENCHMARKS.md, "The trainer"):
-# phase 1's steps on cached features gain from 10 per call with a small model (1.24×), not at
-# im2txt's size (1.01×, never slower at the median); phase 2's long steps do not (0.97×), so they
+# phase 1's steps on cached features gain from 10 per call with a small model (1.19×), not at
+# im2txt's size (1.00×, never slower at the median); phase 2's long steps do not (1.01×), so they
 # keep one step a call — and with it the input-wait figure and a SIGTERM honoured after one step.
 PHASE1_STEPS_PER_LOOP = 10
 

@@ -217,10 +217,11 @@ class CaptionTask:
         a tensor, so every chunk length runs the one trace.
 
         The step is a function of its own that the loop's body calls (Keras' shape:
-        ``one_step_on_data`` inside ``multi_step_on_iterator``).  Inlined into the body, the same
-        ops ran 6 % slower: 0.94 of ``fit``'s speed, in one process with the calls interleaved
-        (``bench/step_call.py``).  Each iteration fetches the *next* step's batch beside its own
-        step; the last fetches nothing, so a call reads exactly ``steps`` batches.
+        ``one_step_on_data`` inside ``multi_step_on_iterator``): the call then runs at ``fit``'s
+        speed, 2–3 % faster than with the step's ops inlined into the body (``bench/step_call.py``,
+        calls interleaved in one process; the same weights to the bit).  Each iteration fetches
+        the *next* step's batch beside its own step; the last fetches nothing, so a call reads
+        exactly ``steps`` batches.
 
         Towers sum sparse gradients (the word embedding's) dense here, as Horovod's
         ``sparse_as_dense`` does: inside the loop, the sparse sum (a gather of each tower's
