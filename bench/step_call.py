@@ -42,27 +42,14 @@ from steps_per_loop import MODELS, OPTIMIZER, FitPeer, task
 
 from showtell.captioning.config import SyntheticConfig
 from showtell.captioning.data import synthetic
-from showtell.trainer.step.task import CaptionTask
+from showtell.trainer.step.task import CaptionTask, traced_loop
 
 
 def inlined_loop(caption: CaptionTask) -> Callable:
-    """``make_train_loop`` with the step's ops in the ``while`` body itself (one device)."""
+    """``make_train_loop``'s loop with the step's ops in the ``while`` body itself (one device)."""
     strategy = caption.strategy
-
-    @tf.function(autograph=False)
-    def train_loop(iterator, steps):
-        def body(i, losses, batch):
-            loss = strategy.reduce("sum", strategy.run(caption.replica_step, args=(batch.get_value(),)),
-                                   axis=None)
-            following = tf.cond(i + 1 < steps, iterator.get_next_as_optional, lambda: batch)
-            return i + 1, losses.write(i, loss), following
-
-        _, losses, _ = tf.while_loop(lambda i, *_: i < steps, body,
-                                     (tf.constant(0), tf.TensorArray(tf.float32, size=steps),
-                                      iterator.get_next_as_optional()))
-        return losses.stack()
-
-    return train_loop
+    return traced_loop(lambda batch: strategy.reduce("sum", strategy.run(caption.replica_step, args=(batch,)),
+                                                     axis=None))
 
 
 def calls(data: Path, work: Path, model: str, n: int) -> dict[str, Callable[[], float]]:
@@ -99,6 +86,8 @@ def main() -> int:
     parser.add_argument("--model", choices=tuple(MODELS), default="im2txt")
     add_out(parser, "step_call")
     args = parser.parse_args()
+    if args.rounds < 6:  # rounds.paired's fewest for a 95 % interval, said before the run, not after
+        raise SystemExit(f"--rounds {args.rounds}: at least 6, for the median's 95 % interval")
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         synthetic.build(data, SyntheticConfig(train_images=600, val_images=8))

@@ -212,16 +212,13 @@ class CaptionTask:
         return train_step
 
     def make_train_loop(self) -> Callable:
-        """Up to ``steps`` steps in one traced call, reading ``iterator`` (a distributed one) in
-        the graph: ``train_loop(iterator, steps)`` → each step's global-batch loss.  ``steps`` is
-        a tensor, so every chunk length runs the one trace.
+        """``traced_loop`` over the global step: ``train_loop(iterator, steps)`` → each step's
+        global-batch loss, reading ``iterator`` (a distributed one) in the graph.
 
         The step is a function of its own that the loop's body calls (Keras' shape:
         ``one_step_on_data`` inside ``multi_step_on_iterator``): the call then runs at ``fit``'s
         speed, 2–3 % faster than with the step's ops inlined into the body (``bench/step_call.py``,
-        calls interleaved in one process; the same weights to the bit).  Each iteration fetches
-        the *next* step's batch beside its own step; the last fetches nothing, so a call reads
-        exactly ``steps`` batches.
+        calls interleaved in one process; the same weights to the bit).
 
         Towers sum sparse gradients (the word embedding's) dense here, as Horovod's
         ``sparse_as_dense`` does: inside the loop, the sparse sum (a gather of each tower's
@@ -234,19 +231,7 @@ class CaptionTask:
             per_replica = self.strategy.run(self.replica_step, args=(batch, dense))
             return self.strategy.reduce("sum", per_replica, axis=None)
 
-        @tf.function(autograph=False)
-        def train_loop(iterator, steps):
-            def body(i, losses, batch):
-                loss = step(batch.get_value())
-                following = tf.cond(i + 1 < steps, iterator.get_next_as_optional, lambda: batch)
-                return i + 1, losses.write(i, loss), following
-
-            _, losses, _ = tf.while_loop(lambda i, *_: i < steps, body,
-                                         (tf.constant(0), tf.TensorArray(tf.float32, size=steps),
-                                          iterator.get_next_as_optional()))
-            return losses.stack()
-
-        return train_loop
+        return traced_loop(step)
 
     # -- the data -------------------------------------------------------------------------
 
@@ -265,6 +250,26 @@ class CaptionTask:
         if cache is None:
             raise RuntimeError("a task on the feature cache reads the cache trainer.open_data() opened")
         return lambda: cache.train_dataset(config, batch_size)
+
+
+def traced_loop(step: Callable) -> Callable:
+    """``train_loop(iterator, steps)``: up to ``steps`` calls of ``step`` (a batch → its loss) in
+    one traced ``while`` loop → their losses.  ``steps`` is a tensor, so every chunk length runs the
+    one trace.  Each iteration fetches the *next* batch beside its own step; the last fetches
+    nothing, so a call reads exactly ``steps`` batches."""
+    @tf.function(autograph=False)
+    def train_loop(iterator, steps):
+        def body(i, losses, batch):
+            loss = step(batch.get_value())
+            following = tf.cond(i + 1 < steps, iterator.get_next_as_optional, lambda: batch)
+            return i + 1, losses.write(i, loss), following
+
+        _, losses, _ = tf.while_loop(lambda i, *_: i < steps, body,
+                                     (tf.constant(0), tf.TensorArray(tf.float32, size=steps),
+                                      iterator.get_next_as_optional()))
+        return losses.stack()
+
+    return train_loop
 
 
 def _clip_global(grads: list, clip: float) -> list:
