@@ -64,8 +64,8 @@ def paired(numerator: list[float], denominator: list[float], level: float = 0.95
     """``ratio`` for many paired rounds (a min–max range of 30 is far wider than the median's
     uncertainty): the median of the per-round ratios with its distribution-free interval — the
     order statistics a sign test gives at ``level`` — and how many rounds lie above 1.0."""
-    ratios = sorted(a / b for a, b in zip(numerator, denominator, strict=True))
-    n = len(ratios)
+    by_round = [a / b for a, b in zip(numerator, denominator, strict=True)]
+    ratios, n = sorted(by_round), len(by_round)
     # the largest k with P(Binomial(n, ½) < k) ≤ (1 − level) / 2: [x_(k), x_(n+1−k)] holds the median
     k, tail = 0, 0.0
     while tail + math.comb(n, k) / 2**n <= (1 - level) / 2:
@@ -77,7 +77,7 @@ def paired(numerator: list[float], denominator: list[float], level: float = 0.95
     return {"median": round(statistics.median(ratios), digits), "low": round(low, digits),
             "high": round(high, digits), "level": level, "one_inside": low <= 1.0 <= high,
             "above_one": sum(r > 1.0 for r in ratios), "rounds": n,
-            "ratios": [round(a / b, digits) for a, b in zip(numerator, denominator, strict=True)]}
+            "ratios": [round(r, digits) for r in by_round]}
 
 
 def _git(*words: str) -> str:

@@ -3,7 +3,7 @@
 
 ``steps_per_loop.py`` runs every round in a fresh process, and a 2-core VM's speed wanders from
 one process to the next by as much as the 3–6 % looked for.  Here **one process** holds one model
-and three traced calls of N steps each, all training the same variables on the same batches' shape:
+and four traced calls of N steps each, all training the same variables on the same batches' shape:
 
 * ``showtell`` — ``CaptionTask.make_train_loop``, as ``showtell train`` runs it (the step a
   ``tf.function`` that the ``while`` body calls, like Keras' ``one_step_on_data``);
